@@ -1,0 +1,3 @@
+from rescue.cli import main
+
+raise SystemExit(main())

@@ -1,0 +1,45 @@
+"""The ``rescue`` command. Each subcommand lives beside the code it runs.
+
+A subcommand module provides ``configure(parser)`` (adds its arguments) and
+``main(args) -> int``; heavy dependencies are imported inside ``main`` only, so
+``rescue --help`` works on a bare install.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import sys
+from collections.abc import Sequence
+
+#: name -> (module, one-line help)
+COMMANDS: dict[str, tuple[str, str]] = {
+    "identity": ("rescue.identity", "exact enumeration of the masked-update identity"),
+}
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="rescue",
+        description="Unbiased replacements for outcome-dependent exclusion in async agentic RL.",
+    )
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
+    for name, (module_name, help_text) in COMMANDS.items():
+        module = importlib.import_module(module_name)
+        p = sub.add_parser(name, help=help_text, description=(module.__doc__ or help_text).split("\n\n")[0])
+        module.configure(p)
+        p.set_defaults(_main=module.main)
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    try:
+        return int(args._main(args) or 0)
+    except ValueError as e:  # bad input: one clear line, no traceback
+        print(f"rescue {args.command}: error: {e}", file=sys.stderr)
+        return 2
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,174 @@
+"""The stale-group decision: one gate for the simulator, Miles and slime.
+
+Invariant
+---------
+The decision for a group is a pure function of ``(arm, a, seed, max_staleness, group id,
+staleness)``. The protect coin ``u = coin(seed, group_id) ∈ [0, 1)`` is a hash, not a
+draw from a generator: it is memoized by construction, identical after a restart and in
+any process, independent across group ids and seeds, and a group that reaches the
+decision twice (recycled with ``--async-unused-samples-handler retry``) gets the same
+answer. Nothing needs to be checkpointed.
+
+Arms (a group is *stale* when ``staleness > max_staleness``):
+
+``drop``        stale groups are dropped (Miles' ``--max-weight-staleness`` behaviour).
+``never-drop``  every group is kept with weight 1.
+``protect``     a stale group is kept iff ``u < a``, with loss weight ``1/a``; dropped
+                otherwise. Then ``E[1{u<a}/a] = 1``: the weighted loss is unbiased for
+                the never-drop loss. ``a = 1`` is never-drop.
+
+Fresh groups are always kept with weight 1.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import math
+import os
+from collections.abc import Mapping
+from dataclasses import dataclass
+from enum import Enum
+
+
+class Arm(str, Enum):
+    DROP = "drop"
+    NEVER_DROP = "never-drop"
+    PROTECT = "protect"
+
+    @classmethod
+    def parse(cls, value: str | Arm, *, setting: str = "arm") -> Arm:
+        if isinstance(value, Arm):
+            return value
+        try:
+            return cls(str(value).strip().lower().replace("_", "-"))
+        except ValueError:
+            allowed = ", ".join(a.value for a in cls)
+            raise ValueError(f"{setting}={value!r} is not an arm; allowed: {allowed}") from None
+
+
+#: Environment variables read by ``Gate.from_env`` (set by the launchers).
+ENV_ARM = "RESCUE_ARM"
+ENV_A = "RESCUE_A"
+ENV_SEED = "RESCUE_SEED"
+
+
+@dataclass(frozen=True)
+class Decision:
+    """What happens to one group: kept or not, and the loss weight of each of its samples."""
+
+    keep: bool
+    weight: float
+    stale: bool
+
+    @property
+    def protected(self) -> bool:
+        """A stale group kept under the protect arm with weight 1/a > 1."""
+        return self.stale and self.keep and self.weight != 1.0
+
+
+def coin(seed: int, group_id: int | str) -> float:
+    """The group's uniform in [0, 1): a hash of (seed, group id), the same in every process."""
+    digest = hashlib.blake2b(f"{seed}\x1f{group_id}".encode(), digest_size=8).digest()
+    return (int.from_bytes(digest, "big") >> 11) * 2.0**-53
+
+
+@dataclass(frozen=True)
+class Gate:
+    """Stale-group gate.
+
+    Args:
+        arm: ``drop`` | ``never-drop`` | ``protect`` (setting ``RESCUE_ARM``).
+        a: keep probability of a stale group under ``protect``, in (0, 1]; required for
+            protect, ignored otherwise (setting ``RESCUE_A``).
+        seed: seed of the per-group coin (setting ``RESCUE_SEED``, default 0).
+        max_staleness: a group is stale when ``staleness > max_staleness``; ``None``
+            means no group is ever stale (Miles' ``--max-weight-staleness``, default off).
+    """
+
+    arm: Arm = Arm.DROP
+    a: float | None = None
+    seed: int = 0
+    max_staleness: int | None = None
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "arm", Arm.parse(self.arm, setting=ENV_ARM))
+        if self.arm is Arm.PROTECT and self.a is None:
+            raise ValueError(f"{ENV_A} (a) is required with arm protect; allowed: 0 < a <= 1")
+        if self.a is not None:
+            a = _parse_float(self.a, ENV_A)
+            if not (0.0 < a <= 1.0):
+                raise ValueError(f"{ENV_A}={self.a!r} is out of range; allowed: 0 < a <= 1")
+            object.__setattr__(self, "a", a)
+        if isinstance(self.seed, bool) or not isinstance(self.seed, int):
+            raise ValueError(f"{ENV_SEED}={self.seed!r} is not an integer")
+        if self.max_staleness is not None and (
+            isinstance(self.max_staleness, bool)
+            or not isinstance(self.max_staleness, int)
+            or self.max_staleness < 0
+        ):
+            raise ValueError(
+                f"max_weight_staleness={self.max_staleness!r}; allowed: a non-negative integer or None"
+            )
+
+    @classmethod
+    def from_env(
+        cls, env: Mapping[str, str] | None = None, *, max_staleness: int | None = None
+    ) -> Gate:
+        """A gate from ``RESCUE_ARM`` (default drop), ``RESCUE_A`` and ``RESCUE_SEED``."""
+        env = os.environ if env is None else env
+        a = env.get(ENV_A) or None
+        seed_text = env.get(ENV_SEED) or "0"
+        try:
+            seed = int(seed_text)
+        except ValueError:
+            raise ValueError(f"{ENV_SEED}={seed_text!r} is not an integer") from None
+        return cls(
+            arm=env.get(ENV_ARM) or Arm.DROP.value,
+            a=_parse_float(a, ENV_A) if a is not None else None,
+            seed=seed,
+            max_staleness=max_staleness,
+        )
+
+    @property
+    def protect_weight(self) -> float:
+        """The loss weight 1/a of a protected group."""
+        return 1.0 / self.a if self.a else 1.0
+
+    def is_stale(self, staleness: int | float | None) -> bool:
+        """Whether a group with this staleness is stale (unknown staleness is never stale)."""
+        return (
+            staleness is not None and self.max_staleness is not None and staleness > self.max_staleness
+        )
+
+    def coin(self, group_id: int | str) -> float:
+        return coin(self.seed, group_id)
+
+    def decide(self, group_id: int | str, staleness: int | float | None) -> Decision:
+        """Keep or drop one group, and its loss weight."""
+        if not self.is_stale(staleness):
+            return Decision(keep=True, weight=1.0, stale=False)
+        if self.arm is Arm.NEVER_DROP:
+            return Decision(keep=True, weight=1.0, stale=True)
+        if self.arm is Arm.DROP:
+            return Decision(keep=False, weight=0.0, stale=True)
+        if self.coin(group_id) < self.a:
+            return Decision(keep=True, weight=self.protect_weight, stale=True)
+        return Decision(keep=False, weight=0.0, stale=True)
+
+    def describe(self) -> str:
+        """One line for logs and run names, e.g. ``protect a=0.5 seed=1 K=2``."""
+        parts = [self.arm.value]
+        if self.arm is Arm.PROTECT:
+            parts.append(f"a={self.a:g}")
+        parts += [f"seed={self.seed}", f"K={self.max_staleness}"]
+        return " ".join(parts)
+
+
+def _parse_float(value: object, setting: str) -> float:
+    try:
+        x = float(value)  # type: ignore[arg-type]
+    except (TypeError, ValueError):
+        raise ValueError(f"{setting}={value!r} is not a number; allowed: 0 < a <= 1") from None
+    if not math.isfinite(x):
+        raise ValueError(f"{setting}={value!r} is not finite; allowed: 0 < a <= 1")
+    return x
