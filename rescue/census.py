@@ -1,0 +1,248 @@
+"""The outcome census: where every group went, and what the trained rollouts were.
+
+Invariant
+---------
+Every entry (one group entering the buffer; a recycled group enters again as a new entry)
+lands in exactly one bucket, or is still buffered::
+
+    entered == trained_fresh + trained_stale + trained_protected
+               + dropped_stale + aborted + filtered + buffered
+
+``Census`` checks this at every ``step_metrics`` call, and against the adapter's own queue
+length when it is given one. A group is never silently lost: whatever excluded it is a
+bucket with a count.
+
+What a step reports (keys under ``rollout/census/`` by default, the same in the simulator
+and on the cluster):
+
+- ``groups/<bucket>`` entries settled this step, ``groups/entered``, ``groups/buffered``;
+- ``staleness_mean``, ``staleness_max`` of the trained groups;
+- ``protected_groups`` and ``protected_weight_mean`` (the 1/a weights);
+- ``outcome_metrics`` of the rollouts of trained groups: count and rate per outcome, turn
+  count mean / p50 / p90 per outcome, cap-hit rate, masked fraction per outcome, the
+  realized baseline ``b`` (mean reward of trained, unmasked rollouts), and the rate at
+  which solved rollouts ran tests before submitting;
+- ``dropped/outcome/<outcome>``: the outcomes of the rollouts in dropped stale groups,
+  which is where an outcome-dependent drop shows.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from enum import Enum
+from typing import Any
+
+import numpy as np
+
+from rescue.outcomes import OUTCOMES, Outcome, classify, is_capped
+
+PREFIX = "rollout/census/"
+
+
+class Bucket(str, Enum):
+    """Where an entry ended. An entry not yet settled is *buffered*."""
+
+    TRAINED_FRESH = "trained_fresh"
+    TRAINED_STALE = "trained_stale"  # stale, kept with weight 1 (never-drop; protect with a=1)
+    TRAINED_PROTECTED = "trained_protected"  # stale, kept by the coin with weight 1/a
+    DROPPED_STALE = "dropped_stale"
+    ABORTED = "aborted"
+    FILTERED = "filtered"  # rejected by the dynamic-sampling filter
+
+    @property
+    def trained(self) -> bool:
+        return self in _TRAINED
+
+
+_TRAINED = frozenset({Bucket.TRAINED_FRESH, Bucket.TRAINED_STALE, Bucket.TRAINED_PROTECTED})
+
+
+@dataclass(frozen=True)
+class RolloutRecord:
+    """One rollout (all turns of one trajectory) as the census sees it.
+
+    Attributes:
+        outcome: its class (``rescue.outcomes``).
+        reward: scalar reward, ``None`` when there is none.
+        turns: number of turns (model calls), ``None`` when unknown.
+        capped: hit the turn cap or a length/context limit (``outcomes.is_capped``).
+        masked: excluded from the loss by a filter (Miles ``remove_sample``).
+        ran_tests: ran the repository's tests before submitting (``None`` = unknown).
+        reason: the classifier's reason label.
+    """
+
+    outcome: Outcome
+    reward: float | None = None
+    turns: int | None = None
+    capped: bool = False
+    masked: bool = False
+    ran_tests: bool | None = None
+    reason: str = ""
+
+    @classmethod
+    def from_sample_fields(
+        cls,
+        *,
+        status: Any = None,
+        reward: float | None = None,
+        metadata: Mapping[str, Any] | None = None,
+        remove_sample: bool = False,
+        turns: int | None = None,
+        agentic: bool | None = None,
+    ) -> RolloutRecord:
+        """A record from the fields every framework's sample has, through ``classify``.
+
+        ``turns`` defaults to ``metadata["turns"]`` or ``metadata["agent_metrics"]["turns"]``;
+        ``ran_tests`` comes from ``metadata["ran_repo_tests"]`` (the SWE agent's flag).
+        """
+        metadata = metadata or {}
+        c = classify(status=status, reward=reward, metadata=metadata, agentic=agentic)
+        if turns is None:
+            turns = metadata.get("turns", (metadata.get("agent_metrics") or {}).get("turns"))
+        ran = metadata.get("ran_repo_tests")
+        return cls(
+            outcome=c.outcome,
+            reward=None if reward is None else float(reward),
+            turns=None if turns is None else int(turns),
+            capped=is_capped(c),
+            masked=bool(remove_sample),
+            ran_tests=None if ran is None else bool(ran),
+            reason=c.reason,
+        )
+
+
+def outcome_metrics(records: Sequence[RolloutRecord], prefix: str = PREFIX) -> dict[str, float]:
+    """Sample-level census of a set of rollouts (keys documented in the module docstring).
+
+    Keys whose population is empty (e.g. turn quantiles of an outcome that did not occur)
+    are left out rather than reported as NaN.
+    """
+    n = len(records)
+    out: dict[str, float] = {f"{prefix}rollouts": float(n)}
+    if n == 0:
+        return out
+    outcomes = [r.outcome for r in records]
+    for o in OUTCOMES:
+        sel = [r for r, ro in zip(records, outcomes) if ro is o]
+        out[f"{prefix}outcome/{o.value}"] = float(len(sel))
+        out[f"{prefix}outcome/{o.value}_rate"] = len(sel) / n
+        if not sel:
+            continue
+        out[f"{prefix}masked_frac/{o.value}"] = sum(r.masked for r in sel) / len(sel)
+        turns = np.array([r.turns for r in sel if r.turns is not None], dtype=float)
+        if turns.size:
+            out[f"{prefix}turns_mean/{o.value}"] = float(turns.mean())
+            out[f"{prefix}turns_p50/{o.value}"] = float(np.percentile(turns, 50))
+            out[f"{prefix}turns_p90/{o.value}"] = float(np.percentile(turns, 90))
+    out[f"{prefix}cap_hit_rate"] = sum(r.capped for r in records) / n
+    out[f"{prefix}masked_frac"] = sum(r.masked for r in records) / n
+    rewards = [r.reward for r in records if not r.masked and r.reward is not None]
+    if rewards:
+        out[f"{prefix}b_realized"] = float(np.mean(rewards))
+    ran = [r.ran_tests for r in records if r.outcome is Outcome.SOLVED and r.ran_tests is not None]
+    if ran:
+        out[f"{prefix}ran_tests_rate/solved"] = sum(ran) / len(ran)
+    return out
+
+
+class Census:
+    """Per-step accumulator of entries, their buckets, and the rollouts of trained groups."""
+
+    def __init__(self) -> None:
+        self._open: Counter[Any] = Counter()  # group id -> open entries
+        self._entered = 0
+        self._settled: Counter[Bucket] = Counter()
+        self._reset_window()
+
+    def _reset_window(self) -> None:
+        self._w_entered = 0
+        self._w_buckets: Counter[Bucket] = Counter()
+        self._w_trained: list[RolloutRecord] = []
+        self._w_dropped: list[RolloutRecord] = []
+        self._w_staleness: list[float] = []
+        self._w_protected_weights: list[float] = []
+
+    def enter(self, group_id: Any, n_rollouts: int | None = None) -> None:
+        """A group entered the buffer (Miles ``put``): one entry opens."""
+        self._open[group_id] += 1
+        self._entered += 1
+        self._w_entered += 1
+
+    def settle(
+        self,
+        group_id: Any,
+        bucket: Bucket,
+        rollouts: Iterable[RolloutRecord] = (),
+        *,
+        staleness: float | None = None,
+        weight: float = 1.0,
+    ) -> None:
+        """Close the oldest open entry of ``group_id`` into ``bucket``."""
+        bucket = Bucket(bucket)
+        if self._open[group_id] <= 0:
+            del self._open[group_id]
+            raise ValueError(
+                f"census: group {group_id!r} settled as {bucket.value} but has no open entry "
+                "(settled twice, or never entered)"
+            )
+        self._open[group_id] -= 1
+        if self._open[group_id] == 0:
+            del self._open[group_id]
+        self._settled[bucket] += 1
+        self._w_buckets[bucket] += 1
+        if bucket.trained:
+            self._w_trained.extend(rollouts)
+            if staleness is not None:
+                self._w_staleness.append(float(staleness))
+            if bucket is Bucket.TRAINED_PROTECTED:
+                self._w_protected_weights.append(float(weight))
+        elif bucket is Bucket.DROPPED_STALE:
+            self._w_dropped.extend(rollouts)
+
+    @property
+    def buffered(self) -> int:
+        """Entries that entered and are not settled yet."""
+        return sum(self._open.values())
+
+    def totals(self) -> dict[str, int]:
+        """Cumulative entries per bucket, plus ``entered`` and ``buffered``."""
+        t = {b.value: self._settled[b] for b in Bucket}
+        t["buffered"] = self.buffered
+        t["entered"] = self._entered
+        return t
+
+    def check(self, queue_size: int | None = None) -> None:
+        """Assert conservation; with ``queue_size``, also that the buffer holds what we think."""
+        settled = sum(self._settled.values())
+        if self._entered != settled + self.buffered:
+            raise AssertionError(
+                f"census conservation broken: entered={self._entered} != "
+                f"settled={settled} + buffered={self.buffered}"
+            )
+        if queue_size is not None and queue_size != self.buffered:
+            raise AssertionError(
+                f"census: the buffer holds {queue_size} groups but {self.buffered} entries are open"
+            )
+
+    def step_metrics(self, prefix: str = PREFIX, *, queue_size: int | None = None) -> dict[str, float]:
+        """Metrics of the window since the last call, then reset the window."""
+        self.check(queue_size)
+        m: dict[str, float] = {f"{prefix}groups/entered": float(self._w_entered)}
+        for b in Bucket:
+            m[f"{prefix}groups/{b.value}"] = float(self._w_buckets[b])
+        m[f"{prefix}groups/buffered"] = float(self.buffered)
+        if self._w_staleness:
+            m[f"{prefix}staleness_mean"] = float(np.mean(self._w_staleness))
+            m[f"{prefix}staleness_max"] = float(np.max(self._w_staleness))
+        m[f"{prefix}protected_groups"] = float(len(self._w_protected_weights))
+        if self._w_protected_weights:
+            m[f"{prefix}protected_weight_mean"] = float(np.mean(self._w_protected_weights))
+        m.update(outcome_metrics(self._w_trained, prefix))
+        for o in OUTCOMES:
+            m[f"{prefix}dropped/outcome/{o.value}"] = float(
+                sum(r.outcome is o for r in self._w_dropped)
+            )
+        self._reset_window()
+        return m

@@ -1,0 +1,139 @@
+"""The census: every entry in exactly one bucket, and the per-step metrics."""
+
+from collections import deque
+
+import numpy as np
+import pytest
+
+from rescue.census import Bucket, Census, RolloutRecord, outcome_metrics
+from rescue.gate import Gate
+from rescue.outcomes import Outcome
+
+P = "rollout/census/"
+
+
+def _rec(outcome, reward=0.0, turns=5, **kw):
+    return RolloutRecord(outcome=Outcome(outcome), reward=reward, turns=turns, **kw)
+
+
+def test_conservation_under_random_aborts_staleness_and_retries():
+    """A toy buffer with aborts, a dynamic filter, stale drops and recycling.
+
+    Whatever the event order, entered == settled + buffered, and the census' open entries
+    equal the toy queue's length at every step.
+    """
+    rng = np.random.default_rng(1)
+    gate = Gate(arm="protect", a=0.4, seed=2, max_staleness=1)
+    census = Census()
+    queue: deque = deque()
+    version, next_id, recycled = 0, 0, deque()
+    seen_buckets = set()
+    for _step in range(300):
+        for _ in range(rng.integers(0, 6)):  # puts
+            if recycled and rng.random() < 0.5:
+                gid = recycled.popleft()
+            else:
+                gid, next_id = next_id, next_id + 1
+            census.enter(gid, n_rollouts=4)
+            u = rng.random()
+            if u < 0.1:
+                census.settle(gid, Bucket.ABORTED)
+                recycled.append(gid)  # retry handler
+            elif u < 0.2:
+                census.settle(gid, Bucket.FILTERED)
+            else:
+                queue.append((gid, version))
+        for _ in range(rng.integers(0, 5)):  # gets
+            if not queue:
+                break
+            gid, born = queue.popleft()
+            d = gate.decide(gid, version - born)
+            bucket = (
+                Bucket.DROPPED_STALE if not d.keep
+                else Bucket.TRAINED_PROTECTED if d.protected
+                else Bucket.TRAINED_STALE if d.stale
+                else Bucket.TRAINED_FRESH
+            )
+            census.settle(gid, bucket, [_rec("solved", 1.0)], staleness=version - born, weight=d.weight)
+            if bucket is Bucket.DROPPED_STALE:
+                recycled.append(gid)
+        version += int(rng.random() < 0.5)
+        m = census.step_metrics(queue_size=len(queue))
+        seen_buckets |= {b for b in Bucket if m[f"{P}groups/{b.value}"] > 0}
+    t = census.totals()
+    assert t["entered"] == sum(t[b.value] for b in Bucket) + t["buffered"]
+    assert t["buffered"] == len(queue)
+    assert seen_buckets == set(Bucket) - {Bucket.TRAINED_STALE}  # protect with a<1 never keeps at weight 1
+
+
+def test_a_queue_that_disagrees_with_the_census_is_caught():
+    census = Census()
+    census.enter(1)
+    census.enter(2)
+    census.settle(1, Bucket.TRAINED_FRESH)
+    census.check(queue_size=1)
+    with pytest.raises(AssertionError, match="holds 0 groups but 1 entries are open"):
+        census.step_metrics(queue_size=0)
+
+
+def test_settling_an_entry_that_is_not_open_is_an_error():
+    census = Census()
+    census.enter("g")
+    census.settle("g", Bucket.DROPPED_STALE)
+    with pytest.raises(ValueError, match="group 'g' settled as trained_fresh but has no open entry"):
+        census.settle("g", Bucket.TRAINED_FRESH)
+    with pytest.raises(ValueError, match="never entered"):
+        census.settle("h", Bucket.ABORTED)
+    census.check()
+
+
+def test_step_metrics_values_and_window_reset():
+    census = Census()
+    for g in range(4):
+        census.enter(g)
+    census.settle(0, Bucket.TRAINED_FRESH, [_rec("solved", 1.0, 3, ran_tests=True), _rec("budget_failure", 0.0, 40, capped=True)], staleness=0)
+    census.settle(1, Bucket.TRAINED_PROTECTED, [_rec("solved", 1.0, 9, ran_tests=False), _rec("submitted_failure", 0.0, 7)], staleness=3, weight=2.0)
+    census.settle(2, Bucket.DROPPED_STALE, [_rec("solved", 1.0, 30), _rec("solved", 1.0, 35)], staleness=4)
+    m = census.step_metrics()
+    assert m[P + "groups/entered"] == 4
+    assert m[P + "groups/buffered"] == 1
+    assert m[P + "groups/trained_fresh"] == 1 and m[P + "groups/trained_protected"] == 1
+    assert m[P + "staleness_mean"] == 1.5 and m[P + "staleness_max"] == 3
+    assert m[P + "protected_groups"] == 1 and m[P + "protected_weight_mean"] == 2.0
+    assert m[P + "rollouts"] == 4
+    assert m[P + "outcome/solved"] == 2 and m[P + "outcome/solved_rate"] == 0.5
+    assert m[P + "cap_hit_rate"] == 0.25
+    assert m[P + "b_realized"] == 0.5
+    assert m[P + "ran_tests_rate/solved"] == 0.5
+    assert m[P + "turns_mean/solved"] == 6.0
+    assert m[P + "dropped/outcome/solved"] == 2
+    nxt = census.step_metrics()
+    assert nxt[P + "groups/entered"] == 0 and nxt[P + "rollouts"] == 0
+    assert nxt[P + "groups/buffered"] == 1  # the open entry is still there
+
+
+def test_outcome_metrics_masked_fraction_and_b_excludes_masked():
+    recs = [
+        _rec("budget_failure", 0.0, 40, capped=True, masked=True),
+        _rec("budget_failure", 0.0, 40, capped=True),
+        _rec("solved", 1.0, 10),
+        _rec("infra_no_result", None, 2),
+    ]
+    m = outcome_metrics(recs, prefix="")
+    assert m["masked_frac/budget_failure"] == 0.5
+    assert m["masked_frac"] == 0.25
+    assert m["b_realized"] == 0.5  # (0 + 1) / 2: the masked row and the reward-less one do not count
+    assert m["turns_p90/budget_failure"] == 40
+    assert "turns_mean/submitted_failure" not in m  # no such rollout: no key, no NaN
+
+
+def test_record_from_sample_fields_uses_the_classifier():
+    r = RolloutRecord.from_sample_fields(
+        status="completed", reward=0.0,
+        metadata={"exit_status": "LimitsExceeded", "agent_metrics": {"turns": 40}, "ran_repo_tests": True},
+        remove_sample=True,
+    )
+    assert (r.outcome, r.capped, r.masked, r.turns, r.ran_tests, r.reason) == (
+        Outcome.BUDGET_FAILURE, True, True, 40, True, "turn_cap")
+    infra = RolloutRecord.from_sample_fields(status="completed", reward=0.0, metadata={"instance_id": "a"})
+    assert infra.outcome is Outcome.INFRA_NO_RESULT and not infra.capped

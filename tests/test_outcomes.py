@@ -1,0 +1,78 @@
+"""The one outcome classifier: each rule of rescue.outcomes, in order."""
+
+import pytest
+
+from rescue.outcomes import Outcome, classify, classify_exit_status, is_capped
+
+
+@pytest.mark.parametrize(
+    ("exit_status", "kwargs", "expected", "reason"),
+    [
+        ("Submitted", {"resolved": True}, Outcome.SOLVED, "resolved"),
+        ("Submitted", {"resolved": False}, Outcome.SUBMITTED_FAILURE, "unresolved"),
+        ("Submitted", {"resolved": False, "eval_status": "timeout"}, Outcome.SUBMITTED_FAILURE, "unresolved"),
+        ("Submitted", {"eval_status": "error", "patch_apply_failed": True}, Outcome.SUBMITTED_FAILURE, "patch_apply_failed"),
+        ("Submitted", {"eval_status": "error"}, Outcome.INFRA_NO_RESULT, "grader_error"),
+        ("Submitted", {}, Outcome.INFRA_NO_RESULT, "not_graded"),
+        ("LimitsExceeded", {}, Outcome.BUDGET_FAILURE, "turn_cap"),
+        ("ContextWindowExceededError", {}, Outcome.BUDGET_FAILURE, "context_limit"),
+        ("SingleTurnMaxSeqLenExceededError", {}, Outcome.BUDGET_FAILURE, "context_limit"),
+        ("RepeatedFormatError", {}, Outcome.BUDGET_FAILURE, "format"),
+        ("TimeExceeded", {}, Outcome.INFRA_NO_RESULT, "TimeExceeded"),
+        ("AgentTimeoutError", {}, Outcome.INFRA_NO_RESULT, "AgentTimeoutError"),
+        ("CancelledError", {}, Outcome.INFRA_NO_RESULT, "CancelledError"),
+    ],
+)
+def test_exit_status_mapping(exit_status, kwargs, expected, reason):
+    c = classify_exit_status(exit_status, **kwargs)
+    assert (c.outcome, c.reason) == (expected, reason)
+
+
+def test_agent_label_wins_and_bad_label_names_the_field():
+    c = classify(status="truncated", reward=1.0, metadata={"outcome": "infra_no_result"})
+    assert c.outcome is Outcome.INFRA_NO_RESULT
+    with pytest.raises(ValueError, match=r"metadata\['outcome'\].*allowed: solved"):
+        classify(metadata={"outcome": "win"})
+
+
+@pytest.mark.parametrize("status", ["aborted", "pending", "Status.ABORTED"])
+def test_unfinished_sample_is_infra(status):
+    assert classify(status=status, reward=1.0).outcome is Outcome.INFRA_NO_RESULT
+
+
+def test_agentic_sample_without_exit_status_is_infra_never_a_failure():
+    # Miles scores a None-returning agent function 0.0 with status COMPLETED.
+    c = classify(status="completed", reward=0.0, metadata={"instance_id": "x__y.1234abcd.f__0"})
+    assert (c.outcome, c.reason) == (Outcome.INFRA_NO_RESULT, "no_exit_status")
+    # The caller may override the detection.
+    assert classify(status="completed", reward=0.0, metadata={}, agentic=True).outcome is Outcome.INFRA_NO_RESULT
+
+
+def test_exit_status_with_reward_uses_reward_as_verdict():
+    assert classify(reward=1.0, metadata={"exit_status": "Submitted"}).outcome is Outcome.SOLVED
+    assert classify(reward=0.0, metadata={"exit_status": "Submitted"}).outcome is Outcome.SUBMITTED_FAILURE
+    report = {"exit_status": "Submitted", "eval_report": {"resolved": True, "status": "completed"}}
+    assert classify(reward=0.0, metadata=report).outcome is Outcome.SOLVED
+
+
+def test_plain_samples_by_status_and_reward():
+    assert classify(status="truncated", reward=0.0).outcome is Outcome.BUDGET_FAILURE
+    assert classify(status="completed", reward=0.0, metadata={"end_reason": "max_turns"}).outcome is Outcome.BUDGET_FAILURE
+    assert classify(status="completed", reward=1.0).outcome is Outcome.SOLVED
+    assert classify(status="completed", reward=0.0).outcome is Outcome.SUBMITTED_FAILURE
+    assert classify(status="completed", reward=None).outcome is Outcome.INFRA_NO_RESULT
+    assert classify(status="completed", reward=float("nan")).outcome is Outcome.INFRA_NO_RESULT
+
+
+def test_capped_means_turn_cap_or_context_not_format():
+    assert is_capped(classify_exit_status("LimitsExceeded"))
+    assert is_capped(classify(status="truncated", reward=0.0))
+    assert not is_capped(classify_exit_status("RepeatedFormatError"))
+    assert not is_capped(classify_exit_status("TimeExceeded"))
+    assert not is_capped(classify(status="completed", reward=0.0))
+
+
+def test_outcome_parse_errors_list_allowed_values():
+    assert Outcome.parse("solved") is Outcome.SOLVED
+    with pytest.raises(ValueError, match="allowed: solved, submitted_failure, budget_failure, infra_no_result"):
+        Outcome.parse("lost")
