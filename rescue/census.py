@@ -123,9 +123,8 @@ def outcome_metrics(records: Sequence[RolloutRecord], prefix: str = PREFIX) -> d
     out: dict[str, float] = {f"{prefix}rollouts": float(n)}
     if n == 0:
         return out
-    outcomes = [r.outcome for r in records]
     for o in OUTCOMES:
-        sel = [r for r, ro in zip(records, outcomes) if ro is o]
+        sel = [r for r in records if r.outcome is o]
         out[f"{prefix}outcome/{o.value}"] = float(len(sel))
         out[f"{prefix}outcome/{o.value}_rate"] = len(sel) / n
         if not sel:
@@ -226,7 +225,9 @@ class Census:
                 f"census: the buffer holds {queue_size} groups but {self.buffered} entries are open"
             )
 
-    def step_metrics(self, prefix: str = PREFIX, *, queue_size: int | None = None) -> dict[str, float]:
+    def step_metrics(
+        self, prefix: str = PREFIX, *, queue_size: int | None = None
+    ) -> dict[str, float]:
         """Metrics of the window since the last call, then reset the window."""
         self.check(queue_size)
         m: dict[str, float] = {f"{prefix}groups/entered": float(self._w_entered)}

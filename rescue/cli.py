@@ -26,7 +26,9 @@ def build_parser() -> argparse.ArgumentParser:
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
     for name, (module_name, help_text) in COMMANDS.items():
         module = importlib.import_module(module_name)
-        p = sub.add_parser(name, help=help_text, description=(module.__doc__ or help_text).split("\n\n")[0])
+        p = sub.add_parser(
+            name, help=help_text, description=(module.__doc__ or help_text).split("\n\n")[0]
+        )
         module.configure(p)
         p.set_defaults(_main=module.main)
     return parser

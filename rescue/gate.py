@@ -137,7 +137,9 @@ class Gate:
     def is_stale(self, staleness: int | float | None) -> bool:
         """Whether a group with this staleness is stale (unknown staleness is never stale)."""
         return (
-            staleness is not None and self.max_staleness is not None and staleness > self.max_staleness
+            staleness is not None
+            and self.max_staleness is not None
+            and staleness > self.max_staleness
         )
 
     def coin(self, group_id: int | str) -> float:

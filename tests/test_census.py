@@ -49,12 +49,17 @@ def test_conservation_under_random_aborts_staleness_and_retries():
             gid, born = queue.popleft()
             d = gate.decide(gid, version - born)
             bucket = (
-                Bucket.DROPPED_STALE if not d.keep
-                else Bucket.TRAINED_PROTECTED if d.protected
-                else Bucket.TRAINED_STALE if d.stale
+                Bucket.DROPPED_STALE
+                if not d.keep
+                else Bucket.TRAINED_PROTECTED
+                if d.protected
+                else Bucket.TRAINED_STALE
+                if d.stale
                 else Bucket.TRAINED_FRESH
             )
-            census.settle(gid, bucket, [_rec("solved", 1.0)], staleness=version - born, weight=d.weight)
+            census.settle(
+                gid, bucket, [_rec("solved", 1.0)], staleness=version - born, weight=d.weight
+            )
             if bucket is Bucket.DROPPED_STALE:
                 recycled.append(gid)
         version += int(rng.random() < 0.5)
@@ -63,7 +68,9 @@ def test_conservation_under_random_aborts_staleness_and_retries():
     t = census.totals()
     assert t["entered"] == sum(t[b.value] for b in Bucket) + t["buffered"]
     assert t["buffered"] == len(queue)
-    assert seen_buckets == set(Bucket) - {Bucket.TRAINED_STALE}  # protect with a<1 never keeps at weight 1
+    assert seen_buckets == set(Bucket) - {
+        Bucket.TRAINED_STALE
+    }  # protect with a<1 never keeps at weight 1
 
 
 def test_a_queue_that_disagrees_with_the_census_is_caught():
@@ -80,7 +87,9 @@ def test_settling_an_entry_that_is_not_open_is_an_error():
     census = Census()
     census.enter("g")
     census.settle("g", Bucket.DROPPED_STALE)
-    with pytest.raises(ValueError, match="group 'g' settled as trained_fresh but has no open entry"):
+    with pytest.raises(
+        ValueError, match="group 'g' settled as trained_fresh but has no open entry"
+    ):
         census.settle("g", Bucket.TRAINED_FRESH)
     with pytest.raises(ValueError, match="never entered"):
         census.settle("h", Bucket.ABORTED)
@@ -91,9 +100,22 @@ def test_step_metrics_values_and_window_reset():
     census = Census()
     for g in range(4):
         census.enter(g)
-    census.settle(0, Bucket.TRAINED_FRESH, [_rec("solved", 1.0, 3, ran_tests=True), _rec("budget_failure", 0.0, 40, capped=True)], staleness=0)
-    census.settle(1, Bucket.TRAINED_PROTECTED, [_rec("solved", 1.0, 9, ran_tests=False), _rec("submitted_failure", 0.0, 7)], staleness=3, weight=2.0)
-    census.settle(2, Bucket.DROPPED_STALE, [_rec("solved", 1.0, 30), _rec("solved", 1.0, 35)], staleness=4)
+    census.settle(
+        0,
+        Bucket.TRAINED_FRESH,
+        [_rec("solved", 1.0, 3, ran_tests=True), _rec("budget_failure", 0.0, 40, capped=True)],
+        staleness=0,
+    )
+    census.settle(
+        1,
+        Bucket.TRAINED_PROTECTED,
+        [_rec("solved", 1.0, 9, ran_tests=False), _rec("submitted_failure", 0.0, 7)],
+        staleness=3,
+        weight=2.0,
+    )
+    census.settle(
+        2, Bucket.DROPPED_STALE, [_rec("solved", 1.0, 30), _rec("solved", 1.0, 35)], staleness=4
+    )
     m = census.step_metrics()
     assert m[P + "groups/entered"] == 4
     assert m[P + "groups/buffered"] == 1
@@ -122,18 +144,33 @@ def test_outcome_metrics_masked_fraction_and_b_excludes_masked():
     m = outcome_metrics(recs, prefix="")
     assert m["masked_frac/budget_failure"] == 0.5
     assert m["masked_frac"] == 0.25
-    assert m["b_realized"] == 0.5  # (0 + 1) / 2: the masked row and the reward-less one do not count
+    assert (
+        m["b_realized"] == 0.5
+    )  # (0 + 1) / 2: the masked row and the reward-less one do not count
     assert m["turns_p90/budget_failure"] == 40
     assert "turns_mean/submitted_failure" not in m  # no such rollout: no key, no NaN
 
 
 def test_record_from_sample_fields_uses_the_classifier():
     r = RolloutRecord.from_sample_fields(
-        status="completed", reward=0.0,
-        metadata={"exit_status": "LimitsExceeded", "agent_metrics": {"turns": 40}, "ran_repo_tests": True},
+        status="completed",
+        reward=0.0,
+        metadata={
+            "exit_status": "LimitsExceeded",
+            "agent_metrics": {"turns": 40},
+            "ran_repo_tests": True,
+        },
         remove_sample=True,
     )
     assert (r.outcome, r.capped, r.masked, r.turns, r.ran_tests, r.reason) == (
-        Outcome.BUDGET_FAILURE, True, True, 40, True, "turn_cap")
-    infra = RolloutRecord.from_sample_fields(status="completed", reward=0.0, metadata={"instance_id": "a"})
+        Outcome.BUDGET_FAILURE,
+        True,
+        True,
+        40,
+        True,
+        "turn_cap",
+    )
+    infra = RolloutRecord.from_sample_fields(
+        status="completed", reward=0.0, metadata={"instance_id": "a"}
+    )
     assert infra.outcome is Outcome.INFRA_NO_RESULT and not infra.capped

@@ -67,7 +67,10 @@ def test_weights_per_arm():
 
 def test_a_equal_one_is_never_drop():
     gate = Gate(arm="protect", a=1.0, seed=5, max_staleness=0)
-    assert all(gate.decide(g, 10) == Gate(arm="never-drop", max_staleness=0).decide(g, 10) for g in range(500))
+    assert all(
+        gate.decide(g, 10) == Gate(arm="never-drop", max_staleness=0).decide(g, 10)
+        for g in range(500)
+    )
 
 
 def test_unknown_staleness_or_no_limit_is_fresh():
@@ -93,7 +96,9 @@ def test_invalid_settings_name_the_setting(kwargs, message):
 
 
 def test_from_env_reads_the_documented_settings():
-    gate = Gate.from_env({"RESCUE_ARM": "protect", "RESCUE_A": "0.5", "RESCUE_SEED": "9"}, max_staleness=4)
+    gate = Gate.from_env(
+        {"RESCUE_ARM": "protect", "RESCUE_A": "0.5", "RESCUE_SEED": "9"}, max_staleness=4
+    )
     assert (gate.arm, gate.a, gate.seed, gate.max_staleness) == (Arm.PROTECT, 0.5, 9, 4)
     assert Gate.from_env({}).arm is Arm.DROP
     with pytest.raises(ValueError, match="RESCUE_A='half' is not a number"):

@@ -10,8 +10,18 @@ from rescue.outcomes import Outcome, classify, classify_exit_status, is_capped
     [
         ("Submitted", {"resolved": True}, Outcome.SOLVED, "resolved"),
         ("Submitted", {"resolved": False}, Outcome.SUBMITTED_FAILURE, "unresolved"),
-        ("Submitted", {"resolved": False, "eval_status": "timeout"}, Outcome.SUBMITTED_FAILURE, "unresolved"),
-        ("Submitted", {"eval_status": "error", "patch_apply_failed": True}, Outcome.SUBMITTED_FAILURE, "patch_apply_failed"),
+        (
+            "Submitted",
+            {"resolved": False, "eval_status": "timeout"},
+            Outcome.SUBMITTED_FAILURE,
+            "unresolved",
+        ),
+        (
+            "Submitted",
+            {"eval_status": "error", "patch_apply_failed": True},
+            Outcome.SUBMITTED_FAILURE,
+            "patch_apply_failed",
+        ),
         ("Submitted", {"eval_status": "error"}, Outcome.INFRA_NO_RESULT, "grader_error"),
         ("Submitted", {}, Outcome.INFRA_NO_RESULT, "not_graded"),
         ("LimitsExceeded", {}, Outcome.BUDGET_FAILURE, "turn_cap"),
@@ -45,19 +55,28 @@ def test_agentic_sample_without_exit_status_is_infra_never_a_failure():
     c = classify(status="completed", reward=0.0, metadata={"instance_id": "x__y.1234abcd.f__0"})
     assert (c.outcome, c.reason) == (Outcome.INFRA_NO_RESULT, "no_exit_status")
     # The caller may override the detection.
-    assert classify(status="completed", reward=0.0, metadata={}, agentic=True).outcome is Outcome.INFRA_NO_RESULT
+    assert (
+        classify(status="completed", reward=0.0, metadata={}, agentic=True).outcome
+        is Outcome.INFRA_NO_RESULT
+    )
 
 
 def test_exit_status_with_reward_uses_reward_as_verdict():
     assert classify(reward=1.0, metadata={"exit_status": "Submitted"}).outcome is Outcome.SOLVED
-    assert classify(reward=0.0, metadata={"exit_status": "Submitted"}).outcome is Outcome.SUBMITTED_FAILURE
+    assert (
+        classify(reward=0.0, metadata={"exit_status": "Submitted"}).outcome
+        is Outcome.SUBMITTED_FAILURE
+    )
     report = {"exit_status": "Submitted", "eval_report": {"resolved": True, "status": "completed"}}
     assert classify(reward=0.0, metadata=report).outcome is Outcome.SOLVED
 
 
 def test_plain_samples_by_status_and_reward():
     assert classify(status="truncated", reward=0.0).outcome is Outcome.BUDGET_FAILURE
-    assert classify(status="completed", reward=0.0, metadata={"end_reason": "max_turns"}).outcome is Outcome.BUDGET_FAILURE
+    assert (
+        classify(status="completed", reward=0.0, metadata={"end_reason": "max_turns"}).outcome
+        is Outcome.BUDGET_FAILURE
+    )
     assert classify(status="completed", reward=1.0).outcome is Outcome.SOLVED
     assert classify(status="completed", reward=0.0).outcome is Outcome.SUBMITTED_FAILURE
     assert classify(status="completed", reward=None).outcome is Outcome.INFRA_NO_RESULT
@@ -74,5 +93,7 @@ def test_capped_means_turn_cap_or_context_not_format():
 
 def test_outcome_parse_errors_list_allowed_values():
     assert Outcome.parse("solved") is Outcome.SOLVED
-    with pytest.raises(ValueError, match="allowed: solved, submitted_failure, budget_failure, infra_no_result"):
+    with pytest.raises(
+        ValueError, match="allowed: solved, submitted_failure, budget_failure, infra_no_result"
+    ):
         Outcome.parse("lost")
