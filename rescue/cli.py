@@ -9,12 +9,16 @@ from __future__ import annotations
 
 import argparse
 import importlib
+import os
 import sys
 from collections.abc import Sequence
 
 #: name -> (module, one-line help)
 COMMANDS: dict[str, tuple[str, str]] = {
     "identity": ("rescue.identity", "exact enumeration of the masked-update identity"),
+    "sim": ("rescue.sim.cli", "the arms side by side on the simulator of async multi-turn agent RL"),
+    "replay": ("rescue.replay.cli", "census, arms' advantages and gradients on debug rollout dumps"),
+    "swe": ("swe_smith_tasks.cli", "SWE-smith tasks: prepare data, run the pilot, reap containers"),
 }
 
 
@@ -41,6 +45,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     except ValueError as e:  # bad input: one clear line, no traceback
         print(f"rescue {args.command}: error: {e}", file=sys.stderr)
         return 2
+    except BrokenPipeError:  # output piped into `head`: stop quietly
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return 0
 
 
 if __name__ == "__main__":

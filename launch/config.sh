@@ -1,0 +1,236 @@
+# shellcheck shell=bash
+# shellcheck disable=SC2034  # the variables are read by the scripts that source this file
+# Settings of the SWE arms: the one place where every variable is documented with its
+# default. Any of them can be set in the environment or on the make command line, e.g.
+#
+#   make swe-arm ARM=protect A=0.5 SEED=2 STALENESS=3 NUM_ROLLOUT=100
+#
+# ── The arm ─────────────────────────────────────────────────────────────────────────────
+#   ARM                (required) drop | never-drop | protect
+#                      drop:       Miles' default buffer, --max-weight-staleness K
+#                      never-drop: Miles' default buffer, no staleness limit
+#                      protect:    --max-weight-staleness K, rescue's buffer
+#                                  (rescue.miles.buffer.RescueDataBuffer) and the reward hook
+#                                  (rescue.miles.reward.post_process_rewards) for the 1/A weights
+#   A                  (protect only, required there) keep probability of a stale group,
+#                      0 < A <= 1 (RESCUE_A). A=1 is never-drop through rescue's buffer.
+#   SEED               1. Replicate seed: the protect coin (RESCUE_SEED), Miles' --seed and
+#                      --rollout-seed (prompt order). Equal seeds give the arms the same prompts.
+#   STALENESS          2. K of --max-weight-staleness (drop and protect only): a group is
+#                      stale when current weight version - its oldest version > K.
+#   CENSUS_BUFFER      0. 1: drop and never-drop also run through rescue's buffer (with
+#                      --max-weight-staleness K; RESCUE_ARM keeps Miles' drop, or keeps every
+#                      group with weight 1), so their group census counts the stale groups
+#                      and the outcomes drop discards. Training is unchanged.
+#   BASELINE           all. Group-baseline population of the protect reward hook
+#                      (RESCUE_BASELINE): all | survivors.
+#
+# ── Cluster (Ray) ───────────────────────────────────────────────────────────────────────
+#   NNODES             1. Nodes in the job; run the same command on every node.
+#   NODE_RANK          0. This node; 0 starts the Ray head and submits the job.
+#   MASTER_ADDR        127.0.0.1. Address of node 0 (set it on every node when NNODES > 1).
+#   GPUS_PER_NODE      8. GPUs each node gives to Ray.
+#   RAY_PORT           6379. Ray head port.
+#   RAY_DASHBOARD_PORT 8265. Ray dashboard port (`ray job submit --address`).
+#   RAY_STOP           1. Stop any Ray on the node (`ray stop --force`) before `ray start`.
+#   RAY_WAIT_S         600. Seconds node 0 waits for all NNODES nodes to join.
+#   ACTOR_NUM_NODES    1. Training nodes.
+#   ACTOR_GPUS_PER_NODE  GPUS_PER_NODE/2 on one node, else GPUS_PER_NODE. Training GPUs a node.
+#   ROLLOUT_NUM_GPUS   NNODES*GPUS_PER_NODE - ACTOR_NUM_NODES*ACTOR_GPUS_PER_NODE (SGLang).
+#   ROLLOUT_GPUS_PER_ENGINE  1. GPUs per SGLang engine.
+#
+# ── Paths ───────────────────────────────────────────────────────────────────────────────
+#   MILES_DIR          /root/miles. Miles checkout (must hold train_async.py).
+#   MEGATRON_DIR       /root/Megatron-LM. Megatron-LM checkout (on the job's PYTHONPATH).
+#   OUTPUT_DIR         /root/rescue-runs. Runs, data and pilot results (shared storage when
+#                      NNODES > 1).
+#   HF_CHECKPOINT      /root/models/Qwen3-8B. Hugging Face checkpoint (SGLang, tokenizer).
+#   REF_LOAD           /root/models/Qwen3-8B_torch_dist. Megatron checkpoint to start from.
+#   SAVE_DIR           OUTPUT_DIR/RUN_NAME/checkpoints. Checkpoints (--save and --load: a
+#                      rerun of the same arm resumes).
+#   TASKS_JSONL        OUTPUT_DIR/data/swe_smith_tasks.jsonl. All prepared tasks (pilot input).
+#   SUBSET_FILE        OUTPUT_DIR/pilot/subset.txt. Task subset chosen by the pilot.
+#   PROMPT_DATA        OUTPUT_DIR/data/swe_smith_pilot.jsonl. Training prompts: the tasks of
+#                      SUBSET_FILE (written by `make swe-prepare` once the pilot has run).
+#
+# ── Model and rollout (shared by the arms) ──────────────────────────────────────────────
+#   MODEL_TYPE         qwen3-8B. Miles model script scripts/models/MODEL_TYPE.py.
+#   MODEL_ARGS         (empty) Megatron architecture flags; empty reads them from MODEL_TYPE.
+#   TITO_MODEL         qwen3. --tito-model of Miles' session server.
+#   MAX_TURNS          40. Turn cap of the agent: model calls per trial (RESCUE_SWE_STEP_LIMIT).
+#   AGENT_CONCURRENCY  ROLLOUT_BATCH_SIZE*N_SAMPLES. Trials at once (RESCUE_SWE_MAX_CONCURRENCY).
+#   AGENT_ENV          (empty) More settings of the agent for the job's runtime env, as
+#                      NAME=VALUE words, e.g. 'RESCUE_SWE_DOCKER_RUN_ARGS=--cpus=2
+#                      RESCUE_SWE_TRIAL_TIMEOUT=5400' (names: swe_smith_tasks/agent.py).
+#   MAX_SEQ_LEN        65536. Whole-trajectory context (--max-seq-len,
+#                      --rollout-max-context-len). Above Qwen3-8B's native 32768: the
+#                      checkpoint needs YaRN rope scaling (pre-flight checks).
+#   MAX_RESPONSE_LEN   8192. Tokens per model call (--rollout-max-response-len).
+#   ROLLOUT_BATCH_SIZE 16. Prompts per step.
+#   N_SAMPLES          8. Rollouts per prompt (the group size n).
+#   GLOBAL_BATCH_SIZE  ROLLOUT_BATCH_SIZE*N_SAMPLES. Samples per optimizer step.
+#   NUM_ROLLOUT        200. Training steps.
+#   TEMPERATURE        1.0. Sampling temperature.
+#   PAUSE_MODE         in_place. --pause-generation-mode during weight updates.
+#
+# ── Training ────────────────────────────────────────────────────────────────────────────
+#   LR                 1e-6. Adam learning rate (constant).
+#   EPS_CLIP           0.2.  EPS_CLIP_HIGH 0.28. PPO clip range.
+#                      No KL or entropy term: the 1/A weight scales the whole loss.
+#                      Off-policy correction: --use-tis in every arm.
+#   TP                 2. Tensor parallel size.   CP 2. Context parallel size.
+#   MAX_TOKENS_PER_GPU 32768. Dynamic batch size budget.
+#   SGLANG_MEM_FRACTION 0.8. --sglang-mem-fraction-static.
+#   SAVE_INTERVAL      20. Steps between checkpoints.
+#   EXTRA_ARGS         (empty) Appended verbatim to train_async.py's flags (word-split).
+#
+# ── Logging and dumps ───────────────────────────────────────────────────────────────────
+#   RUN_NAME           swe-ARM[-aA][-kK]-seedSEED, e.g. swe-protect-a0.5-k2-seed1.
+#   WANDB_PROJECT      rescue-swe.
+#   WANDB_GROUP        RUN_NAME. Miles names the run after its group (random suffix off), so
+#                      this is also the run name; WANDB_TAGS arm:..,a:..,k:..,seed:.. group
+#                      the seeds of one arm.
+#   WANDB_MODE         online | offline | disabled (default online). Online needs
+#                      WANDB_API_KEY exported before the launch (Ray inherits it).
+#   DUMP_DIR           OUTPUT_DIR/RUN_NAME/dumps. Rollout dumps (--save-debug-rollout-data).
+#   DUMP_STEPS         50. Keep the dumps of steps 0..DUMP_STEPS-1; 0 = no dumps, all = every
+#                      step. Miles dumps every step once the flag is set and has no step
+#                      limit, so node 0 deletes later steps' dumps as they appear.
+#   DUMP_MB_PER_STEP   300. Disk estimate per dumped step (pre-flight needs
+#                      DUMP_STEPS*DUMP_MB_PER_STEP free).
+#
+# ── Behaviour of the launcher ───────────────────────────────────────────────────────────
+#   DRY_RUN            0. 1: print the exact commands (ray start, ray job submit with every
+#                      flag) and run nothing. ARM, A, SEED, STALENESS and MILES_DIR are
+#                      still checked; missing GPUs only print a warning.
+#   PREFLIGHT          1. Run launch/preflight.sh on node 0 before submitting; 0 skips it.
+#   REAP               1. Remove task containers left by earlier runs before starting.
+#   PULL_IMAGES        0. 1: pre-flight pulls the missing task images instead of failing.
+#   RESCUE_DOCKER      docker. Docker command of pre-flight and `rescue swe reap` (may carry
+#                      words, e.g. 'sudo docker').
+#   JOB_PYTHON         python3. Interpreter of the Ray job (has Miles, rescue's [swe] extra).
+#   RESCUE_PY          .venv/bin/python if present, else python3. Runs `rescue swe ...`.
+#
+# ── Data, pilot, reaper ─────────────────────────────────────────────────────────────────
+#   SWE_DATASET        SWE-bench/SWE-smith. Hugging Face dataset or local JSONL/parquet.
+#   SWE_SPLIT          train. Dataset split.
+#   IMAGE_NAMESPACE    swebench. Namespace task images are rewritten to (e.g. a mirror).
+#   PILOT_BASE_URL     (empty) OpenAI-compatible endpoint for the pilot; empty starts an
+#                      SGLang server on HF_CHECKPOINT (GPUS_PER_NODE data-parallel
+#                      replicas, context MAX_SEQ_LEN) at PILOT_PORT for the pilot's duration.
+#   PILOT_MODEL        Qwen3-8B. Model name sent to the endpoint (served name of that server).
+#   PILOT_PORT         30000.   PILOT_WAIT_S 900 s for that server to come up.
+#   PILOT_N            8. Trials per task (the group size of training).
+#   PILOT_CONCURRENCY  64. Trials at once.
+#   PILOT_TASKS        (empty) Pilot a random sample (seed SEED) of this many tasks; empty = all.
+#   PILOT_LOW          0.2.  PILOT_HIGH 0.5. Success-rate window of the kept tasks.
+#   PILOT_OUT          OUTPUT_DIR/pilot. Pilot results (resumable) and SUBSET_FILE.
+#   REAP_ARGS          (empty) Flags of `rescue swe reap` for `make reap`, e.g. '--dry-run'.
+#   The pilot's agent uses MAX_TURNS, MAX_RESPONSE_LEN and TEMPERATURE, as training does.
+#
+# Errors (one line on stderr, exit status 2):
+#   ARM='x' is not an arm: set ARM=drop, ARM=never-drop or ARM=protect
+#   ARM=protect needs A: set A with 0 < A <= 1, e.g. A=0.5
+#   A='x' is outside (0, 1]: set A with 0 < A <= 1
+#   A=x applies only to ARM=protect: unset A or set ARM=protect
+#   STALENESS applies only to ARM=drop and ARM=protect (or CENSUS_BUFFER=1): unset STALENESS
+#   STALENESS='x' is not a non-negative integer: set STALENESS=K
+#   SEED='x' is not an integer: set SEED to an integer
+#   BASELINE='x' is not a baseline population: set BASELINE=all or BASELINE=survivors
+#   NODE_RANK='x' is not in 0..NNODES-1: set NODE_RANK for this node
+#   NNODES=n needs MASTER_ADDR: set MASTER_ADDR to node 0's address on every node
+#   no Miles checkout at MILES_DIR=...: set MILES_DIR to a Miles checkout with train_async.py
+#   no GPUs visible (...): run on a GPU node or set GPUS_PER_NODE / CUDA_VISIBLE_DEVICES
+
+LAUNCH_DIR=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
+RESCUE_DIR=$(cd "$LAUNCH_DIR/.." && pwd)
+
+ARM=${ARM:-}
+A=${A:-}
+SEED=${SEED:-1}
+STALENESS_SET=${STALENESS:+1}
+STALENESS=${STALENESS:-2}
+BASELINE=${BASELINE:-all}
+CENSUS_BUFFER=${CENSUS_BUFFER:-0}
+
+NNODES=${NNODES:-1}
+NODE_RANK=${NODE_RANK:-0}
+MASTER_ADDR=${MASTER_ADDR:-127.0.0.1}
+GPUS_PER_NODE=${GPUS_PER_NODE:-8}
+RAY_PORT=${RAY_PORT:-6379}
+RAY_DASHBOARD_PORT=${RAY_DASHBOARD_PORT:-8265}
+RAY_WAIT_S=${RAY_WAIT_S:-600}
+RAY_STOP=${RAY_STOP:-1}
+ACTOR_NUM_NODES=${ACTOR_NUM_NODES:-1}
+if [[ -z ${ACTOR_GPUS_PER_NODE:-} ]]; then
+  if [[ $NNODES == 1 ]]; then ACTOR_GPUS_PER_NODE=$((GPUS_PER_NODE / 2)); else ACTOR_GPUS_PER_NODE=$GPUS_PER_NODE; fi
+fi
+ROLLOUT_NUM_GPUS=${ROLLOUT_NUM_GPUS:-$((NNODES * GPUS_PER_NODE - ACTOR_NUM_NODES * ACTOR_GPUS_PER_NODE))}
+ROLLOUT_GPUS_PER_ENGINE=${ROLLOUT_GPUS_PER_ENGINE:-1}
+
+MILES_DIR=${MILES_DIR:-/root/miles}
+MEGATRON_DIR=${MEGATRON_DIR:-/root/Megatron-LM}
+OUTPUT_DIR=${OUTPUT_DIR:-/root/rescue-runs}
+HF_CHECKPOINT=${HF_CHECKPOINT:-/root/models/Qwen3-8B}
+REF_LOAD=${REF_LOAD:-/root/models/Qwen3-8B_torch_dist}
+TASKS_JSONL=${TASKS_JSONL:-$OUTPUT_DIR/data/swe_smith_tasks.jsonl}
+PILOT_OUT=${PILOT_OUT:-$OUTPUT_DIR/pilot}
+SUBSET_FILE=${SUBSET_FILE:-$PILOT_OUT/subset.txt}
+PROMPT_DATA=${PROMPT_DATA:-$OUTPUT_DIR/data/swe_smith_pilot.jsonl}
+
+MODEL_TYPE=${MODEL_TYPE:-qwen3-8B}
+MODEL_ARGS=${MODEL_ARGS:-}
+TITO_MODEL=${TITO_MODEL:-qwen3}
+MAX_TURNS=${MAX_TURNS:-40}
+MAX_SEQ_LEN=${MAX_SEQ_LEN:-65536}
+MAX_RESPONSE_LEN=${MAX_RESPONSE_LEN:-8192}
+ROLLOUT_BATCH_SIZE=${ROLLOUT_BATCH_SIZE:-16}
+N_SAMPLES=${N_SAMPLES:-8}
+GLOBAL_BATCH_SIZE=${GLOBAL_BATCH_SIZE:-$((ROLLOUT_BATCH_SIZE * N_SAMPLES))}
+NUM_ROLLOUT=${NUM_ROLLOUT:-200}
+AGENT_CONCURRENCY=${AGENT_CONCURRENCY:-$((ROLLOUT_BATCH_SIZE * N_SAMPLES))}
+AGENT_ENV=${AGENT_ENV:-}
+TEMPERATURE=${TEMPERATURE:-1.0}
+PAUSE_MODE=${PAUSE_MODE:-in_place}
+
+LR=${LR:-1e-6}
+EPS_CLIP=${EPS_CLIP:-0.2}
+EPS_CLIP_HIGH=${EPS_CLIP_HIGH:-0.28}
+TP=${TP:-2}
+CP=${CP:-2}
+MAX_TOKENS_PER_GPU=${MAX_TOKENS_PER_GPU:-32768}
+SGLANG_MEM_FRACTION=${SGLANG_MEM_FRACTION:-0.8}
+SAVE_INTERVAL=${SAVE_INTERVAL:-20}
+EXTRA_ARGS=${EXTRA_ARGS:-}
+
+WANDB_PROJECT=${WANDB_PROJECT:-rescue-swe}
+WANDB_MODE=${WANDB_MODE:-online}
+DUMP_STEPS=${DUMP_STEPS:-50}
+DUMP_MB_PER_STEP=${DUMP_MB_PER_STEP:-300}
+
+DRY_RUN=${DRY_RUN:-0}
+PREFLIGHT=${PREFLIGHT:-1}
+REAP=${REAP:-1}
+PULL_IMAGES=${PULL_IMAGES:-0}
+RESCUE_DOCKER=${RESCUE_DOCKER:-docker}
+JOB_PYTHON=${JOB_PYTHON:-python3}
+if [[ -z ${RESCUE_PY:-} ]]; then
+  if [[ -x $RESCUE_DIR/.venv/bin/python ]]; then RESCUE_PY=$RESCUE_DIR/.venv/bin/python; else RESCUE_PY=python3; fi
+fi
+
+SWE_DATASET=${SWE_DATASET:-SWE-bench/SWE-smith}
+SWE_SPLIT=${SWE_SPLIT:-train}
+IMAGE_NAMESPACE=${IMAGE_NAMESPACE:-swebench}
+PILOT_MODEL=${PILOT_MODEL:-Qwen3-8B}
+PILOT_WAIT_S=${PILOT_WAIT_S:-900}
+PILOT_LOW=${PILOT_LOW:-0.2}
+PILOT_HIGH=${PILOT_HIGH:-0.5}
+PILOT_BASE_URL=${PILOT_BASE_URL:-}
+PILOT_PORT=${PILOT_PORT:-30000}
+PILOT_N=${PILOT_N:-8}
+PILOT_CONCURRENCY=${PILOT_CONCURRENCY:-64}
+PILOT_TASKS=${PILOT_TASKS:-}
+REAP_ARGS=${REAP_ARGS:-}
+
+# Names derived from the arm (RUN_NAME, WANDB_GROUP, SAVE_DIR, DUMP_DIR) are set by
+# rescue_derive_names in common.sh once the arm is validated.

@@ -1,0 +1,51 @@
+#!/usr/bin/env bash
+# One SWE arm of rescue on Miles: `launch/swe_arm.sh` with ARM=drop|never-drop|protect
+# (or launch/drop.sh, launch/never_drop.sh, launch/protect.sh). Every variable and its
+# default is documented in launch/config.sh.
+#
+# Node 0 (NODE_RANK=0): checks, pre-flight, Ray head, waits for the other nodes, submits
+# Miles' train_async.py as a Ray job, and keeps only the first DUMP_STEPS rollout dumps.
+# Other nodes: checks, then join the Ray cluster at MASTER_ADDR.
+set -euo pipefail
+
+RESCUE_PROG=swe-arm
+# shellcheck source=config.sh
+source "$(dirname "${BASH_SOURCE[0]}")/config.sh"
+# shellcheck source=common.sh
+source "$LAUNCH_DIR/common.sh"
+
+rescue_check_arm
+rescue_check_miles
+rescue_check_gpus
+rescue_derive_names
+
+rescue_reap() {
+  [[ $REAP == 1 ]] || return 0
+  rescue_cli swe reap
+}
+
+if [[ $NODE_RANK != 0 ]]; then
+  rescue_note "node $NODE_RANK of $NNODES: join the Ray cluster at $MASTER_ADDR:$RAY_PORT"
+  rescue_reap
+  rescue_ray_start
+  exit 0
+fi
+
+rescue_arm_flags
+rescue_shared_flags
+rescue_runtime_env
+
+summary="$RUN_NAME: ARM=$ARM${A:+ A=$A} SEED=$SEED"
+[[ ${#ARM_FLAGS[@]} == 0 ]] || summary+=" STALENESS=$STALENESS"
+rescue_note "$summary on $NNODES node(s)"
+if [[ $PREFLIGHT == 1 ]]; then
+  rescue_run "$LAUNCH_DIR/preflight.sh"
+fi
+rescue_reap
+rescue_ray_start
+rescue_ray_wait
+if [[ $DRY_RUN != 1 ]]; then mkdir -p "$OUTPUT_DIR/$RUN_NAME"; fi
+rescue_dump_window
+rescue_run ray job submit --address "http://127.0.0.1:$RAY_DASHBOARD_PORT" \
+  --runtime-env-json "$RUNTIME_ENV_JSON" \
+  -- "$JOB_PYTHON" "$MILES_DIR/train_async.py" "${ARM_FLAGS[@]}" "${SHARED_FLAGS[@]}"

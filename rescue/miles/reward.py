@@ -1,0 +1,244 @@
+"""Reward post-process: group normalization over a chosen baseline population, then 1/a.
+
+Target of ``--custom-reward-post-process-path rescue.miles.reward.post_process_rewards``
+in Miles and in slime (both call ``f(args, samples) -> (raw_rewards, rewards)`` on the
+flat list of samples, and both take ``rewards`` as the GRPO advantage of each sample).
+
+Specification
+-------------
+With ``RESCUE_BASELINE=all`` and every ``rescue_weight`` equal to 1 the output is Miles'
+own normalization (``_post_process_rewards``):
+
+- groups are the samples sharing a ``group_index`` (when some sample has none: blocks of
+  ``--n-samples-per-prompt`` if the batch is exactly ``n_samples_per_prompt *
+  rollout_batch_size`` samples, else the whole batch is one group);
+- within a group, samples sharing a ``rollout_id`` (else an ``index``) are siblings of one
+  rollout and must share one reward (``ValueError`` otherwise); each rollout counts once;
+- estimators ``grpo``, ``gspo``, ``cispo`` (slime only) and
+  ``reinforce_plus_plus_baseline`` subtract the group mean; ``grpo``, ``gspo`` and
+  ``cispo`` then divide by (unbiased std + 1e-6) when the group has more than one rollout
+  and std > 0, unless ``--disable-grpo-std-normalization``;
+- ``--disable-rewards-normalization``, or any other estimator: rewards pass through.
+
+The computation is ``rescue.advantages.group_advantages``, the normalizer the simulator
+uses too, in float64; Miles computes in float32, so the two agree to float32 rounding
+(a few units in the last place of float32), and Miles ships ``rewards`` to the trainer
+as float32 either way.
+
+What this hook adds:
+
+1. ``RESCUE_BASELINE`` = ``all`` (default; every rollout of the group votes in the mean
+   and std, masked ones included, as in Miles) or ``survivors`` (only rollouts with at
+   least one sample without ``remove_sample``). It has no effect where Miles would not
+   normalize.
+2. Each sample's normalized reward is multiplied by ``metadata["rescue_weight"]``
+   (default 1; the protect arm's ``1/a``), *after* normalization, so no normalization
+   can undo it. For grpo/gspo the reward is the advantage and the policy-gradient loss
+   is positively homogeneous in it, so this scales exactly that sample's
+   policy-gradient term. The KL-loss, entropy and on-policy-distillation terms are not
+   weighted.
+3. While any weight differs from 1, ``--normalize-advantages`` (it re-centers and
+   rescales advantages across the batch) and estimators other than grpo/gspo are refused
+   with a ``ValueError``.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+import numpy as np
+
+from rescue.miles.samples import WEIGHT_KEY
+
+#: Environment variable choosing the baseline population.
+ENV_BASELINE = "RESCUE_BASELINE"
+#: Allowed values of ``RESCUE_BASELINE``; the first is the default.
+BASELINES = ("all", "survivors")
+
+#: Estimators whose rewards Miles/slime center on the group mean.
+MEAN_ESTIMATORS = frozenset({"grpo", "gspo", "cispo", "reinforce_plus_plus_baseline"})
+#: Estimators whose centered rewards are also divided by the group std.
+STD_ESTIMATORS = frozenset({"grpo", "gspo", "cispo"})
+#: Estimators for which a scaled reward is a scaled policy-gradient loss.
+WEIGHTED_ESTIMATORS = frozenset({"grpo", "gspo"})
+#: The std guard Miles and slime add to the denominator.
+STD_EPS = 1e-6
+
+
+def baseline_from_env(env: Mapping[str, str] | None = None) -> str:
+    """``RESCUE_BASELINE`` (default ``all``), validated."""
+    env = os.environ if env is None else env
+    value = (env.get(ENV_BASELINE) or BASELINES[0]).strip().lower()
+    if value not in BASELINES:
+        raise ValueError(f"{ENV_BASELINE}={value!r}; allowed: {', '.join(BASELINES)}")
+    return value
+
+
+def post_process_rewards(args: Any, samples: Sequence[Any]) -> tuple[list[Any], list[float]]:
+    """Miles' reward normalization over the ``RESCUE_BASELINE`` population, times the weights.
+
+    Args:
+        args: the framework's parsed arguments; reads ``advantage_estimator``,
+            ``rewards_normalization``, ``grpo_std_normalization``, ``normalize_advantages``,
+            ``reward_key`` (through ``Sample.get_reward_value``), ``n_samples_per_prompt``
+            and ``rollout_batch_size``.
+        samples: the flat list of samples of one training step.
+
+    Returns:
+        ``(raw_rewards, rewards)``: the samples' scalar rewards as Miles reads them, and
+        the normalized rewards multiplied by each sample's ``metadata["rescue_weight"]``.
+        Only the policy-gradient term sees the weight: the KL-loss, entropy and
+        on-policy-distillation terms of a weighted sample are not weighted.
+    """
+    population = baseline_from_env()
+    raw_rewards = [s.get_reward_value(args) for s in samples]
+    weights = sample_weights(samples)
+    weighted = bool(np.any(weights != 1.0))
+    if weighted:
+        check_weighting_supported(args)
+    estimator = args.advantage_estimator
+    if estimator not in MEAN_ESTIMATORS or not getattr(args, "rewards_normalization", True):
+        if not weighted:
+            return raw_rewards, raw_rewards
+        values = _finite_rewards(raw_rewards, samples)
+        return raw_rewards, (values * weights).tolist()
+    values = _finite_rewards(raw_rewards, samples)
+    normalized = normalize_rewards(
+        args,
+        samples,
+        values,
+        population=population,
+        std_normalize=estimator in STD_ESTIMATORS and getattr(args, "grpo_std_normalization", True),
+    )
+    return raw_rewards, (normalized * weights).tolist()
+
+
+def normalize_rewards(
+    args: Any,
+    samples: Sequence[Any],
+    rewards: np.ndarray,
+    *,
+    population: str = "all",
+    std_normalize: bool = True,
+) -> np.ndarray:
+    """Group-normalized rewards, one shared value per rollout broadcast to its siblings.
+
+    ``population`` is ``all`` (default) or ``survivors``; ``std_normalize`` (default True)
+    divides by std + 1e-6. No weights are applied here.
+    """
+    from rescue.advantages import group_advantages
+
+    if population not in BASELINES:
+        raise ValueError(f"{ENV_BASELINE}={population!r}; allowed: {', '.join(BASELINES)}")
+    n = len(samples)
+    if n == 0:
+        return np.zeros(0)
+    # One row per rollout: (group, rollout key) -> first sample position.
+    rollout_of = np.empty(n, dtype=np.int64)
+    rows: dict[tuple[Any, Any], int] = {}
+    row_group: list[int] = []
+    row_reward: list[float] = []
+    row_kept: list[bool] = []
+    for i, (s, g) in enumerate(zip(samples, group_ids(args, samples), strict=True)):
+        key = (g, _rollout_key(s, i))
+        r = rows.get(key)
+        if r is None:
+            r = rows[key] = len(row_group)
+            row_group.append(g)
+            row_reward.append(float(rewards[i]))
+            row_kept.append(False)
+        elif rewards[i] != row_reward[r]:
+            siblings = [*np.flatnonzero(rollout_of[:i] == r).tolist(), i]
+            raise ValueError(
+                f"all samples of rollout {key[1]!r} in group {g!r} must share one reward; "
+                f"samples {siblings} have rewards {[float(rewards[j]) for j in siblings]}"
+            )
+        rollout_of[i] = r
+        row_kept[r] = row_kept[r] or not bool(getattr(s, "remove_sample", False))
+    advantages = group_advantages(
+        np.asarray(row_reward, dtype=float),
+        np.asarray(row_group),
+        population=population,
+        kept=np.asarray(row_kept, dtype=bool),
+        std_normalize=std_normalize,
+        eps=STD_EPS,
+    )
+    return np.asarray(advantages, dtype=float)[rollout_of]
+
+
+def group_ids(args: Any, samples: Sequence[Any]) -> list[int]:
+    """The reward group of each sample, as Miles assigns it (module docstring)."""
+    indices = [getattr(s, "group_index", None) for s in samples]
+    if all(g is not None for g in indices):
+        return [int(g) for g in indices]
+    n_per_prompt = getattr(args, "n_samples_per_prompt", None)
+    batch = getattr(args, "rollout_batch_size", None)
+    if n_per_prompt and batch and len(samples) == n_per_prompt * batch:
+        return [i // n_per_prompt for i in range(len(samples))]
+    return [0] * len(samples)
+
+
+def sample_weights(samples: Sequence[Any]) -> np.ndarray:
+    """``metadata["rescue_weight"]`` of each sample (default 1); must be finite and > 0."""
+    weights = np.ones(len(samples))
+    for i, s in enumerate(samples):
+        metadata = getattr(s, "metadata", None) or {}
+        if WEIGHT_KEY not in metadata:
+            continue
+        w = metadata[WEIGHT_KEY]
+        try:
+            w = float(w)
+        except (TypeError, ValueError):
+            w = math.nan
+        if not (math.isfinite(w) and w > 0):
+            raise ValueError(
+                f"sample {i}: metadata[{WEIGHT_KEY!r}]={metadata[WEIGHT_KEY]!r}; "
+                "allowed: a finite number > 0"
+            )
+        weights[i] = w
+    return weights
+
+
+def check_weighting_supported(args: Any) -> None:
+    """Refuse settings under which a scaled reward is not a scaled policy-gradient loss."""
+    if getattr(args, "normalize_advantages", False):
+        raise ValueError(
+            f"--normalize-advantages re-centers and rescales advantages across the batch and "
+            f"would undo metadata[{WEIGHT_KEY!r}] != 1 (protected stale groups); remove the "
+            "flag, or run an arm without weights (RESCUE_ARM=drop or never-drop)"
+        )
+    estimator = getattr(args, "advantage_estimator", None)
+    if estimator not in WEIGHTED_ESTIMATORS:
+        raise ValueError(
+            f"--advantage-estimator {estimator} with metadata[{WEIGHT_KEY!r}] != 1 (protected "
+            f"stale groups); allowed: {', '.join(sorted(WEIGHTED_ESTIMATORS))}"
+        )
+
+
+def _rollout_key(sample: Any, position: int) -> Any:
+    rollout_id = getattr(sample, "rollout_id", None)
+    if rollout_id is not None:
+        return rollout_id
+    index = getattr(sample, "index", None)
+    if index is not None:
+        return index
+    return ("row", position)
+
+
+def _finite_rewards(raw_rewards: Sequence[Any], samples: Sequence[Any]) -> np.ndarray:
+    values = np.empty(len(raw_rewards))
+    for i, r in enumerate(raw_rewards):
+        try:
+            values[i] = float(r)
+        except (TypeError, ValueError):
+            values[i] = math.nan
+        if not math.isfinite(values[i]):
+            g = getattr(samples[i], "group_index", None)
+            raise ValueError(
+                f"sample {i} (group_index={g}): reward {r!r} is not a finite number "
+                "(set --reward-key when the reward is a dict)"
+            )
+    return values
