@@ -1,0 +1,80 @@
+"""`rescue replay census` and `advantages`: per-step and total outcome counts, the regime."""
+
+import json
+
+import pytest
+
+torch = pytest.importorskip("torch")
+
+from rescue.cli import main  # noqa: E402
+from rescue.replay.census import census_report, dominant_regime  # noqa: E402
+from rescue.replay.dumps import load_dumps  # noqa: E402
+from rescue.replay.synthetic import synthetic_step  # noqa: E402
+
+
+@pytest.fixture
+def dumps(tmp_path):
+    for step in range(3):
+        payload = synthetic_step(
+            rollout_id=step, seed=10 + step, p_abort=0.1, first_group=10 * step
+        )
+        torch.save(payload, tmp_path / f"rollout_{step}.pt")
+    return str(tmp_path / "rollout_*.pt")
+
+
+def test_census_counts_every_rollout_per_step_and_in_total(dumps):
+    loaded = load_dumps([dumps])
+    report = census_report(loaded)
+    total = report["total"]["metrics"]
+    assert total["rollouts"] == 48
+    by_status = {"completed": 0, "truncated": 0, "aborted": 0}
+    for d in loaded:
+        for s in d.samples:
+            by_status[s["status"]] += 1
+    assert total["outcome/budget_failure"] == by_status["truncated"]
+    assert total["outcome/infra_no_result"] == by_status["aborted"]
+    assert total["outcome/solved"] + total["outcome/submitted_failure"] == by_status["completed"]
+    assert [s["metrics"]["rollouts"] for s in report["steps"]] == [16, 16, 16]
+    for key in ("outcome/solved", "outcome/budget_failure"):
+        assert sum(s["metrics"][key] for s in report["steps"]) == total[key]
+
+
+def test_regime_names_the_larger_of_budget_and_infra():
+    m = {"rollouts": 10, "outcome/solved": 4, "outcome/submitted_failure": 1,
+         "outcome/budget_failure": 4, "outcome/infra_no_result": 1}  # fmt: skip
+    r = dominant_regime(m)
+    assert r["regime"] == "budget" and r["budget_share"] == pytest.approx(4 / 6)
+    m["outcome/infra_no_result"] = 5
+    m["outcome/budget_failure"] = 0
+    assert dominant_regime(m)["regime"] == "infrastructure"
+    m["outcome/infra_no_result"] = 0
+    assert dominant_regime(m)["regime"] == "none"
+
+
+def test_cli_census_prints_table_and_regime(dumps, capsys):
+    assert main(["replay", "census", dumps]) == 0
+    out = capsys.readouterr().out
+    assert "total" in out and "regime:" in out and "dominates the non-solved mass" in out
+    assert main(["replay", "census", dumps, "--json"]) == 0
+    report = json.loads(capsys.readouterr().out)
+    assert report["total"]["metrics"]["rollouts"] == 48
+
+
+def test_cli_advantages_prints_verdict_and_honours_flags(dumps, capsys):
+    assert main(["replay", "advantages", dumps, "--json"]) == 0
+    default = json.loads(capsys.readouterr().out)
+    assert default["total"]["verdict"] in ("supports", "falsifies", "inconclusive")
+    assert set(default["arms"]) == {"a", "b", "c", "d0.3", "d0.6", "d1", "e"}
+    assert main(["replay", "advantages", dumps, "--json", "--no-std-normalize", "--kappa", "0",
+                 "--rho", "0.5", "--seed", "3"]) == 0  # fmt: skip
+    other = json.loads(capsys.readouterr().out)
+    assert set(other["arms"]) == {"a", "b", "c", "d0.5", "e"}
+    assert other["total"]["var_a"] != default["total"]["var_a"]  # std normalization off
+    assert other["total"]["var_e"] != default["total"]["var_e"]
+    assert main(["replay", "advantages", dumps]) == 0
+    assert "P7" in capsys.readouterr().out
+
+
+def test_cli_bad_input_is_one_clear_error(tmp_path, capsys):
+    assert main(["replay", "census", str(tmp_path / "nothing_*.pt")]) == 2
+    assert "matches no file" in capsys.readouterr().err
