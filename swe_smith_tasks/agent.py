@@ -1,0 +1,410 @@
+"""The SWE agent function for Miles' ``--custom-agent-function-path``, and its reward function.
+
+Specification
+-------------
+``run(base_url, prompt, request_kwargs, metadata)`` plays one trial of one SWE-smith task:
+
+1. A container of the task image (``sandbox.DockerContainer``; ``local`` copies a
+   directory instead), ``git checkout <instance_id>``, git history replaced by one commit.
+2. mini-swe-agent's ``DefaultAgent`` with its ``LitellmModel`` against the
+   OpenAI-compatible endpoint ``base_url`` (Miles' session server), with
+   ``request_kwargs`` as sampling parameters, the upstream SWE-bench prompt config, at
+   most ``step_limit`` model calls (40), each command under ``command_timeout_s``.
+3. The container removed (``finally``); after a submission, the patch graded in a fresh
+   container of the same image (``grading.grade_patch``).
+4. The class from ``rescue.outcomes.classify_exit_status``, the one classifier.
+
+The trial runs in its own thread (mini-swe-agent is synchronous), at most
+``max_concurrency`` at once per event loop, under ``trial_timeout_s`` (start, agent and
+grading; not the wait for a slot). Timeouts are ordered
+``command_timeout_s`` and ``request_timeout_s`` < ``trial_timeout_s`` < ``outer_timeout_s``
+(the trainer's own limit on one sample), checked when settings are made.
+
+Returned dict (merged into the sample's metadata by Miles): ``reward`` (1.0 solved, 0.0
+scored or budget failure, ``None`` with no result), ``exit_status``, ``outcome``,
+``outcome_reason``, ``turns`` (``info.model_stats.api_calls``), ``resolved``,
+``eval_report``, the ran-tests fields of ``ran_tests.RanTests``, ``timings`` and
+``agent_metrics`` (``turns``, ``total_tool_time``, which Miles books as non-generation
+time). Every infrastructure fault (container start or pull, checkout, model endpoint,
+grader, trial timeout, cancellation) gives ``outcome="infra_no_result"`` with the reason,
+never a scored failure.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import os
+import threading
+import time
+import traceback
+import uuid
+import weakref
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from rescue.outcomes import Outcome, classify_exit_status
+from swe_smith_tasks.agent_settings import AgentSettings
+from swe_smith_tasks.grading import Grade, grade_patch, profile_of, task_instance
+from swe_smith_tasks.ran_tests import RanTests, read_test_runs
+from swe_smith_tasks.sandbox import Container, DockerContainer, LocalContainer, checkout_task
+
+# mini-swe-agent prints a banner and litellm fetches a price map on import; a trainer
+# wants neither (cost tracking is off).
+os.environ.setdefault("MSWEA_SILENT_STARTUP", "1")
+os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
+
+#: OpenAI chat parameters passed as such; other sampling keys go in ``extra_body`` (SGLang).
+_OPENAI_PARAMS = frozenset(
+    {
+        *("temperature", "top_p", "max_tokens", "max_completion_tokens", "seed", "stop", "n"),
+        *("presence_penalty", "frequency_penalty", "logprobs", "top_logprobs", "logit_bias"),
+        *("user", "response_format", "tool_choice", "parallel_tool_calls"),
+    }
+)
+
+
+async def run(
+    base_url: str,
+    prompt: Any,
+    request_kwargs: dict[str, Any] | None = None,
+    metadata: dict[str, Any] | None = None,
+    *,
+    settings: AgentSettings | None = None,
+    model: Any = None,
+    **kwargs: Any,
+) -> dict[str, Any]:
+    """One trial of the task in ``metadata`` (module docstring); never raises on infra faults.
+
+    ``settings`` default to ``AgentSettings.from_env()``; ``model`` replaces the litellm
+    model (any mini-swe-agent model object). A missing ``instance_id`` raises ValueError.
+    """
+    settings = settings or AgentSettings.from_env()
+    instance = task_instance(metadata or {})
+    trial = Trial(
+        instance=instance,
+        task=_task_text(prompt),
+        base_url=base_url,
+        request_kwargs=dict(request_kwargs or {}),
+        settings=settings,
+        model=model,
+    )
+    waited = time.monotonic()
+    try:
+        async with _slot(settings.max_concurrency):
+            trial.timings["queue_s"] = time.monotonic() - waited
+            result = await asyncio.wait_for(_in_thread(trial.play), settings.trial_timeout_s)
+    except asyncio.TimeoutError:
+        trial.abort()
+        result = trial.no_result("TrialTimeout", "trial_timeout", f"{settings.trial_timeout_s}s")
+    except asyncio.CancelledError:
+        trial.abort()
+        result = trial.no_result("Cancelled", "cancelled", "the rollout was cancelled")
+    return result
+
+
+async def reward_func(args: Any, samples: Any, **kwargs: Any) -> float | list[float]:
+    """Miles ``--custom-rm-path``: the reward ``run`` left in each sample's metadata.
+
+    A sample with no result (``reward`` None or absent) scores 0.0 here because Miles needs
+    a number; its ``outcome`` says ``infra_no_result`` and the census and buffer use that.
+    """
+    if isinstance(samples, list):
+        return [_reward(s) for s in samples]
+    return _reward(samples)
+
+
+def _reward(sample: Any) -> float:
+    reward = (getattr(sample, "metadata", None) or {}).get("reward")
+    return float(reward) if reward is not None else 0.0
+
+
+@dataclass
+class Trial:
+    """One trial's state, shared by the worker thread and the coroutine that awaits it."""
+
+    instance: dict[str, Any]
+    task: str
+    base_url: str
+    request_kwargs: dict[str, Any]
+    settings: AgentSettings
+    model: Any = None
+    cancel: threading.Event = field(default_factory=threading.Event)
+    containers: list[Container] = field(default_factory=list)
+    timings: dict[str, float] = field(default_factory=dict)
+    agent: Any = None
+    tests: RanTests = field(default_factory=RanTests)
+    error: str = ""
+    trial_dir: Path | None = None
+
+    def play(self) -> dict[str, Any]:
+        """Sandbox, agent, grading; runs in a worker thread."""
+        start = time.monotonic()
+        iid = self.instance["instance_id"]
+        exit_status, patch, messages = "", "", []
+        try:
+            sandbox = self._container("agent")
+            checkout_task(sandbox, iid, hide_history=self.settings.hide_history)
+            self.timings["sandbox_s"] = time.monotonic() - start
+            exit_status, patch, messages = self._agent(sandbox)
+        except Exception as e:
+            reason = getattr(e, "reason", type(e).__name__)
+            return self.no_result(exit_status or reason, reason, _describe(e))
+        finally:
+            self._close_all()
+            self.timings["agent_s"] = time.monotonic() - start - self.timings.get("sandbox_s", 0)
+        self.tests = read_test_runs(
+            messages,
+            test_cmd=_quiet(lambda: profile_of(self.instance).test_cmd),
+            test_files=self.instance["FAIL_TO_PASS"] + self.instance["PASS_TO_PASS"],
+        )
+        grade: Grade | None = None
+        if exit_status == "Submitted":
+            if self.cancel.is_set():
+                return self.no_result(exit_status, "cancelled", "before grading")
+            try:
+                grade = grade_patch(
+                    self._container("eval"), self.instance, patch, log_dir=self._log_dir()
+                )
+            except Exception as e:
+                grade = Grade("error", False, reason=getattr(e, "reason", "grader_error"))
+                grade.report["error"] = _describe(e)
+            finally:
+                self._close_all()
+            self.timings["grade_s"] = grade.seconds or 0.0
+        result = self._result(exit_status, grade)
+        if result["outcome"] == Outcome.INFRA_NO_RESULT.value:
+            grader_error = str(grade.report.get("error", "")) if grade else ""
+            result["error"] = self.error or grader_error
+        return result
+
+    def abort(self) -> None:
+        """Stop the worker at its next model call and remove its containers (in background)."""
+        self.cancel.set()
+        threading.Thread(target=self._close_all, daemon=True).start()
+
+    def no_result(self, exit_status: str, reason: str, error: str) -> dict[str, Any]:
+        """The dict of a trial that has no trustworthy reward."""
+        return {
+            **self._result(exit_status, None),
+            "reward": None,
+            "outcome": Outcome.INFRA_NO_RESULT.value,
+            "outcome_reason": reason,
+            "error": error,
+        }
+
+    def _result(self, exit_status: str, grade: Grade | None) -> dict[str, Any]:
+        kind = classify_exit_status(
+            exit_status,
+            resolved=grade.resolved if grade else None,
+            eval_status=grade.status if grade else None,
+            patch_apply_failed=grade.patch_apply_failed if grade else False,
+        )
+        reward = {Outcome.SOLVED: 1.0, Outcome.INFRA_NO_RESULT: None}.get(kind.outcome, 0.0)
+        timings = {k: round(v, 3) for k, v in self.timings.copy().items()}
+        turns = int(self.agent.n_calls) if self.agent is not None else 0
+        return {
+            "reward": reward,
+            "exit_status": exit_status,
+            "outcome": kind.outcome.value,
+            "outcome_reason": kind.reason,
+            "turns": turns,
+            "resolved": grade.resolved if grade else None,
+            "eval_report": grade.as_eval_report() if grade else {},
+            **self.tests.as_dict(),
+            "timings": timings,
+            "agent_metrics": {
+                "turns": turns,
+                "total_tool_time": timings.get("tool_s", 0.0),
+            },
+        }
+
+    def _container(self, role: str) -> Container:
+        s = self.settings
+        image = str(self.instance.get("image") or self.instance.get("image_name") or "")
+        if not image:
+            image = profile_of(self.instance).image_name
+        if s.environment == "local":
+            container: Container = LocalContainer(image, role=role, images=str(s.local_images))
+        else:
+            container = DockerContainer(
+                image,
+                role=role,
+                executable=s.docker_executable,
+                run_args=s.docker_run_args,
+                lifetime_s=s.trial_timeout_s + 60,
+                start_timeout_s=s.start_timeout_s,
+            )
+        self.containers.append(container)
+        if self.cancel.is_set():
+            raise RuntimeError("cancelled")
+        return container
+
+    def _agent(self, sandbox: Container) -> tuple[str, str, list[dict]]:
+        config = _mini_config(self.settings.config)
+        env = sandbox.mini_environment(
+            timeout_s=self.settings.command_timeout_s,
+            env=dict(config.get("environment", {}).get("env", {})),
+        )
+        _time_tool_calls(env, self.timings)
+        agent = _agent_class()(
+            self.model or self._litellm_model(config.get("model", {})),
+            env,
+            cancel=self.cancel,
+            **{
+                **config.get("agent", {}),
+                "step_limit": self.settings.step_limit,
+                "cost_limit": 0,
+                "output_path": self._log_dir("trajectory.json"),
+            },
+        )
+        self.agent = agent
+        try:
+            info = agent.run(self.task)
+        except Exception:  # the agent recorded the exception's name as its exit status
+            info = agent.messages[-1].get("extra", {}) if agent.messages else {}
+            self.error = str(info.get("exception_str", ""))[:2000]
+        return str(info.get("exit_status", "")), str(info.get("submission", "")), agent.messages
+
+    def _litellm_model(self, model_config: Mapping[str, Any]) -> Any:
+        import litellm
+        from minisweagent.models.litellm_model import LitellmModel
+
+        litellm.suppress_debug_info = True  # else a provider banner per unpriced call
+        api_base = self.base_url.rstrip("/")
+        api_base = api_base if api_base.endswith("/v1") else api_base + "/v1"
+        sampling = {k: v for k, v in self.request_kwargs.items() if k in _OPENAI_PARAMS}
+        extra_body = {k: v for k, v in self.request_kwargs.items() if k not in _OPENAI_PARAMS}
+        kwargs = {
+            **dict(model_config.get("model_kwargs", {})),
+            **sampling,
+            "api_base": api_base,
+            "api_key": os.environ.get("RESCUE_SWE_API_KEY", "EMPTY"),
+            "timeout": self.settings.request_timeout_s,
+            **({"extra_body": extra_body} if extra_body else {}),
+        }
+        templates = {
+            k: v for k, v in model_config.items() if k.endswith("_template") and isinstance(v, str)
+        }
+        return LitellmModel(
+            model_name=f"openai/{self.settings.model_name}",
+            model_kwargs=kwargs,
+            cost_tracking="ignore_errors",
+            **templates,
+        )
+
+    def _log_dir(self, name: str | None = None) -> Path | None:
+        if not self.settings.log_dir:
+            return None
+        if self.trial_dir is None:
+            stamp = f"{time.strftime('%Y%m%d-%H%M%S')}-{uuid.uuid4().hex[:6]}"
+            self.trial_dir = Path(self.settings.log_dir) / self.instance["instance_id"] / stamp
+        return self.trial_dir / name if name else self.trial_dir
+
+    def _close_all(self) -> None:
+        for container in list(self.containers):
+            container.close()
+
+
+def _agent_class() -> type:
+    """``DefaultAgent`` that stops at its next model call once the trial is cancelled."""
+    global _AGENT_CLASS
+    if _AGENT_CLASS is None:
+        from minisweagent.agents.default import DefaultAgent
+        from minisweagent.exceptions import InterruptAgentFlow
+
+        class CancellableAgent(DefaultAgent):
+            def __init__(self, *args: Any, cancel: threading.Event, **kwargs: Any) -> None:
+                super().__init__(*args, **kwargs)
+                self.cancel = cancel
+
+            def query(self) -> dict:
+                if self.cancel.is_set():
+                    exit_message = {"exit_status": "Cancelled", "submission": ""}
+                    raise InterruptAgentFlow(
+                        {"role": "exit", "content": "Cancelled", "extra": exit_message}
+                    )
+                return super().query()
+
+        _AGENT_CLASS = CancellableAgent
+    return _AGENT_CLASS
+
+
+_AGENT_CLASS: type | None = None
+_SLOTS: weakref.WeakKeyDictionary[Any, tuple[int, asyncio.Semaphore]] = weakref.WeakKeyDictionary()
+
+
+def _slot(limit: int) -> asyncio.Semaphore:
+    """The running loop's semaphore of ``limit`` slots (a new one if the limit changed)."""
+    loop = asyncio.get_running_loop()
+    held = _SLOTS.get(loop)
+    if held is None or held[0] != limit:
+        held = (limit, asyncio.Semaphore(limit))
+        _SLOTS[loop] = held
+    return held[1]
+
+
+async def _in_thread(fn: Callable[[], dict[str, Any]]) -> dict[str, Any]:
+    """Run ``fn`` in a fresh daemon thread; a timed-out trial must not hold a pool worker."""
+    loop = asyncio.get_running_loop()
+    future: asyncio.Future[dict[str, Any]] = loop.create_future()
+
+    def settle(value: Any, error: BaseException | None) -> None:
+        if not future.done():
+            future.set_exception(error) if error else future.set_result(value)
+
+    def target() -> None:
+        try:
+            value, error = fn(), None
+        except BaseException as e:
+            value, error = None, e
+        with contextlib.suppress(RuntimeError):  # a closed loop: nobody waits any more
+            loop.call_soon_threadsafe(settle, value, error)
+
+    threading.Thread(target=target, daemon=True, name="rescue-swe-trial").start()
+    return await future
+
+
+def _mini_config(spec: str) -> dict[str, Any]:
+    import yaml
+    from minisweagent.config import get_config_path
+
+    return yaml.safe_load(get_config_path(spec).read_text()) or {}
+
+
+def _time_tool_calls(env: Any, timings: dict[str, float]) -> None:
+    execute = env.execute
+
+    def timed(*args: Any, **kwargs: Any) -> dict[str, Any]:
+        t0 = time.monotonic()
+        try:
+            return execute(*args, **kwargs)
+        finally:
+            timings["tool_s"] = timings.get("tool_s", 0.0) + time.monotonic() - t0
+
+    env.execute = timed
+
+
+def _task_text(prompt: Any) -> str:
+    """The problem statement from a string prompt or a chat message list (last user turn)."""
+    if isinstance(prompt, str):
+        return prompt
+    if isinstance(prompt, list):
+        for message in reversed(prompt):
+            if isinstance(message, Mapping) and message.get("role") == "user":
+                return str(message.get("content", ""))
+    raise ValueError(f"prompt must be a string or a list of chat messages, got {type(prompt)}")
+
+
+def _quiet(fn: Callable[[], Any]) -> Any:
+    try:
+        return fn()
+    except Exception:
+        return None
+
+
+def _describe(e: BaseException) -> str:
+    text = f"{type(e).__name__}: {e}"
+    return text if len(text) < 2000 else text[:2000] + "\n" + traceback.format_exc()[-1000:]

@@ -1,0 +1,118 @@
+"""Settings of the SWE agent: turn cap, timeouts and their order, concurrency, sandbox.
+
+Specification
+-------------
+Every setting has a default (stated on its field) and an environment variable (``_ENV``)
+that ``AgentSettings.from_env`` reads, so launchers set them in the Ray runtime env.
+Construction checks the timeout order the trial relies on::
+
+    command_timeout_s, request_timeout_s, start_timeout_s < trial_timeout_s < outer_timeout_s
+
+A violated order or an unknown value is a ``ValueError`` naming the variable.
+"""
+
+from __future__ import annotations
+
+import os
+import shlex
+from collections.abc import Mapping
+from dataclasses import dataclass, fields
+from typing import Any
+
+_ENV = {
+    "step_limit": "RESCUE_SWE_STEP_LIMIT",
+    "command_timeout_s": "RESCUE_SWE_COMMAND_TIMEOUT",
+    "request_timeout_s": "RESCUE_SWE_REQUEST_TIMEOUT",
+    "trial_timeout_s": "RESCUE_SWE_TRIAL_TIMEOUT",
+    "outer_timeout_s": "RESCUE_SWE_OUTER_TIMEOUT",
+    "start_timeout_s": "RESCUE_SWE_START_TIMEOUT",
+    "max_concurrency": "RESCUE_SWE_MAX_CONCURRENCY",
+    "model_name": "AGENT_MODEL_NAME",
+    "environment": "RESCUE_SWE_ENVIRONMENT",
+    "docker_executable": "MSWEA_DOCKER_EXECUTABLE",
+    "docker_run_args": "RESCUE_SWE_DOCKER_RUN_ARGS",
+    "local_images": "RESCUE_SWE_LOCAL_IMAGES",
+    "config": "RESCUE_SWE_CONFIG",
+    "hide_history": "RESCUE_SWE_HIDE_HISTORY",
+    "log_dir": "RESCUE_SWE_LOG_DIR",
+}
+
+
+@dataclass(frozen=True)
+class AgentSettings:
+    """Settings of the SWE agent; ``from_env`` reads each from the variable in ``_ENV``."""
+
+    step_limit: int = 40
+    """Turn cap: model calls per trial, format errors included (RESCUE_SWE_STEP_LIMIT)."""
+    command_timeout_s: int = 60
+    """Limit on one shell command; a timeout is an observation, not an error."""
+    request_timeout_s: float = 600
+    """Limit on one model request (litellm ``timeout``)."""
+    trial_timeout_s: float = 5400
+    """Limit on one trial: container start, agent, grading (not the wait for a slot)."""
+    outer_timeout_s: float = 7200
+    """The trainer's limit on one sample; must exceed ``trial_timeout_s``."""
+    start_timeout_s: float = 300
+    """Limit on ``docker run``, including an implicit image pull."""
+    max_concurrency: int = 32
+    """Trials running at once per event loop (Miles: at least rollout batch x n samples)."""
+    model_name: str = "model"
+    """Served model name; requests go to ``openai/<model_name>`` (AGENT_MODEL_NAME)."""
+    environment: str = "docker"
+    """``docker`` (task image) or ``local`` (a copy of ``<local_images>/<image>/testbed``)."""
+    docker_executable: str | None = None
+    """Docker CLI (MSWEA_DOCKER_EXECUTABLE; default ``docker``)."""
+    docker_run_args: tuple[str, ...] = ()
+    """Extra ``docker run`` arguments, e.g. ``--cpus 2 --memory 8g`` (shell-split)."""
+    local_images: str | None = None
+    """Folder of directory images for ``environment=local``."""
+    config: str = "swebench.yaml"
+    """mini-swe-agent config for prompts and templates (default: its SWE-bench config)."""
+    hide_history: bool = True
+    """Replace the task's git history by one commit before the agent starts."""
+    log_dir: str | None = None
+    """Keep trajectories and grader logs under ``<log_dir>/<instance_id>/<trial>/``."""
+
+    def __post_init__(self) -> None:
+        if self.step_limit < 1:
+            raise ValueError(f"RESCUE_SWE_STEP_LIMIT={self.step_limit}: must be >= 1")
+        if self.max_concurrency < 1:
+            raise ValueError(f"RESCUE_SWE_MAX_CONCURRENCY={self.max_concurrency}: must be >= 1")
+        if self.environment not in ("docker", "local"):
+            raise ValueError(f"RESCUE_SWE_ENVIRONMENT={self.environment!r}; allowed: docker, local")
+        if self.environment == "local" and not self.local_images:
+            raise ValueError("RESCUE_SWE_ENVIRONMENT=local needs RESCUE_SWE_LOCAL_IMAGES")
+        for name in ("command_timeout_s", "request_timeout_s", "start_timeout_s"):
+            if not 0 < getattr(self, name) < self.trial_timeout_s:
+                raise ValueError(
+                    f"{_ENV[name]}={getattr(self, name)} must be > 0 and below "
+                    f"{_ENV['trial_timeout_s']}={self.trial_timeout_s}"
+                )
+        if not self.trial_timeout_s < self.outer_timeout_s:
+            raise ValueError(
+                f"{_ENV['trial_timeout_s']}={self.trial_timeout_s} must be below "
+                f"{_ENV['outer_timeout_s']}={self.outer_timeout_s} (the trainer's timeout)"
+            )
+
+    @classmethod
+    def from_env(cls, env: Mapping[str, str] | None = None, **overrides: Any) -> AgentSettings:
+        """Settings from environment variables (unset ones keep their defaults), then overrides."""
+        env = os.environ if env is None else env
+        values: dict[str, Any] = {}
+        for f in fields(cls):
+            var = _ENV.get(f.name)
+            if var is None or not env.get(var):
+                continue
+            raw = env[var]
+            try:
+                if f.name == "docker_run_args":
+                    values[f.name] = tuple(shlex.split(raw))
+                elif f.name == "hide_history":
+                    values[f.name] = raw.strip().lower() not in ("0", "false", "no", "off")
+                elif f.type in ("int", "float"):
+                    values[f.name] = int(raw) if f.type == "int" else float(raw)
+                else:
+                    values[f.name] = raw
+            except ValueError:
+                raise ValueError(f"{var}={raw!r} is not a valid {f.type}") from None
+        return cls(**{**values, **overrides})

@@ -1,0 +1,237 @@
+"""Grading a submitted patch with the SWE-smith harness, in a fresh container or from a log.
+
+Specification
+-------------
+``grade_patch`` follows the SWE-smith evaluation (``swesmith.harness.utils.
+run_patch_in_container``) step by step, through the same docker executable as the sandbox
+so that one stand-in covers both, in a container that never saw the agent:
+
+1. ``git checkout <instance_id>`` (fetched first if the image lacks the branch) then
+   ``git checkout HEAD~1``: the bug with the FAIL_TO_PASS test files restored.
+2. The patch applied with the harness' commands in order (``git apply``, ``--reject``,
+   ``patch --fuzz=5``); when all fail the patch did not apply (the agent's fault).
+3. Every FAIL_TO_PASS and PASS_TO_PASS test file reverted (``git checkout -- files``):
+   test edits do not count.
+4. The profile's test command between the harness' start/end markers, under the
+   profile's timeout.
+5. The log graded by ``swesmith.harness.grading.get_eval_report``: resolved means every
+   FAIL_TO_PASS and PASS_TO_PASS test passed (a test missing from the log failed).
+
+``Grade.status`` is the harness' vocabulary: ``completed`` (a verdict), ``timeout`` (the
+tests ran past the profile timeout: unresolved, a scored failure) and ``error`` (no
+verdict: ``patch_apply_failed`` tells the agent's fault from a grader fault). An empty
+patch is graded unresolved without running anything: the bug is still there.
+"""
+
+from __future__ import annotations
+
+import shlex
+import tempfile
+import time
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from swe_smith_tasks.sandbox import Container, SandboxError
+
+#: Failing test names kept in a grade's report (the full lists can hold hundreds).
+MAX_LISTED_FAILURES = 20
+
+
+@dataclass(frozen=True)
+class Grade:
+    """Verdict on one patch: harness status, resolved flag, and a compact report."""
+
+    status: str
+    resolved: bool
+    patch_apply_failed: bool = False
+    reason: str = ""
+    report: dict[str, Any] = field(default_factory=dict)
+    seconds: float = 0.0
+
+    def as_eval_report(self) -> dict[str, Any]:
+        """The ``eval_report`` the agent returns (what ``rescue.outcomes.classify`` reads)."""
+        return {
+            "status": self.status,
+            "resolved": self.resolved,
+            "patch_apply_failed": self.patch_apply_failed,
+            "reason": self.reason,
+            **self.report,
+        }
+
+
+def task_instance(metadata: Mapping[str, Any]) -> dict[str, Any]:
+    """The SWE-smith instance dict the harness expects, from a prompt's metadata.
+
+    Needs ``instance_id``; ``repo`` defaults to the instance id's repo part;
+    ``FAIL_TO_PASS``/``PASS_TO_PASS`` may be lists or JSON strings (default empty).
+    """
+    import json
+
+    if not metadata.get("instance_id"):
+        raise ValueError("metadata['instance_id'] is required (a SWE-smith instance id)")
+    instance = dict(metadata)
+    instance_id = str(instance["instance_id"])
+    instance.setdefault("repo", "swesmith/" + instance_id.rsplit(".", 1)[0])
+    for key in ("FAIL_TO_PASS", "PASS_TO_PASS"):
+        tests = instance.get(key) or []
+        if isinstance(tests, str):
+            tests = json.loads(tests)
+        if not isinstance(tests, list):
+            raise ValueError(f"metadata[{key!r}] must be a list of test names, got {tests!r}")
+        instance[key] = [str(t) for t in tests]
+    return instance
+
+
+def profile_of(instance: Mapping[str, Any]) -> Any:
+    """The SWE-smith repo profile of an instance (test command, test files, timeout, parser)."""
+    from swesmith.profiles import registry
+
+    try:
+        return registry.get_from_inst(dict(instance))
+    except KeyError as e:
+        raise ValueError(
+            f"metadata['repo']={instance.get('repo')!r} has no SWE-smith profile"
+        ) from e
+
+
+def grade_from_log(instance: Mapping[str, Any], patch: str | None, log: str | Path) -> Grade:
+    """Grade a captured test log (text or path) with ``get_eval_report``.
+
+    The log is the harness' ``test_output.txt``: the ``set -x`` trace with the start/end
+    markers. A log that says the patch failed to apply gives status ``error`` with
+    ``patch_apply_failed``; one that says the tests timed out gives status ``timeout``.
+    """
+    from swebench.harness.constants import APPLY_PATCH_FAIL, TESTS_TIMEOUT
+    from swesmith.harness.grading import get_eval_report
+
+    inst = task_instance(instance)
+    if isinstance(log, Path):
+        return grade_from_log(inst, patch, log.read_text(errors="replace"))
+    if APPLY_PATCH_FAIL in log:
+        return Grade("error", False, patch_apply_failed=True, reason="patch_apply_failed")
+    if TESTS_TIMEOUT in log:
+        return Grade("timeout", False, reason="tests_timeout")
+    with tempfile.TemporaryDirectory(prefix="rescue-swe-log-") as tmp:
+        path = Path(tmp) / "test_output.txt"
+        path.write_text(log)
+        prediction = {
+            "instance_id": inst["instance_id"],
+            "model_patch": patch if patch else None,
+            "model_name_or_path": "rescue",
+        }
+        report = get_eval_report(prediction, inst, str(path))
+    return Grade(
+        "completed",
+        bool(report.get("resolved")),
+        reason="resolved" if report.get("resolved") else "unresolved",
+        report=_compact(report),
+    )
+
+
+def grade_patch(
+    container: Container,
+    instance: Mapping[str, Any],
+    patch: str,
+    *,
+    timeout_s: float | None = None,
+    log_dir: str | Path | None = None,
+) -> Grade:
+    """Grade ``patch`` in ``container``, a fresh container of the task image (steps above).
+
+    ``timeout_s`` defaults to the profile's timeout (90 s for Python repos). With
+    ``log_dir`` the patch, the eval script and the test log are kept there. A failed
+    checkout raises ``SandboxError`` (no verdict); the caller owns the container.
+    """
+    from swesmith.constants import GIT_APPLY_CMDS, TEST_OUTPUT_END, TEST_OUTPUT_START
+
+    start = time.monotonic()
+    inst = task_instance(instance)
+    if not patch.strip():
+        return Grade("completed", False, reason="empty_patch", report={"patch_exists": False})
+    profile = profile_of(inst)
+    timeout_s = float(timeout_s if timeout_s is not None else profile.timeout)
+    iid = shlex.quote(inst["instance_id"])
+    checkout = f"git checkout -q -f {iid} 2>&1 || {{ git fetch -q origin {iid} 2>&1 && git checkout -q -f {iid}; }}"
+    setup = container.exec(f"{{ {checkout}; }} && git checkout -q HEAD~1 2>&1", timeout_s=300)
+    if setup.returncode != 0:
+        raise SandboxError("grader_checkout_failed", setup.output[-500:])
+    scratch = container.scratch
+    wrote = container.exec(
+        f"mkdir -p {scratch} && cat > {scratch}/patch.diff", timeout_s=60, input=patch
+    )
+    if wrote.returncode != 0:
+        raise SandboxError("grader_copy_failed", wrote.output[-500:])
+    applied = None
+    for apply_cmd in GIT_APPLY_CMDS:
+        applied = container.exec(f"{apply_cmd} {scratch}/patch.diff 2>&1", timeout_s=120)
+        if applied.returncode == 0:
+            break
+    else:
+        _keep(log_dir, patch=patch, log=applied.output if applied else "")
+        return Grade(
+            "error",
+            False,
+            patch_apply_failed=True,
+            reason="patch_apply_failed",
+            seconds=time.monotonic() - start,
+        )
+    f2p_files, p2p_files = profile.get_test_files(inst)
+    test_files = [*f2p_files, *p2p_files]
+    if test_files:
+        quoted = " ".join(shlex.quote(f) for f in test_files)
+        container.exec(f"git checkout -q -- {quoted} 2>&1", timeout_s=60)
+    test_cmd, _ = profile.get_test_cmd(inst)
+    script = "\n".join(
+        [
+            "#!/bin/bash",
+            "set -uxo pipefail",
+            f"cd {container.workdir}",
+            f": '{TEST_OUTPUT_START}'",
+            test_cmd,
+            f": '{TEST_OUTPUT_END}'",
+            "",
+        ]
+    )
+    container.exec(f"cat > {scratch}/eval.sh", timeout_s=60, input=script)
+    run = container.exec(
+        f"timeout -s KILL {int(timeout_s)} bash {scratch}/eval.sh 2>&1", timeout_s=timeout_s + 30
+    )
+    _keep(log_dir, patch=patch, log=run.output, script=script)
+    if run.timed_out or run.returncode in (124, 137):
+        grade = Grade("timeout", False, reason="tests_timeout")
+    else:
+        grade = grade_from_log(inst, patch, run.output)
+    return Grade(
+        grade.status,
+        grade.resolved,
+        grade.patch_apply_failed,
+        grade.reason,
+        grade.report,
+        seconds=time.monotonic() - start,
+    )
+
+
+def _compact(report: Mapping[str, Any]) -> dict[str, Any]:
+    """Counts per FAIL_TO_PASS / PASS_TO_PASS and the first failing test names."""
+    out: dict[str, Any] = {"patch_exists": bool(report.get("patch_exists"))}
+    status = report.get("tests_status") or {}
+    failures: list[str] = []
+    for key, short in (("FAIL_TO_PASS", "f2p"), ("PASS_TO_PASS", "p2p")):
+        entry = status.get(key) or {"success": [], "failure": []}
+        out[f"{short}_passed"] = len(entry["success"])
+        out[f"{short}_failed"] = len(entry["failure"])
+        failures += entry["failure"]
+    out["failed_tests"] = failures[:MAX_LISTED_FAILURES]
+    return out
+
+
+def _keep(log_dir: str | Path | None, **files: str) -> None:
+    if log_dir is None:
+        return
+    folder = Path(log_dir)
+    folder.mkdir(parents=True, exist_ok=True)
+    names = {"patch": "patch.diff", "log": "test_output.txt", "script": "eval.sh"}
+    for key, text in files.items():
+        (folder / names[key]).write_text(text)

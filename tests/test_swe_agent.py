@@ -1,0 +1,314 @@
+"""The SWE agent function end to end on a tiny task repository, without a Docker daemon.
+
+Each trial runs the real ``swe_smith_tasks.agent.run``: mini-swe-agent's DefaultAgent with
+its LitellmModel against a scripted OpenAI-compatible server on loopback, in either
+mini-swe-agent's LocalEnvironment or its DockerEnvironment driving the stand-in docker
+executable (``tests/fake_docker.py``), then grading in a fresh container.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import sys
+import time
+from pathlib import Path
+from types import SimpleNamespace
+
+import pytest
+
+os.environ.setdefault("MSWEA_SILENT_STARTUP", "1")
+os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
+pytest.importorskip("minisweagent")
+pytest.importorskip("swesmith")
+
+from swe_stubs import (
+    FIX,
+    IMAGE,
+    MAKE_PATCH,
+    METADATA,
+    PROBLEM,
+    RUN_TESTS,
+    SUBMIT,
+    WRONG_FIX,
+    ScriptedOpenAI,
+    docker_calls,
+    install_fake_docker,
+    live_containers,
+    make_task_image,
+)
+
+from rescue.outcomes import Outcome, classify
+from swe_smith_tasks import agent
+from swe_smith_tasks.agent import AgentSettings, reward_func
+from swe_smith_tasks.sandbox import CONTAINER_PREFIX, DockerContainer, checkout_task
+
+FIX_SCRIPT = [{"command": c} for c in (FIX, RUN_TESTS, MAKE_PATCH, SUBMIT)]
+WRONG_SCRIPT = [{"command": c} for c in (WRONG_FIX, MAKE_PATCH, SUBMIT)]
+# Small timeouts keep the stall test short; their order is what run() requires.
+FAST = {"command_timeout_s": 20, "request_timeout_s": 20, "start_timeout_s": 20}
+
+
+@pytest.fixture(autouse=True)
+def _offline(monkeypatch, tmp_path):
+    monkeypatch.setenv("MSWEA_GLOBAL_CONFIG_DIR", str(tmp_path / "mswea"))
+    monkeypatch.setenv("MSWEA_MODEL_RETRY_STOP_AFTER_ATTEMPT", "1")
+    monkeypatch.setenv("PYTEST_DISABLE_PLUGIN_AUTOLOAD", "1")  # the task repo's own pytest runs
+    # The graders' test command runs ``pytest`` from PATH, as the image's conda env would.
+    monkeypatch.setenv("PATH", f"{Path(sys.executable).parent}{os.pathsep}{os.environ['PATH']}")
+
+
+@pytest.fixture
+def docker(tmp_path, monkeypatch):
+    shim, root = install_fake_docker(tmp_path, monkeypatch)
+    make_task_image(root / "images")
+    return SimpleNamespace(shim=shim, root=root)
+
+
+@pytest.fixture
+def local_images(tmp_path):
+    make_task_image(tmp_path / "images")
+    return str(tmp_path / "images")
+
+
+def play(script, settings, *, metadata=METADATA, request_kwargs=None, base_url=None):
+    server = ScriptedOpenAI(script)
+    try:
+        return asyncio.run(
+            agent.run(
+                base_url or server.base_url,
+                PROBLEM,
+                request_kwargs or {},
+                dict(metadata),
+                settings=settings,
+            )
+        ), server
+    finally:
+        server.close()
+
+
+def test_submitted_fix_is_solved_through_the_docker_code_path(docker):
+    settings = AgentSettings(
+        docker_executable=docker.shim, docker_run_args=("--cpus", "2"), model_name="qwen", **FAST
+    )
+    result, server = play(
+        FIX_SCRIPT, settings, request_kwargs={"temperature": 0.7, "max_tokens": 256, "top_k": 5}
+    )
+    assert result["outcome"] == Outcome.SOLVED.value
+    assert (result["exit_status"], result["reward"], result["resolved"]) == ("Submitted", 1.0, True)
+    assert result["turns"] == 4 and result["agent_metrics"]["turns"] == 4
+    assert result["eval_report"]["f2p_passed"] == 1 and result["eval_report"]["p2p_passed"] == 1
+    assert result["ran_repo_tests"] and result["ran_tests_after_last_edit"]
+    assert result["n_test_runs"] == 1
+    assert {"sandbox_s", "agent_s", "grade_s", "queue_s", "tool_s"} <= set(result["timings"])
+    # Sampling parameters reach the endpoint: OpenAI ones as such, SGLang ones in the body too.
+    assert server.requests[0]["temperature"] == 0.7 and server.requests[0]["top_k"] == 5
+    assert server.requests[0]["model"] == "qwen"
+    calls = docker_calls(docker.root)
+    runs = [c for c in calls if c[0] == "run"]
+    assert len(runs) == 2  # the agent's sandbox, then a fresh container for grading
+    assert all(c[c.index("--name") + 1].startswith(CONTAINER_PREFIX) for c in runs)
+    assert all(c[c.index("--cpus") + 1] == "2" for c in runs)
+    assert any(c[0] == "exec" and c[-3:-1] == ["bash", "-c"] and c[-1] == FIX for c in calls)
+    assert live_containers(docker.root) == []
+    assert classify(metadata=result).outcome is Outcome.SOLVED
+
+
+def test_wrong_fix_is_a_scored_submitted_failure(local_images, tmp_path):
+    settings = AgentSettings(
+        environment="local", local_images=local_images, log_dir=str(tmp_path / "logs"), **FAST
+    )
+    result, _ = play(WRONG_SCRIPT, settings)
+    (trial_dir,) = (tmp_path / "logs" / METADATA["instance_id"]).iterdir()
+    assert {"trajectory.json", "patch.diff", "test_output.txt"} <= {
+        p.name for p in trial_dir.iterdir()
+    }
+    assert result["outcome"] == Outcome.SUBMITTED_FAILURE.value
+    assert (result["reward"], result["resolved"]) == (0.0, False)
+    assert result["eval_report"]["failed_tests"] == ["tests/test_calc.py::test_add"]
+    assert not result["ran_repo_tests"] and result["n_test_runs"] == 0
+
+
+def test_turn_cap_stops_at_exactly_forty_model_calls(local_images):
+    settings = AgentSettings(environment="local", local_images=local_images, **FAST)
+    assert settings.step_limit == 40
+    result, server = play([{"command": "ls"}], settings)
+    assert (result["exit_status"], result["outcome"]) == ("LimitsExceeded", "budget_failure")
+    assert result["outcome_reason"] == "turn_cap" and result["reward"] == 0.0
+    assert result["turns"] == 40 and len(server.requests) == 40
+
+
+def test_turn_cap_setting_is_honoured_on_docker(docker):
+    settings = AgentSettings(docker_executable=docker.shim, step_limit=3, **FAST)
+    result, server = play([{"command": "ls"}], settings)
+    assert result["turns"] == 3 and len(server.requests) == 3
+    assert result["outcome_reason"] == "turn_cap"
+    assert len([c for c in docker_calls(docker.root) if c[0] == "run"]) == 1  # never graded
+
+
+def test_repeated_format_errors_are_a_budget_failure_labelled_format(local_images):
+    settings = AgentSettings(environment="local", local_images=local_images, **FAST)
+    result, _ = play([{"text": "I think the bug is in calc.py."}], settings)
+    assert (result["exit_status"], result["outcome"]) == ("RepeatedFormatError", "budget_failure")
+    assert result["outcome_reason"] == "format" and result["turns"] == 3
+
+
+def test_stall_past_the_trial_timeout_is_infra_and_removes_the_sandbox(docker):
+    settings = AgentSettings(
+        docker_executable=docker.shim,
+        command_timeout_s=1,
+        request_timeout_s=1,
+        start_timeout_s=1.5,
+        trial_timeout_s=2,
+        outer_timeout_s=3,
+    )
+    result, _ = play([{"sleep": 4, "command": "ls"}], settings)
+    assert result["outcome"] == Outcome.INFRA_NO_RESULT.value
+    assert (result["exit_status"], result["outcome_reason"]) == ("TrialTimeout", "trial_timeout")
+    assert result["reward"] is None
+    deadline = time.monotonic() + 30  # removal runs in the background
+    while live_containers(docker.root) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert live_containers(docker.root) == []
+
+
+def test_image_that_cannot_be_pulled_is_infra_not_a_failure(docker):
+    settings = AgentSettings(docker_executable=docker.shim, **FAST)
+    result, server = play(FIX_SCRIPT, settings, metadata={**METADATA, "image": "swebench/absent"})
+    assert (result["outcome"], result["outcome_reason"]) == ("infra_no_result", "container_start")
+    assert result["reward"] is None and "pull access denied" in result["error"]
+    assert server.requests == []
+
+
+def test_missing_task_branch_is_infra(docker):
+    settings = AgentSettings(docker_executable=docker.shim, **FAST)
+    metadata = {**METADATA, "instance_id": METADATA["instance_id"] + "x"}
+    result, _ = play(FIX_SCRIPT, settings, metadata=metadata)
+    assert (result["outcome"], result["outcome_reason"]) == ("infra_no_result", "checkout_failed")
+    assert live_containers(docker.root) == []
+
+
+def test_unreachable_model_endpoint_is_infra(local_images):
+    settings = AgentSettings(environment="local", local_images=local_images, **FAST)
+    result, _ = play(FIX_SCRIPT, settings, base_url="http://127.0.0.1:9")
+    assert result["outcome"] == "infra_no_result" and result["reward"] is None
+    assert result["exit_status"] not in ("Submitted", "LimitsExceeded", "")
+    assert result["error"]
+
+
+def test_cancellation_returns_infra_no_result(local_images):
+    settings = AgentSettings(environment="local", local_images=local_images, **FAST)
+    server = ScriptedOpenAI([{"sleep": 3, "command": "ls"}])
+
+    async def cancel_mid_trial():
+        task = asyncio.ensure_future(
+            agent.run(server.base_url, PROBLEM, {}, dict(METADATA), settings=settings)
+        )
+        await asyncio.to_thread(server.first_request.wait, 30)
+        task.cancel()
+        return await task
+
+    try:
+        result = asyncio.run(cancel_mid_trial())
+    finally:
+        server.close()
+    assert (result["outcome"], result["outcome_reason"]) == ("infra_no_result", "cancelled")
+
+
+def test_trials_run_off_the_loop_at_most_max_concurrency_at_once(monkeypatch):
+    running, peak = [0], [0]
+
+    def fake_play(self):
+        running[0] += 1
+        peak[0] = max(peak[0], running[0])
+        time.sleep(0.05)
+        running[0] -= 1
+        return {"outcome": "solved"}
+
+    monkeypatch.setattr(agent.Trial, "play", fake_play)
+    settings = AgentSettings(max_concurrency=2)
+
+    async def many():
+        ticks = 0
+
+        async def ticker():  # the loop stays free while trials run
+            nonlocal ticks
+            while True:
+                ticks += 1
+                await asyncio.sleep(0.005)
+
+        tick = asyncio.ensure_future(ticker())
+        results = await asyncio.gather(
+            *(
+                agent.run("http://x", PROBLEM, {}, dict(METADATA), settings=settings)
+                for _ in range(6)
+            )
+        )
+        tick.cancel()
+        return results, ticks
+
+    results, ticks = asyncio.run(many())
+    assert len(results) == 6 and peak[0] == 2 and ticks > 3
+
+
+def test_sandbox_hides_the_task_history(docker):
+    container = DockerContainer(IMAGE, role="agent", executable=docker.shim)
+    try:
+        checkout_task(container, METADATA["instance_id"])
+        log = container.exec("git log --all --oneline | wc -l", timeout_s=20)
+        assert log.output.strip() == "1"
+        assert container.exec("git show HEAD~1", timeout_s=20).returncode != 0
+        assert container.exec("test -e tests/test_calc.py", timeout_s=20).returncode != 0
+        assert "a - b" in container.exec("cat calc.py", timeout_s=20).output
+        assert container.exec("git status --porcelain", timeout_s=20).output == ""
+    finally:
+        container.close()
+    assert live_containers(docker.root) == []
+    kept = DockerContainer(IMAGE, role="agent", executable=docker.shim)
+    try:
+        checkout_task(kept, METADATA["instance_id"], hide_history=False)
+        assert kept.exec("git rev-list --count HEAD", timeout_s=20).output.strip() == "3"
+    finally:
+        kept.close()
+
+
+def test_settings_order_the_timeouts_and_name_the_variable():
+    with pytest.raises(ValueError, match="RESCUE_SWE_TRIAL_TIMEOUT"):
+        AgentSettings(trial_timeout_s=7200, outer_timeout_s=7200)
+    with pytest.raises(ValueError, match="RESCUE_SWE_COMMAND_TIMEOUT"):
+        AgentSettings(command_timeout_s=600, trial_timeout_s=600, outer_timeout_s=900)
+    with pytest.raises(ValueError, match="RESCUE_SWE_ENVIRONMENT"):
+        AgentSettings(environment="podman")
+    with pytest.raises(ValueError, match="RESCUE_SWE_STEP_LIMIT"):
+        AgentSettings.from_env({"RESCUE_SWE_STEP_LIMIT": "forty"})
+    s = AgentSettings.from_env(
+        {
+            "RESCUE_SWE_STEP_LIMIT": "12",
+            "RESCUE_SWE_TRIAL_TIMEOUT": "900",
+            "MSWEA_DOCKER_EXECUTABLE": "/opt/docker",
+            "RESCUE_SWE_DOCKER_RUN_ARGS": "--cpus 2 --memory 8g",
+            "RESCUE_SWE_HIDE_HISTORY": "0",
+            "AGENT_MODEL_NAME": "qwen",
+        }
+    )
+    assert (s.step_limit, s.trial_timeout_s, s.docker_executable) == (12, 900.0, "/opt/docker")
+    assert s.docker_run_args == ("--cpus", "2", "--memory", "8g")
+    assert (s.hide_history, s.model_name) == (False, "qwen")
+    d = AgentSettings()
+    assert d.command_timeout_s < d.trial_timeout_s < d.outer_timeout_s and d.step_limit == 40
+
+
+def test_metadata_without_instance_id_is_rejected():
+    with pytest.raises(ValueError, match="instance_id"):
+        asyncio.run(agent.run("http://x", PROBLEM, {}, {"repo": "x"}, settings=AgentSettings()))
+
+
+def test_reward_func_reads_the_reward_and_scores_no_result_as_zero():
+    solved = SimpleNamespace(metadata={"reward": 1.0, "outcome": "solved"})
+    infra = SimpleNamespace(metadata={"reward": None, "outcome": "infra_no_result"})
+    assert asyncio.run(reward_func(None, solved)) == 1.0
+    assert asyncio.run(reward_func(None, [solved, infra, SimpleNamespace(metadata={})])) == [
+        1.0,
+        0.0,
+        0.0,
+    ]

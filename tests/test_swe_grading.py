@@ -1,0 +1,162 @@
+"""Grading with the SWE-smith harness: from captured logs, and in a fresh stand-in container."""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+from pathlib import Path
+
+import pytest
+
+pytest.importorskip("swesmith")
+
+from swe_stubs import GOLD_PATCH, IMAGE, METADATA, install_fake_docker, make_task_image
+
+from rescue.outcomes import Outcome, classify_exit_status
+from swe_smith_tasks.grading import grade_from_log, grade_patch, task_instance
+from swe_smith_tasks.sandbox import DockerContainer, SandboxError
+
+ROWS = [
+    json.loads(line)
+    for line in (Path(__file__).parent / "fixtures" / "swe_smith_rows.jsonl")
+    .read_text()
+    .splitlines()
+]
+PATCH = "diff --git a/x.py b/x.py\n"
+
+
+def harness_log(statuses: dict[str, str]) -> str:
+    """A test_output.txt as the harness writes it: the ``set -x`` trace around pytest -v."""
+    lines = [f"{test} {status}" for test, status in statuses.items()]
+    return "\n".join(
+        [
+            "+ cd /testbed",
+            "+ : '>>>>> Start Test Output'",
+            "+ pytest --disable-warnings --color=no --tb=no --verbose",
+            "============================= test session starts ==============================",
+            *lines,
+            "+ : '>>>>> End Test Output'",
+            "",
+        ]
+    )
+
+
+def verdict(grade):
+    c = classify_exit_status(
+        "Submitted",
+        resolved=grade.resolved,
+        eval_status=grade.status,
+        patch_apply_failed=grade.patch_apply_failed,
+    )
+    return c.outcome
+
+
+@pytest.mark.parametrize("row", ROWS[:2], ids=lambda r: r["instance_id"].split(".")[0])
+def test_log_where_every_f2p_and_p2p_test_passes_is_resolved(row):
+    log = harness_log({t: "PASSED" for t in row["FAIL_TO_PASS"] + row["PASS_TO_PASS"]})
+    grade = grade_from_log(row, PATCH, log)
+    assert (grade.status, grade.resolved) == ("completed", True)
+    assert grade.report["f2p_passed"] == len(row["FAIL_TO_PASS"])
+    assert grade.report["p2p_passed"] == len(row["PASS_TO_PASS"])
+    assert verdict(grade) is Outcome.SOLVED
+
+
+def test_one_failing_p2p_test_or_a_missing_test_is_unresolved():
+    row = ROWS[0]
+    statuses = {t: "PASSED" for t in row["FAIL_TO_PASS"] + row["PASS_TO_PASS"]}
+    broken = {**statuses, row["PASS_TO_PASS"][0]: "FAILED"}
+    grade = grade_from_log(row, PATCH, harness_log(broken))
+    assert not grade.resolved and grade.report["failed_tests"] == [row["PASS_TO_PASS"][0]]
+    assert verdict(grade) is Outcome.SUBMITTED_FAILURE
+    missing = dict(statuses)
+    del missing[row["FAIL_TO_PASS"][1]]
+    grade = grade_from_log(row, PATCH, harness_log(missing))
+    assert not grade.resolved and grade.report["f2p_failed"] == 1
+
+
+def test_apply_failure_and_test_timeout_in_the_log_are_scored_failures():
+    row = ROWS[1]
+    apply_failed = grade_from_log(row, PATCH, ">>>>> Patch Apply Failed:\nerror: corrupt patch")
+    assert (apply_failed.status, apply_failed.patch_apply_failed) == ("error", True)
+    timed_out = grade_from_log(
+        row, PATCH, harness_log({}) + "\n\n>>>>> Tests Timed Out: 90 seconds exceeded"
+    )
+    assert timed_out.status == "timeout" and not timed_out.resolved
+    assert verdict(apply_failed) is verdict(timed_out) is Outcome.SUBMITTED_FAILURE
+    grader_error = classify_exit_status("Submitted", resolved=False, eval_status="error")
+    assert grader_error.outcome is Outcome.INFRA_NO_RESULT
+
+
+def test_captured_log_file_and_json_string_test_lists_are_accepted(tmp_path):
+    row = ROWS[0]
+    path = tmp_path / "test_output.txt"
+    path.write_text(harness_log({t: "PASSED" for t in row["FAIL_TO_PASS"] + row["PASS_TO_PASS"]}))
+    as_strings = {**row, "FAIL_TO_PASS": json.dumps(row["FAIL_TO_PASS"])}
+    assert grade_from_log(as_strings, PATCH, path).resolved
+    with pytest.raises(ValueError, match="instance_id"):
+        task_instance({"repo": row["repo"]})
+
+
+@pytest.fixture
+def container(tmp_path, monkeypatch):
+    monkeypatch.setenv("PATH", f"{Path(sys.executable).parent}{os.pathsep}{os.environ['PATH']}")
+    monkeypatch.setenv("PYTEST_DISABLE_PLUGIN_AUTOLOAD", "1")
+    shim, root = install_fake_docker(tmp_path, monkeypatch)
+    make_task_image(root / "images")
+    c = DockerContainer(IMAGE, role="eval", executable=shim)
+    yield c
+    c.close()
+
+
+def test_gold_patch_resolves_in_a_fresh_container_and_the_log_regrades_the_same(
+    container, tmp_path
+):
+    grade = grade_patch(container, METADATA, GOLD_PATCH, log_dir=tmp_path / "logs")
+    assert (grade.status, grade.resolved) == ("completed", True)
+    assert grade.report["f2p_passed"] == 1 and grade.report["p2p_passed"] == 1
+    log = tmp_path / "logs" / "test_output.txt"
+    assert grade_from_log(METADATA, GOLD_PATCH, log).resolved
+
+
+def test_edits_to_test_files_are_reverted_before_grading(container):
+    # Rewrites the restored FAIL_TO_PASS test to pass with the bug still in place.
+    hack = """diff --git a/tests/test_calc.py b/tests/test_calc.py
+--- a/tests/test_calc.py
++++ b/tests/test_calc.py
+@@ -2,4 +2,4 @@ from calc import add
+
+
+ def test_add():
+-    assert add(2, 3) == 5
++    assert add(2, 3) == -1
+"""
+    grade = grade_patch(container, METADATA, hack)
+    assert grade.status == "completed" and not grade.resolved
+    assert grade.report["failed_tests"] == ["tests/test_calc.py::test_add"]
+
+
+def test_patch_that_does_not_apply_and_empty_patch_are_scored_failures(container):
+    bad = GOLD_PATCH.replace("return a - b", "return a ** b")
+    grade = grade_patch(container, METADATA, bad)
+    assert (grade.status, grade.patch_apply_failed) == ("error", True)
+    assert verdict(grade) is Outcome.SUBMITTED_FAILURE
+    empty = grade_patch(container, METADATA, "  \n")
+    assert (empty.status, empty.resolved, empty.reason) == ("completed", False, "empty_patch")
+
+
+def test_tests_running_past_the_timeout_are_a_scored_timeout(container):
+    slow = GOLD_PATCH.replace(
+        "+    return a + b", "+    __import__('time').sleep(30)\n+    return a + b"
+    ).replace("@@ -1,5 +1,5 @@", "@@ -1,5 +1,6 @@")
+    grade = grade_patch(container, METADATA, slow, timeout_s=2)
+    assert (grade.status, grade.resolved) == ("timeout", False)
+    assert verdict(grade) is Outcome.SUBMITTED_FAILURE
+
+
+def test_missing_task_branch_in_the_grader_raises_sandbox_error(container):
+    with pytest.raises(SandboxError) as err:
+        grade_patch(
+            container, {**METADATA, "instance_id": METADATA["instance_id"] + "x"}, GOLD_PATCH
+        )
+    assert err.value.reason == "grader_checkout_failed"
