@@ -13,7 +13,9 @@ Every finished rollout lands in exactly one of four classes:
     The policy ran out of budget: the turn cap (mini-swe-agent ``LimitsExceeded``,
     OpenEnv ``max_turns``), the context or length limit (Miles ``TRUNCATED``,
     ``ContextWindowExceededError``, Harbor ``*SeqLen*`` / ``ContextLength*``), or
-    repeated malformed output (``RepeatedFormatError``, sub-label ``format``). The reward
+    repeated malformed output (``RepeatedFormatError``, sub-label ``format``; when the last
+    malformed reply was cut by the length limit, ``finish_reason == "length"``, it is a
+    ``context_limit``). The reward
     is known (0); these are what mask filters exclude.
 ``infra_no_result``
     No trustworthy reward exists: aborted sample, agent function returned nothing (an
@@ -109,8 +111,13 @@ def classify_exit_status(
     resolved: bool | None = None,
     eval_status: str | None = None,
     patch_apply_failed: bool = False,
+    finish_reason: str | None = None,
 ) -> Classification:
     """Class of an agent run from its exit status and, after a submission, the grader.
+
+    ``finish_reason`` is the model's finish reason on the last reply; it tells a format
+    failure caused by a reply cut at the length limit (budget, ``context_limit``) from a
+    plain format failure (budget, ``format``).
 
     ``eval_status`` is swesmith's ``run_evaluation`` status (``completed`` | ``timeout`` |
     ``error``). A grader ``error`` is a scored failure only when the patch failed to apply
@@ -130,7 +137,7 @@ def classify_exit_status(
         reason = {
             "LimitsExceeded": "turn_cap",
             "max_turns": "turn_cap",
-            "RepeatedFormatError": "format",
+            "RepeatedFormatError": "context_limit" if finish_reason == "length" else "format",
         }.get(exit_status, "context_limit")
         return Classification(Outcome.BUDGET_FAILURE, reason)
     return Classification(Outcome.INFRA_NO_RESULT, exit_status or "unknown_exit")
@@ -176,6 +183,7 @@ def classify(
             resolved=resolved,
             eval_status=metadata.get("eval_status", report.get("status")),
             patch_apply_failed=bool(metadata.get("patch_apply_failed", False)),
+            finish_reason=metadata.get("last_finish_reason"),
         )
     if agentic if agentic is not None else is_agentic(metadata):
         return Classification(Outcome.INFRA_NO_RESULT, "no_exit_status")

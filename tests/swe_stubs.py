@@ -171,6 +171,7 @@ class ScriptedOpenAI:
                 }
             ]
             finish = "tool_calls"
+        finish = item.get("finish_reason", finish)
         return {
             "id": f"chatcmpl-{n}",
             "object": "chat.completion",

@@ -28,6 +28,12 @@ from rescue.outcomes import Outcome, classify, classify_exit_status, is_capped
         ("ContextWindowExceededError", {}, Outcome.BUDGET_FAILURE, "context_limit"),
         ("SingleTurnMaxSeqLenExceededError", {}, Outcome.BUDGET_FAILURE, "context_limit"),
         ("RepeatedFormatError", {}, Outcome.BUDGET_FAILURE, "format"),
+        (
+            "RepeatedFormatError",
+            {"finish_reason": "length"},
+            Outcome.BUDGET_FAILURE,
+            "context_limit",
+        ),
         ("TimeExceeded", {}, Outcome.INFRA_NO_RESULT, "TimeExceeded"),
         ("AgentTimeoutError", {}, Outcome.INFRA_NO_RESULT, "AgentTimeoutError"),
         ("CancelledError", {}, Outcome.INFRA_NO_RESULT, "CancelledError"),
@@ -87,6 +93,9 @@ def test_capped_means_turn_cap_or_context_not_format():
     assert is_capped(classify_exit_status("LimitsExceeded"))
     assert is_capped(classify(status="truncated", reward=0.0))
     assert not is_capped(classify_exit_status("RepeatedFormatError"))
+    assert is_capped(
+        classify(metadata={"exit_status": "RepeatedFormatError", "last_finish_reason": "length"})
+    )
     assert not is_capped(classify_exit_status("TimeExceeded"))
     assert not is_capped(classify(status="completed", reward=0.0))
 

@@ -153,6 +153,15 @@ def test_repeated_format_errors_are_a_budget_failure_labelled_format(local_image
     assert result["outcome_reason"] == "format" and result["turns"] == 3
 
 
+def test_format_errors_from_replies_cut_at_the_length_limit_are_a_context_limit(local_images):
+    settings = AgentSettings(environment="local", local_images=local_images, **FAST)
+    result, _ = play(
+        [{"text": "Let me think step by step about", "finish_reason": "length"}], settings
+    )
+    assert (result["exit_status"], result["outcome"]) == ("RepeatedFormatError", "budget_failure")
+    assert (result["outcome_reason"], result["last_finish_reason"]) == ("context_limit", "length")
+
+
 def test_stall_past_the_trial_timeout_is_infra_and_removes_the_sandbox(docker):
     settings = AgentSettings(
         docker_executable=docker.shim,
