@@ -29,7 +29,7 @@ comma := ,
 venv: $(VENV)/.stamp-base
 
 demo: $(VENV)/.stamp-sim
-	$(PY) -m rescue identity
+	$(PY) -m rescue sim
 
 identity: $(VENV)/.stamp-base
 	$(PY) -m rescue identity
@@ -48,3 +48,33 @@ bench: $(VENV)/.stamp-dev+sim
 
 clean:
 	rm -rf $(VENV) build *.egg-info .pytest_cache .ruff_cache
+
+# ── The SWE arms on Miles (GPU nodes). Every variable, with its default, is documented in
+# launch/config.sh; set any of them on the command line. DRY_RUN=1 prints the commands.
+#
+#   make swe-prepare   SWE-smith rows -> prompt JSONL (all tasks; the pilot's subset once it exists)
+#   make pilot         n trials per task with the model to train; writes the task subset
+#   make preflight     GPUs, Docker, task images, wandb mode, disk for the dumps
+#   make swe-arm ARM=drop|never-drop|protect [A=0.5] [SEED=1] [STALENESS=2]
+#                      Ray head (NODE_RANK=0) + `ray job submit` of Miles' train_async.py;
+#                      with NNODES>1 run it on every node with NODE_RANK and MASTER_ADDR
+#   make reap          remove task containers trials left behind on this node
+.PHONY: swe-arm pilot swe-prepare preflight reap
+
+# `rescue swe ...` runs in $(VENV) with the swe extra unless RESCUE_PY names another Python.
+SWE_CLI_DEPS := $(if $(RESCUE_PY)$(filter 1,$(DRY_RUN)),,$(VENV)/.stamp-swe)
+
+swe-arm:
+	@launch/swe_arm.sh
+
+pilot: $(SWE_CLI_DEPS)
+	@launch/pilot.sh
+
+swe-prepare: $(SWE_CLI_DEPS)
+	@launch/swe_prepare.sh
+
+preflight:
+	@launch/preflight.sh
+
+reap: $(SWE_CLI_DEPS)
+	@launch/reap.sh

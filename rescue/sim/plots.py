@@ -1,0 +1,125 @@
+"""PNG plots of the simulated arms: one line per arm (mean over seeds), a band for the seeds.
+
+Specification
+-------------
+Each panel plots a metric of ``summary.METRICS``, pooled over a trailing window of steps
+(``smoothing`` steps, default steps/30), against the trainer step. The line is the mean
+over seeds, the band spans the seeds' minimum to maximum. Files written to ``out_dir``:
+``success.png``, ``cap_hit.png``, ``turns.png`` (successes solid, failures dashed),
+``ran_tests.png``, ``b.png`` and ``overview.png`` with all of them. Arms that are one
+simulation (``zero`` and ``never-drop``) are drawn once, labelled ``never-drop = zero``. matplotlib is
+imported here only (the ``sim`` extra), with the non-interactive Agg backend.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+
+from rescue.sim.summary import METRICS, smoothed
+
+#: file stem -> metrics drawn in that panel (the first solid, the second dashed).
+PANELS: dict[str, tuple[str, ...]] = {
+    "success": ("success",),
+    "cap_hit": ("cap_hit",),
+    "turns": ("turns_solved", "turns_failed"),
+    "ran_tests": ("ran_tests_solved",),
+    "b": ("b",),
+}
+_TITLES = {
+    "success": "success rate (all generated rollouts)",
+    "cap_hit": "cap-hit rate",
+    "turns": "turns: successes (solid), failures (dashed)",
+    "ran_tests": "test-run rate among successes",
+    "b": "realized baseline b (trained rollouts)",
+}
+
+
+def _draw(ax, results, names: tuple[str, ...], window: int) -> None:
+    import matplotlib.pyplot as plt
+
+    colors = plt.rcParams["axes.prop_cycle"].by_key()["color"]
+    for i, (arm, runs) in enumerate(_merged(results).items()):
+        color = colors[i % len(colors)]
+        for j, name in enumerate(names):
+            y = np.array([smoothed(r.steps, name, window) for r in runs])
+            x = np.arange(1, y.shape[1] + 1)
+            with np.errstate(all="ignore"), _quiet():
+                mean = np.nanmean(y, axis=0)
+                lo, hi = np.nanmin(y, axis=0), np.nanmax(y, axis=0)
+            style = "-" if j == 0 else "--"
+            ax.plot(x, mean, style, color=color, lw=1.4, label=arm if j == 0 else None)
+            if len(runs) > 1:
+                ax.fill_between(x, lo, hi, color=color, alpha=0.12, lw=0)
+    ax.set_xlabel("trainer step")
+    ax.grid(alpha=0.3)
+
+
+def _merged(results) -> dict:
+    """Arms that are one simulation (e.g. zero and never-drop) drawn once as ``a = b``."""
+    out: dict[str, list] = {}
+    seen: dict[int, str] = {}
+    for arm, runs in results.items():
+        key = id(runs[0].steps)
+        if key in seen:
+            first = seen[key]
+            out[f"{first} = {arm}"] = out.pop(first)
+            seen[key] = f"{first} = {arm}"
+        else:
+            out[arm] = runs
+            seen[key] = arm
+    return out
+
+
+class _quiet:
+    """Silence numpy's all-NaN slice warnings (a window with no successes yet)."""
+
+    def __enter__(self):
+        import warnings
+
+        self._w = warnings.catch_warnings()
+        self._w.__enter__()
+        warnings.simplefilter("ignore", RuntimeWarning)
+
+    def __exit__(self, *exc):
+        self._w.__exit__(*exc)
+
+
+def write_plots(results, out_dir: Path, smoothing: int | None = None) -> list[Path]:
+    """Write the PNGs; returns their paths."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    out_dir = Path(out_dir)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    n = len(next(iter(results.values()))[0].steps)
+    window = smoothing or max(1, n // 30)
+    paths = []
+    for stem, names in PANELS.items():
+        fig, ax = plt.subplots(figsize=(6.4, 4.0))
+        _draw(ax, results, names, window)
+        ax.set_title(_TITLES[stem], fontsize=10)
+        ax.set_ylabel(METRICS[names[0]][0])
+        ax.legend(fontsize=7, ncol=2)
+        fig.tight_layout()
+        paths.append(out_dir / f"{stem}.png")
+        fig.savefig(paths[-1], dpi=110)
+        plt.close(fig)
+    fig, axes = plt.subplots(2, 3, figsize=(15, 8))
+    for ax, (stem, names) in zip(axes.flat, PANELS.items(), strict=False):
+        _draw(ax, results, names, window)
+        ax.set_title(_TITLES[stem], fontsize=10)
+    handles, labels = axes.flat[0].get_legend_handles_labels()
+    axes.flat[-1].axis("off")
+    axes.flat[-1].legend(
+        handles, labels, loc="center", fontsize=10, title="arm (band: seeds min-max)"
+    )
+    fig.suptitle(f"rescue sim: arms side by side (pooled over {window} steps)")
+    fig.tight_layout()
+    paths.append(out_dir / "overview.png")
+    fig.savefig(paths[-1], dpi=100)
+    plt.close(fig)
+    return paths

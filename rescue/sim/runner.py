@@ -1,0 +1,241 @@
+"""Runs arms × seeds of the simulator, side by side, and writes what they logged.
+
+Specification
+-------------
+Every (arm, seed) run is independent and deterministic (``engine``), so running them in
+worker processes changes nothing but the wall-clock: the same arms and seeds give the
+same files with any ``workers``. Arms with the same behaviour (``ArmSpec.behaviour``,
+e.g. ``zero`` and ``never-drop``) are simulated once per seed and written under each
+name.
+
+Output under ``out_dir``:
+
+- ``census/<arm>-seed<s>.jsonl``: one line per trainer step with ``arm``, ``seed``,
+  ``rollout/step`` and the step's metrics: the census (``rollout/census/*``, the keys the
+  cluster logs), the outcome metrics of every generated rollout (``sim/generated/*``),
+  and ``sim/*`` (time, weight version, p_thorough);
+- ``runs.json``: per run, the census totals, the P7 variances and the seconds it took;
+- ``wandb/``: the same step dicts as offline wandb runs (project ``rescue-sim``, group =
+  arm, step key ``rollout/step``), written by the worker that ran them, when asked.
+"""
+
+from __future__ import annotations
+
+import json
+import multiprocessing as mp
+import sys
+import time
+from collections.abc import Sequence
+from concurrent.futures import ProcessPoolExecutor
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+from rescue.sim.config import ArmSpec, SimConfig
+from rescue.sim.engine import Simulation
+
+
+@dataclass
+class RunResult:
+    """What one (arm, seed) run produced."""
+
+    arm: str
+    seed: int
+    steps: list[dict[str, float]]
+    totals: dict[str, int]
+    p7: dict[str, float]
+    seconds: float
+
+
+_tick_hook = None  # called after every trainer step: counts progress
+
+
+def _init_worker(counter) -> None:
+    global _tick_hook
+
+    def hook() -> None:
+        with counter.get_lock():
+            counter.value += 1
+
+    _tick_hook = hook
+
+
+def _tick(step: int) -> None:
+    if _tick_hook is not None:
+        _tick_hook()
+
+
+def run_one(
+    cfg: SimConfig,
+    arm: ArmSpec,
+    seed: int,
+    *,
+    wandb_dir: Path | None = None,
+    labels: Sequence[str] = (),
+) -> RunResult:
+    """Simulate one arm with one seed; with ``wandb_dir``, log it as an offline wandb run
+    under each of ``labels`` (default: the arm's label)."""
+    t0 = time.perf_counter()
+    sim = Simulation(cfg, arm, seed)
+    steps = sim.run(on_step=_tick)
+    seconds = time.perf_counter() - t0
+    if wandb_dir is not None:
+        for label in labels or (arm.label,):
+            log_wandb_run(steps, label, seed, cfg, wandb_dir)
+    return RunResult(arm.label, seed, steps, sim.census.totals(), sim.p7_variances(), seconds)
+
+
+class ProgressBar:
+    """A one-line progress bar on stderr (a line per 10% when stderr is not a terminal)."""
+
+    def __init__(self, total: int, *, enabled: bool = True, stream=None, width: int = 30) -> None:
+        self.total, self.enabled, self.width = max(total, 1), enabled, width
+        self.stream = stream or sys.stderr
+        self.tty = hasattr(self.stream, "isatty") and self.stream.isatty()
+        self.t0 = time.perf_counter()
+        self._last_decile = -1
+
+    def show(self, done: int, note: str = "") -> None:
+        if not self.enabled:
+            return
+        frac = min(done / self.total, 1.0)
+        if self.tty:
+            bar = "#" * int(frac * self.width)
+            self.stream.write(
+                f"\r[{bar:<{self.width}}] {100 * frac:3.0f}% {done}/{self.total} steps "
+                f"{time.perf_counter() - self.t0:5.1f}s {note}   "
+            )
+        elif int(frac * 10) > self._last_decile:
+            self._last_decile = int(frac * 10)
+            self.stream.write(f"{100 * frac:3.0f}% {done}/{self.total} steps {note}\n")
+        self.stream.flush()
+
+    def close(self) -> None:
+        if self.enabled and self.tty:
+            self.stream.write("\n")
+            self.stream.flush()
+
+
+def run_arms(
+    cfg: SimConfig,
+    arms: Sequence[ArmSpec],
+    seeds: Sequence[int],
+    *,
+    workers: int = 1,
+    progress: bool = True,
+    wandb_dir: Path | None = None,
+) -> dict[str, list[RunResult]]:
+    """Run every arm with every seed; ``{arm label: [RunResult per seed]}`` in input order.
+
+    Args:
+        workers: processes (default 1: in this process). Results do not depend on it.
+        progress: draw a progress bar on stderr (default True).
+        wandb_dir: log each run to offline wandb there, in the worker that ran it
+            (default None: no wandb). Needs wandb installed (``wandb_available``).
+    """
+    if workers < 1:
+        raise ValueError(f"--workers={workers}; allowed: an integer >= 1")
+    unique: dict[tuple, ArmSpec] = {}
+    labels: dict[tuple, list[str]] = {}
+    for arm in arms:
+        unique.setdefault(arm.behaviour, arm)
+        labels.setdefault(arm.behaviour, []).append(arm.label)
+    jobs = [(arm, s) for arm in unique.values() for s in seeds]
+    kw = [{"wandb_dir": wandb_dir, "labels": labels[arm.behaviour]} for arm, _ in jobs]
+    bar = ProgressBar(len(jobs) * cfg.steps, enabled=progress)
+    if workers == 1 or len(jobs) == 1:
+        global _tick_hook
+        count = [0]
+
+        def hook() -> None:
+            count[0] += 1
+            if count[0] % 10 == 0:
+                bar.show(count[0])
+
+        _tick_hook = hook
+        try:
+            done = [run_one(cfg, arm, s, **k) for (arm, s), k in zip(jobs, kw, strict=True)]
+        finally:
+            _tick_hook = None
+    else:
+        # fork where the platform has it: no re-import of __main__, fast start.
+        ctx = mp.get_context("fork" if "fork" in mp.get_all_start_methods() else "spawn")
+        counter = ctx.Value("l", 0, lock=True)
+        with ProcessPoolExecutor(
+            max_workers=min(workers, len(jobs)),
+            mp_context=ctx,
+            initializer=_init_worker,
+            initargs=(counter,),
+        ) as pool:
+            futures = [
+                pool.submit(run_one, cfg, arm, s, **k) for (arm, s), k in zip(jobs, kw, strict=True)
+            ]
+            while not all(f.done() for f in futures):
+                bar.show(counter.value)
+                time.sleep(0.2)
+            done = [f.result() for f in futures]
+    bar.show(len(jobs) * cfg.steps)
+    bar.close()
+    by_key = {(arm.behaviour, s): r for (arm, s), r in zip(jobs, done, strict=True)}
+    results: dict[str, list[RunResult]] = {}
+    for arm in arms:
+        results[arm.label] = [
+            RunResult(arm.label, s, r.steps, r.totals, r.p7, r.seconds)
+            for s in seeds
+            for r in [by_key[(arm.behaviour, s)]]
+        ]
+    return results
+
+
+def write_jsonl(results: dict[str, list[RunResult]], out_dir: Path) -> list[Path]:
+    """``census/<arm>-seed<s>.jsonl`` per run and ``runs.json``; returns the JSONL paths."""
+    census_dir = Path(out_dir) / "census"
+    census_dir.mkdir(parents=True, exist_ok=True)
+    paths, runs = [], []
+    for label, rs in results.items():
+        for r in rs:
+            path = census_dir / f"{label}-seed{r.seed}.jsonl"
+            with path.open("w") as f:
+                for n, m in enumerate(r.steps):
+                    f.write(
+                        json.dumps({"arm": label, "seed": r.seed, "rollout/step": n, **m}) + "\n"
+                    )
+            paths.append(path)
+            run = asdict(r)
+            del run["steps"]
+            runs.append(run)
+    (Path(out_dir) / "runs.json").write_text(json.dumps(runs, indent=1) + "\n")
+    return paths
+
+
+def wandb_available() -> bool:
+    """Whether wandb can be imported (the ``sim`` extra)."""
+    import importlib.util
+
+    return importlib.util.find_spec("wandb") is not None
+
+
+def log_wandb_run(
+    steps: Sequence[dict], label: str, seed: int, cfg: SimConfig, out_dir: Path
+) -> None:
+    """Log one run's step dicts as an offline wandb run under ``out_dir/wandb``.
+
+    Project ``rescue-sim``, group = arm, name ``<arm>-seed<s>``, step key ``rollout/step``
+    (the cluster's), config = the ``SimConfig`` plus arm and seed.
+    """
+    import wandb
+
+    Path(out_dir).mkdir(parents=True, exist_ok=True)
+    run = wandb.init(
+        mode="offline",
+        dir=str(out_dir),
+        project="rescue-sim",
+        group=label,
+        name=f"{label}-seed{seed}",
+        config={"arm": label, "seed": seed, **asdict(cfg)},
+        reinit="create_new",
+        settings=wandb.Settings(silent=True, console="off"),
+    )
+    run.define_metric("*", step_metric="rollout/step")
+    for n, m in enumerate(steps):
+        run.log({"rollout/step": n, **m})
+    run.finish()

@@ -1,0 +1,204 @@
+"""The simulator's trainer loop: determinism, the shared core objects, conservation, arms."""
+
+import json
+
+import numpy as np
+import pytest
+
+import filters.mask
+import rescue.advantages
+import rescue.census
+import rescue.gate
+import rescue.outcomes
+from rescue.sim import ArmSpec, SimConfig, Simulation, engine, env
+from rescue.sim.runner import run_arms
+
+TINY = SimConfig(
+    steps=20, groups_per_step=4, group_size=4, concurrency=4, buffer_capacity=8, max_turns=12
+)
+
+
+def run(arm: str, seed: int = 0, cfg: SimConfig = TINY) -> tuple[Simulation, list[dict]]:
+    sim = Simulation(cfg, ArmSpec.parse(arm), seed)
+    return sim, sim.run()
+
+
+def test_a_seed_gives_the_same_run_twice():
+    _, a = run("protect:0.5", seed=3)
+    _, b = run("protect:0.5", seed=3)
+    assert json.dumps(a) == json.dumps(b)
+
+
+def test_different_seeds_give_different_runs():
+    _, a = run("never-drop", seed=0)
+    _, b = run("never-drop", seed=1)
+    assert json.dumps(a) != json.dumps(b)
+
+
+def test_results_do_not_depend_on_the_number_of_worker_processes():
+    arms = [ArmSpec.parse("drop"), ArmSpec.parse("mask")]
+    one = run_arms(TINY, arms, [0, 1], workers=1, progress=False)
+    two = run_arms(TINY, arms, [0, 1], workers=2, progress=False)
+    for label in one:
+        assert [r.steps for r in one[label]] == [r.steps for r in two[label]]
+
+
+def test_the_simulator_uses_the_adapters_core_objects_not_copies():
+    sim, _ = run("protect:0.5")
+    assert type(sim.gate) is rescue.gate.Gate
+    assert type(sim.census) is rescue.census.Census
+    assert engine.Census is rescue.census.Census
+    assert engine.RolloutRecord is rescue.census.RolloutRecord
+    assert engine.outcome_metrics is rescue.census.outcome_metrics
+    assert engine.group_advantages is rescue.advantages.group_advantages
+    assert engine.per_token_advantages is rescue.advantages.per_token_advantages
+    assert engine.mask_decision is filters.mask.mask_decision
+    assert env.classify is rescue.outcomes.classify
+
+
+def test_every_stale_decision_goes_through_the_shared_gate(monkeypatch):
+    calls = []
+    real = rescue.gate.Gate.decide
+
+    def spy(self, group_id, staleness):
+        d = real(self, group_id, staleness)
+        calls.append(d)
+        return d
+
+    monkeypatch.setattr(rescue.gate.Gate, "decide", spy)
+    sim, _ = run("drop")
+    t = sim.census.totals()
+    assert len(calls) == t["trained_fresh"] + t["dropped_stale"]
+    assert sum(not d.keep for d in calls) == t["dropped_stale"] > 0
+
+
+def test_outcome_classes_come_from_the_one_classifier():
+    expected = [
+        rescue.outcomes.Outcome.SOLVED,
+        rescue.outcomes.Outcome.SUBMITTED_FAILURE,
+        rescue.outcomes.Outcome.BUDGET_FAILURE,
+        rescue.outcomes.Outcome.INFRA_NO_RESULT,
+    ]
+    assert [c.outcome for c in env.CLASSIFICATIONS] == expected
+    assert [rescue.outcomes.is_capped(c) for c in env.CLASSIFICATIONS] == [
+        False,
+        False,
+        True,
+        False,
+    ]
+
+
+@pytest.mark.parametrize(
+    "arm", ["drop", "never-drop", "protect:0.3", "mask", "survivor", "turn-baseline"]
+)
+def test_every_group_that_entered_lands_in_exactly_one_bucket(arm):
+    cfg = TINY.replace(infra_rate=0.05)
+    sim, steps = run(arm, cfg=cfg)
+    t = sim.census.totals()
+    settled = sum(v for k, v in t.items() if k not in ("entered", "buffered"))
+    assert t["entered"] == settled + t["buffered"]
+    assert t["entered"] == sum(m["rollout/census/groups/entered"] for m in steps)
+    trained = t["trained_fresh"] + t["trained_stale"] + t["trained_protected"]
+    assert trained == cfg.steps * cfg.groups_per_step  # every step trains a full batch
+    assert t["aborted"] > 0  # lost rollouts abort their group, counted, never lost silently
+    # Rollouts: every generated rollout is in the sample-level census exactly once.
+    generated = sum(m["sim/generated/rollouts"] for m in steps)
+    assert generated == t["entered"] * cfg.group_size
+    per_step = [m["rollout/census/rollouts"] for m in steps]
+    assert per_step == [cfg.groups_per_step * cfg.group_size] * cfg.steps
+
+
+def test_staleness_comes_from_the_timing():
+    # More groups in flight per batch means each group spans more weight updates.
+    _, few = run("never-drop", cfg=TINY.replace(concurrency=2, steps=30))
+    _, many = run("never-drop", cfg=TINY.replace(concurrency=16, steps=30))
+
+    def mean_staleness(steps):
+        return np.mean([m.get("rollout/census/staleness_mean", 0.0) for m in steps[5:]])
+
+    assert mean_staleness(many) > mean_staleness(few) + 0.5
+
+
+def test_the_stale_arms_differ_only_in_what_they_do_with_stale_groups():
+    drop, _ = run("drop")
+    never, _ = run("never-drop")
+    protect, steps = run("protect:0.25")
+    assert drop.census.totals()["dropped_stale"] > 0
+    assert drop.census.totals()["trained_stale"] == 0
+    assert never.census.totals()["dropped_stale"] == 0
+    assert never.census.totals()["trained_stale"] > 0
+    t = protect.census.totals()
+    assert t["trained_protected"] > 0 and t["dropped_stale"] > 0
+    weights = [
+        m["rollout/census/protected_weight_mean"]
+        for m in steps
+        if "rollout/census/protected_weight_mean" in m
+    ]
+    assert weights and all(w == pytest.approx(4.0) for w in weights)
+
+
+def test_protect_with_a_equal_1_is_never_drop():
+    _, never = run("never-drop")
+    _, protect1 = run("protect:1")
+    assert json.dumps(never) == json.dumps(protect1)
+
+
+def test_zero_and_never_drop_are_the_same_configuration():
+    assert ArmSpec.parse("zero").behaviour == ArmSpec.parse("never-drop").behaviour
+    _, zero = run("zero")
+    _, never = run("never-drop")
+    assert json.dumps(zero) == json.dumps(never)
+
+
+def test_mask_arms_mask_exactly_the_capped_rollouts():
+    for arm in ("mask", "survivor"):
+        _, steps = run(arm)
+        capped = [m for m in steps if m.get("rollout/census/outcome/budget_failure", 0) > 0]
+        assert capped, "the tiny configuration should hit the 12-turn cap"
+        for m in capped:
+            assert m["rollout/census/masked_frac/budget_failure"] == 1.0
+            assert m.get("rollout/census/masked_frac/solved", 0.0) == 0.0
+    for arm in ("zero", "turn-baseline", "drop"):
+        _, steps = run(arm)
+        assert all(m["rollout/census/masked_frac"] == 0.0 for m in steps)
+
+
+def _spy_advantages(monkeypatch):
+    calls = []
+    real_group, real_token = engine.group_advantages, engine.per_token_advantages
+
+    def group(*a, **kw):
+        calls.append(("group", kw))
+        return real_group(*a, **kw)
+
+    def token(*a, **kw):
+        calls.append(("token", kw))
+        return real_token(*a, **kw)
+
+    monkeypatch.setattr(engine, "group_advantages", group)
+    monkeypatch.setattr(engine, "per_token_advantages", token)
+    return calls
+
+
+def test_each_arm_asks_the_normalizer_for_its_baseline(monkeypatch):
+    calls = _spy_advantages(monkeypatch)
+    run("survivor", cfg=TINY.replace(steps=3))
+    group = [kw for kind, kw in calls if kind == "group"]
+    assert len(group) == 3 and all(kw["population"] == "survivors" for kw in group)
+    assert any(not np.all(kw["kept"]) for kw in group)  # capped rollouts are not survivors
+
+    calls.clear()
+    run("turn-baseline", cfg=TINY.replace(steps=3, kappa=0.7))
+    assert not [kw for kind, kw in calls if kind == "group"]
+    token = [kw for kind, kw in calls if kind == "token"]
+    assert token and all(kw["kappa"] == 0.7 for kw in token)
+
+    calls.clear()
+    run("protect:0.25", cfg=TINY.replace(steps=10))
+    weights = np.concatenate([kw["weights"] for kind, kw in calls if kind == "group"])
+    assert set(np.unique(weights)) <= {1.0, 4.0} and 4.0 in weights  # 1/a, after normalization
+
+
+def test_no_update_means_the_policy_stays_put():
+    _, steps = run("never-drop", cfg=TINY.replace(lr=0.0))
+    assert [m["sim/p_thorough"] for m in steps] == [pytest.approx(0.5)] * len(steps)
