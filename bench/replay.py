@@ -3,8 +3,10 @@
 One step of 16 groups x 8 rollouts, each rollout 30k response tokens over 1-40 turns
 (2/3 action tokens, 1/3 observation tokens), in the exact ``Sample.to_dict()`` schema.
 
-- census: ``torch.load`` of the dump (the floor every reader pays) beside the parse
-  (trajectories, outcomes, per-token turn indices) + ``outcome_metrics`` of the loaded dict;
+- load: rescue's restricted loader (``read_payload``) beside torch's ``weights_only=True``
+  loader and the unrestricted ``weights_only=False`` one (the floor);
+- census: the parse (trajectories, outcomes, per-token turn indices) + ``outcome_metrics``
+  of the loaded dict, as a ratio of the load;
 - advantages: per-token advantages of every arm (a, b, c, d0.3, d0.6, d1, e) beside a
   plain group-mean advantage broadcast over the same tokens (the memory-bound floor).
 
@@ -68,7 +70,7 @@ def main() -> None:
     from rescue.advantages import group_advantages
     from rescue.census import outcome_metrics
     from rescue.replay.arms import broadcast, build_batch, token_advantages
-    from rescue.replay.dumps import parse_payload
+    from rescue.replay.dumps import parse_payload, read_payload
 
     payload = make_payload()
     n = len(payload["samples"])
@@ -77,8 +79,10 @@ def main() -> None:
         torch.save(payload, path)
         size = os.path.getsize(path) / 2**20
 
-        loaded = torch.load(path, weights_only=True)
-        t_load = best_of(lambda: torch.load(path, weights_only=True), 2)
+        loaded = read_payload(path)
+        t_load = best_of(lambda: read_payload(path), 2)
+        t_torch_safe = best_of(lambda: torch.load(path, weights_only=True), 2)
+        t_unsafe = best_of(lambda: torch.load(path, weights_only=False), 2)
 
     def census():
         d = parse_payload(loaded, source=path)
@@ -88,7 +92,13 @@ def main() -> None:
     print(
         f"dump: {n} samples x {payload['samples'][0]['response_length']} response tokens, {size:.0f} MiB"
     )
-    print(f"census   torch.load (weights_only)     {t_load:8.3f} s")
+    print(f"load     torch.load weights_only=False {t_unsafe:8.3f} s   (no safety: the floor)")
+    print(
+        f"load     torch.load weights_only=True  {t_torch_safe:8.3f} s   ratio {t_torch_safe / t_unsafe:5.2f}x"
+    )
+    print(
+        f"load     rescue read_payload           {t_load:8.3f} s   ratio {t_load / t_unsafe:5.2f}x"
+    )
     print(
         f"census   parse + outcome census        {t_census:8.3f} s   ratio {t_census / t_load:5.2f}x of the load"
     )

@@ -1,6 +1,7 @@
 """Loading debug rollout dumps: schema, trajectories, turn indices, errors, safe unpickling."""
 
 import fractions
+import os
 import sys
 import types
 
@@ -152,6 +153,26 @@ def test_other_globals_are_refused_unless_unsafe_load(tmp_path):
         load_dumps([path])
     (d,) = load_dumps([path], unsafe_load=True)
     assert d.samples[0]["metadata"]["frac"] == fractions.Fraction(1, 3)
+
+
+class _Payload:
+    """An object whose unpickling would run a command."""
+
+    def __init__(self, marker):
+        self.marker = marker
+
+    def __reduce__(self):
+        return (os.system, (f"touch {self.marker}",))
+
+
+def test_a_dump_that_would_run_code_is_refused_and_runs_nothing(tmp_path):
+    marker = tmp_path / "ran"
+    payload = synthetic_step()
+    payload["samples"][0]["metadata"] = {"x": _Payload(marker)}
+    path = _save(tmp_path, "step_0.pt", payload)
+    with pytest.raises(ValueError, match=r"(posix|os)\.system.*--unsafe-load"):
+        load_dumps([path])
+    assert not marker.exists()
 
 
 def test_glob_matching_nothing_is_an_error(tmp_path):
