@@ -1,0 +1,13 @@
+"""Miles adapter: the hooks a Miles fully-async run switches on with flags.
+
+- ``--custom-async-data-buffer-path rescue.miles.buffer.RescueDataBuffer``: Miles'
+  buffer with the stale-group gate (settings ``RESCUE_ARM``, ``RESCUE_A``,
+  ``RESCUE_SEED``) and the outcome census under ``rollout/census/*``.
+- ``--custom-reward-post-process-path rescue.miles.reward.post_process_rewards``: group
+  normalization over the chosen baseline population, then the ``1/a`` weights.
+- ``--custom-rollout-log-function-path rescue.miles.log.log_rollout``: the sample-level
+  census under ``rollout/census/samples/*``; Miles' own logging still runs.
+
+``rescue.miles.samples`` converts Miles samples to the core's records. Importing this
+package needs no Miles; Miles is imported when a hook runs.
+"""

@@ -1,0 +1,272 @@
+"""``RescueDataBuffer``: Miles' fully-async data buffer with the stale-group gate and the census.
+
+Target of ``--custom-async-data-buffer-path rescue.miles.buffer.RescueDataBuffer``.
+
+Specification
+-------------
+Fresh groups behave exactly as in Miles' ``DefaultDataBuffer``, which this class wraps
+(built with staleness and the dynamic filter switched off, and used for what it does
+unchanged: FIFO order, capacity ``int(--async-data-buffer-capacity-factor ×
+--rollout-batch-size)`` with back-pressure on ``put``, the staleness metrics):
+
+- ``put``: a group with an aborted sample goes to the unused handler
+  (``--async-unused-samples-handler``); a group ``--dynamic-sampling-filter-path``
+  rejects is dropped, not recycled; any other group is queued.
+- ``get(current_version)``: groups leave in FIFO order. staleness = ``current_version``
+  − the group's oldest weight version (unknown when either is unknown: such a group is
+  fresh). A group is stale when staleness > ``--max-weight-staleness``.
+
+The one change: a stale group goes through ``rescue.gate.Gate`` (settings ``RESCUE_ARM``
+= drop | never-drop | protect, default drop; ``RESCUE_A`` in (0, 1], required for
+protect; ``RESCUE_SEED``, default 0; read when the buffer is built, and invalid values
+fail there). ``drop`` is Miles' behaviour; ``never-drop`` trains every stale group with
+weight 1; ``protect`` keeps a stale group when its coin ``u(seed, group id) < a`` and
+writes ``metadata["rescue_weight"] = 1/a`` on every sample of it (list-of-samples
+trajectories too), which ``rescue.miles.reward.post_process_rewards`` multiplies into
+the advantage. A dropped stale group goes to the unused handler, as in Miles; with
+``retry`` its regeneration meets the same coin. A kept group that is not protected has
+no ``rescue_weight`` (a leftover key is removed), so its weight is 1.
+
+Census: every ``put`` opens an entry in ``rescue.census.Census``; the entry settles as
+``aborted`` or ``filtered`` at put, ``dropped_stale`` at get, or ``trained_fresh`` /
+``trained_stale`` / ``trained_protected`` at the next ``get_metrics()``. Miles runs
+``--rollout-sample-filter-path`` after the last ``get`` of a step and before
+``get_metrics``, so the trained records carry the filter's ``remove_sample`` (the masked
+fractions). ``get_metrics()`` returns Miles' own keys (``rollout/fully_async/*``,
+``rollout/dynamic_filter/drop_<reason>``; ``stale_groups_filtered`` counts the stale
+groups the gate dropped) plus ``Census.step_metrics()`` under ``rollout/census/*``, and
+checks conservation against the queue: open entries = queued groups + blocked puts.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import importlib
+import logging
+from argparse import Namespace
+from collections import Counter, deque
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from rescue.census import Bucket, Census
+from rescue.gate import Arm, Gate
+from rescue.miles.samples import (
+    group_id,
+    group_records,
+    group_staleness,
+    is_aborted,
+    set_group_weight,
+)
+
+logger = logging.getLogger(__name__)
+
+#: Key of Miles' queue length in its buffer metrics.
+QUEUE_SIZE_KEY = "rollout/fully_async/queue_size"
+_STALE_KEY = "rollout/fully_async/stale_groups_filtered"
+_ABORTED_KEY = "rollout/fully_async/aborted_groups_filtered"
+_FILTER_PREFIX = "rollout/dynamic_filter/drop_"
+
+
+@dataclass
+class _Trained:
+    """A group handed to training, settled in the census at the next ``get_metrics``."""
+
+    gid: Any
+    group: Any
+    bucket: Bucket
+    staleness: int | None
+    weight: float
+
+
+class RescueDataBuffer:
+    """Miles ``DataBuffer`` with the stale-group gate and the outcome census.
+
+    Args:
+        input: Miles' ``DataBufferConstructorInput`` (``args``, ``unused_handler_fn``).
+            Reads ``args.max_weight_staleness`` (default None: nothing is stale),
+            ``args.dynamic_sampling_filter_path`` (default None), ``args.reward_key``
+            (default None), and what Miles' ``DefaultDataBuffer`` reads.
+        env: where ``RESCUE_ARM`` / ``RESCUE_A`` / ``RESCUE_SEED`` are read (default
+            ``os.environ``; the launchers set them in the Ray runtime env).
+        store: the FIFO store of accepted groups (default: Miles' ``DefaultDataBuffer``
+            with staleness and the dynamic filter off, which imports Miles). Anything
+            with Miles' ``put`` / ``get(current_version=...)`` / ``get_metrics()``
+            contract reporting ``QUEUE_SIZE_KEY``, e.g. ``FifoStore`` without Miles.
+    """
+
+    def __init__(
+        self,
+        input: Any,
+        *,
+        env: Mapping[str, str] | None = None,
+        store: Any = None,
+    ) -> None:
+        args = input.args
+        self._args = args
+        self._max_staleness = getattr(args, "max_weight_staleness", None)
+        self.gate = Gate.from_env(env, max_staleness=self._max_staleness)
+        if self.gate.arm is not Arm.DROP and self._max_staleness is None:
+            logger.warning(
+                "RESCUE_ARM=%s has no effect: --max-weight-staleness is not set, "
+                "so no group is ever stale",
+                self.gate.arm.value,
+            )
+        self._reward_key = getattr(args, "reward_key", None)
+        self._unused_handler_fn: Callable[[list[Any]], None] = input.unused_handler_fn
+        filter_path = getattr(args, "dynamic_sampling_filter_path", None)
+        if store is None:
+            store, load_function = _miles_store(input)
+            self._dynamic_filter = load_function(filter_path)
+        else:
+            self._dynamic_filter = _import_dotted(filter_path)
+        self._store = store
+        self.census = Census()
+        self._trained: deque[_Trained] = deque()
+        self._blocked_puts = 0
+        self._metric_aborted = 0
+        self._metric_stale_dropped = 0
+        self._metric_filter_drops: Counter[str] = Counter()
+        logger.info("rescue buffer: gate %s", self.gate.describe())
+
+    async def put(self, input: Any) -> None:
+        """Accept a finished group: abort check, dynamic filter, then the FIFO store."""
+        group = input.group
+        gid = group_id(group)
+        self.census.enter(gid, n_rollouts=len(group))
+        if is_aborted(group):
+            self.census.settle(gid, Bucket.ABORTED)
+            self._metric_aborted += 1
+            self._unused_handler_fn(input.prompt_group)
+            return
+        if self._dynamic_filter is not None:
+            output = self._dynamic_filter(self._args, group)
+            keep = output.keep if hasattr(output, "keep") else bool(output)
+            if not keep:
+                # Dropped, not recycled: no usable gradient signal (as in Miles).
+                self.census.settle(gid, Bucket.FILTERED)
+                if reason := getattr(output, "reason", None):
+                    self._metric_filter_drops[reason] += 1
+                return
+        self._blocked_puts += 1
+        try:
+            await self._store.put(input)
+        finally:
+            self._blocked_puts -= 1
+
+    async def get(self, current_version: int | None = None, **context: Any) -> Any:
+        """The next group to train on (FIFO); stale groups pass the gate first."""
+        while True:
+            entry = await self._store.get(current_version=current_version, **context)
+            # No await from here on: a cancelled get() never loses a popped group.
+            group = entry.group
+            gid = group_id(group)
+            staleness = group_staleness(group, current_version)
+            decision = self.gate.decide(gid, staleness)
+            if decision.keep:
+                if decision.protected:
+                    bucket = Bucket.TRAINED_PROTECTED
+                    set_group_weight(group, decision.weight)
+                else:
+                    bucket = Bucket.TRAINED_STALE if decision.stale else Bucket.TRAINED_FRESH
+                    set_group_weight(group, None)
+                self._trained.append(_Trained(gid, group, bucket, staleness, decision.weight))
+                return entry
+            logger.info(
+                "Dropped stale group %s (staleness=%s > max=%s, gate %s)",
+                gid,
+                staleness,
+                self._max_staleness,
+                self.gate.describe(),
+            )
+            # Records before the handler: a retry handler resets the samples in place.
+            records = group_records(group, reward_key=self._reward_key)
+            self.census.settle(gid, Bucket.DROPPED_STALE, records, staleness=staleness)
+            self._metric_stale_dropped += 1
+            self._unused_handler_fn(entry.prompt_group)
+
+    def get_metrics(self) -> dict[str, float]:
+        """Miles' buffer metrics and the census of the step (window counters reset here)."""
+        while self._trained:
+            t = self._trained.popleft()
+            records = group_records(t.group, reward_key=self._reward_key)
+            self.census.settle(t.gid, t.bucket, records, staleness=t.staleness, weight=t.weight)
+        metrics = dict(self._store.get_metrics())
+        metrics[_ABORTED_KEY] = self._metric_aborted
+        metrics[_STALE_KEY] = self._metric_stale_dropped
+        for reason, count in self._metric_filter_drops.items():
+            metrics[f"{_FILTER_PREFIX}{reason}"] = count
+        queued = int(metrics[QUEUE_SIZE_KEY]) + self._blocked_puts
+        metrics.update(self.census.step_metrics(queue_size=queued))
+        self._metric_aborted = self._metric_stale_dropped = 0
+        self._metric_filter_drops = Counter()
+        return metrics
+
+
+class FifoStore:
+    """The store without Miles: FIFO with capacity and back-pressure, and its queue metric.
+
+    The same contract as Miles' ``DefaultDataBuffer`` with staleness and the dynamic
+    filter off (``put`` waits while ``capacity`` groups are queued); used by tests and
+    benchmarks that run without Miles.
+
+    Args:
+        capacity: most groups queued at once (>= 1).
+    """
+
+    def __init__(self, capacity: int) -> None:
+        if capacity < 1:
+            raise ValueError(f"capacity={capacity!r}; allowed: an integer >= 1")
+        self._capacity = capacity
+        self._queue: deque[Any] = deque()
+        self._cond = asyncio.Condition()
+
+    async def put(self, input: Any) -> None:
+        async with self._cond:
+            while len(self._queue) >= self._capacity:
+                await self._cond.wait()
+            self._queue.append(input)
+            self._cond.notify_all()
+
+    async def get(self, current_version: int | None = None, **_: Any) -> Any:
+        async with self._cond:
+            while not self._queue:
+                await self._cond.wait()
+            entry = self._queue.popleft()
+            self._cond.notify_all()
+            return entry
+
+    def get_metrics(self) -> dict[str, float]:
+        return {QUEUE_SIZE_KEY: len(self._queue)}
+
+
+def _miles_store(input: Any) -> tuple[Any, Callable[[str | None], Any]]:
+    """Miles' ``DefaultDataBuffer`` as the store, and Miles' ``load_function``."""
+    try:
+        from miles.rollout.fully_async_data_buffer import (
+            DataBufferConstructorInput,
+            DefaultDataBuffer,
+        )
+        from miles.utils.misc import load_function
+    except ImportError as e:
+        raise ImportError(
+            "rescue.miles.buffer.RescueDataBuffer needs Miles importable (put the Miles "
+            f"sources on PYTHONPATH, e.g. the Ray runtime env): {e}"
+        ) from e
+    store_args = Namespace(**vars(input.args))
+    store_args.max_weight_staleness = None  # the gate decides staleness
+    store_args.dynamic_sampling_filter_path = None  # applied in put, before the store
+    store = DefaultDataBuffer(
+        DataBufferConstructorInput(args=store_args, unused_handler_fn=input.unused_handler_fn)
+    )
+    return store, load_function
+
+
+def _import_dotted(path: str | None) -> Any:
+    """``pkg.mod.attr`` → the attribute (``None`` for an empty path)."""
+    if not path:
+        return None
+    module, _, attr = path.rpartition(".")
+    if not module:
+        raise ValueError(f"dynamic_sampling_filter_path={path!r}; allowed: a dotted pkg.mod.fn")
+    return getattr(importlib.import_module(module), attr)

@@ -1,0 +1,74 @@
+"""The sample-level census, logged beside Miles' own rollout metrics.
+
+Target of ``--custom-rollout-log-function-path rescue.miles.log.log_rollout``.
+
+Specification
+-------------
+Miles calls ``log_rollout(rollout_id, args, samples, rollout_extra_metrics,
+rollout_time)`` once per step with the flat, trimmed list of samples about to be trained
+(after ``--rollout-sample-filter-path``, so ``remove_sample`` is set; the loss masks are
+not zeroed yet). This function:
+
+1. splits the samples into trajectories (consecutive samples sharing ``group_index`` and
+   ``rollout_id``) and computes ``rescue.census.outcome_metrics`` over them under
+   ``rollout/census/samples/``: count and rate per outcome, turn mean/p50/p90 per
+   outcome, cap-hit rate, masked fraction (overall and per outcome), realized baseline
+   ``b_realized`` (mean reward of unmasked trajectories), ran-tests rate of solved ones;
+2. adds ``rollout/census/samples/weighted_samples`` (samples whose ``rescue_weight`` is
+   not 1) and ``rollout/census/samples/weight_mean`` (mean weight over samples);
+3. logs them with Miles' tracking at ``rollout/step`` (``compute_rollout_step``, so the
+   step matches Miles' own rollout metrics, with ``--wandb-always-use-train-step`` too);
+4. returns ``False``, so Miles' default logging, including the buffer's ``get_metrics()``
+   (``rollout/fully_async/*`` and the group census ``rollout/census/*``), still runs.
+
+Keys never collide with the buffer's: the buffer's census uses ``rollout/census/groups/*``,
+``rollout/census/outcome/*`` and the like; everything here is under
+``rollout/census/samples/``. The difference between the two: the buffer's census covers
+the groups it settled this step; this one covers exactly the batch Miles trains, and it
+also runs when the batch is replayed with ``--load-debug-rollout-data`` (no buffer).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+from rescue.census import outcome_metrics
+from rescue.miles.samples import rollout_record, trajectories_of, weight_of
+
+#: Prefix of every key this function logs.
+PREFIX = "rollout/census/samples/"
+#: Miles' step key for rollout metrics.
+STEP_KEY = "rollout/step"
+
+
+def sample_census(samples: Sequence[Any], *, reward_key: str | None = None) -> dict[str, float]:
+    """The metrics of steps 1-2 above for a flat list of samples (no Miles needed)."""
+    records = [rollout_record(t, reward_key=reward_key) for t in trajectories_of(samples)]
+    metrics = outcome_metrics(records, PREFIX)
+    weights = [weight_of(s) for s in samples]
+    metrics[f"{PREFIX}weighted_samples"] = float(sum(w != 1.0 for w in weights))
+    if weights:
+        metrics[f"{PREFIX}weight_mean"] = sum(weights) / len(weights)
+    return metrics
+
+
+def log_rollout(
+    rollout_id: int,
+    args: Any,
+    samples: Sequence[Any],
+    rollout_extra_metrics: dict[str, float] | None,
+    rollout_time: float,
+) -> bool:
+    """Log the sample-level census at ``rollout/step``; returns False (Miles logs too).
+
+    ``rollout_extra_metrics`` (the buffer's metrics, ``None`` on replay) and
+    ``rollout_time`` are left to Miles' default logging.
+    """
+    from miles.utils.metric_utils import compute_rollout_step
+    from miles.utils.tracking_utils import tracking
+
+    metrics: dict[str, float] = sample_census(samples, reward_key=getattr(args, "reward_key", None))
+    metrics[STEP_KEY] = compute_rollout_step(args, rollout_id)
+    tracking.log(args, metrics, step_key=STEP_KEY)
+    return False

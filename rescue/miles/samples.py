@@ -1,0 +1,269 @@
+"""Miles samples as the core sees them: groups, trajectories, staleness, census records.
+
+Specification
+-------------
+This module is the one converter from Miles' sample shapes to the core's plain records;
+every Miles-side piece (buffer, reward hook, filters, log function, the slime adapter)
+goes through it. It never imports Miles: it reads fields by name, so it accepts
+
+- a Miles ``Sample`` (or any object with the same attributes),
+- a Sample dict (``Sample.to_dict()``, as in ``--save-debug-rollout-data`` dumps),
+- a *trajectory*: one sample, or a ``list`` of samples that together form one rollout
+  (Miles' multi-sample generate functions, e.g. one ``Sample`` per turn),
+- a *group*: a list of trajectories (Miles' ``Group = list[Sample | list[Sample]]``).
+
+Rules (each equal to Miles' own where Miles has one):
+
+- group id: the first sample's ``group_index`` (stable across retries; Miles' data source
+  assigns it per prompt draw); else ``"index:<index>"``; else ``"prompt:<hash>"`` of the
+  prompt text, so the gate's coin is still a pure function of the group.
+- oldest weight version of a sample: the minimum of its numeric ``weight_versions``
+  (``None`` if none is numeric); of a group: the minimum over all samples and turns;
+  staleness = ``current_version - oldest`` (``None`` if either is unknown).
+- a group is aborted when any of its samples has status ``aborted``.
+- a trajectory's record (``rollout_record``): status ``aborted`` if any sample is
+  aborted, else the last sample's status (Miles' merged status is the last turn's);
+  reward of the last sample that has one (``reward_key`` picks a field of a dict
+  reward, as ``--reward-key`` does); metadata of all samples merged, later samples
+  winning; turns from ``metadata["turns"]`` / ``metadata["agent_metrics"]["turns"]``,
+  else the number of generation calls (``len(weight_versions)`` summed), else unknown;
+  masked when every sample has ``remove_sample`` set (a partly masked trajectory still
+  trains). The outcome comes from ``rescue.outcomes.classify``.
+- loss weight: ``metadata["rescue_weight"]`` (``WEIGHT_KEY``) on every sample of a
+  protected group; absent means 1.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from collections.abc import Iterable, Iterator, Mapping, Sequence
+from typing import Any
+
+from rescue.census import RolloutRecord
+
+#: Metadata key carrying a sample's loss weight (1/a for a protected stale group).
+WEIGHT_KEY = "rescue_weight"
+
+_MISSING = object()
+_STATUS_VALUES = frozenset({"pending", "completed", "truncated", "aborted", "failed"})
+#: The record of a sample without metadata depends on (status, reward, remove_sample,
+#: generation calls) only; those records are memoized (classification is pure, records
+#: are frozen), up to this many distinct keys.
+_PLAIN_CACHE_SIZE = 4096
+_PLAIN: dict[tuple[Any, Any, bool, int | None], RolloutRecord] = {}
+
+
+def field(sample: Any, name: str, default: Any = None) -> Any:
+    """A field of a ``Sample`` or of a Sample dict (``default`` when absent)."""
+    if isinstance(sample, dict):
+        return sample.get(name, default)
+    return getattr(sample, name, default)
+
+
+def status_value(status: Any) -> str | None:
+    """``Sample.Status.ABORTED``, ``"aborted"`` → ``"aborted"``; ``None`` stays ``None``."""
+    if status is None:
+        return None
+    value = getattr(status, "value", status)
+    if value in _STATUS_VALUES:
+        return value
+    return str(value).rsplit(".", 1)[-1].lower()
+
+
+def _sample_status(sample: Any) -> str | None:
+    return status_value(field(sample, "status"))
+
+
+def trajectory_samples(trajectory: Any) -> list[Any]:
+    """The samples of one trajectory: a list of samples as is, a single sample as ``[it]``."""
+    return trajectory if isinstance(trajectory, list) else [trajectory]
+
+
+def iter_samples(group: Iterable[Any]) -> Iterator[Any]:
+    """Every sample of a group, flattening list-of-samples trajectories."""
+    for item in group:
+        if isinstance(item, list):
+            yield from item
+        else:
+            yield item
+
+
+def first_sample(group: Sequence[Any]) -> Any:
+    """The first sample of a group (of its first trajectory)."""
+    head = group[0]
+    return head[0] if isinstance(head, list) else head
+
+
+def group_id(group: Sequence[Any]) -> int | str:
+    """The group's stable id (rules in the module docstring); the gate's coin key."""
+    if not group:
+        raise ValueError("group is empty: a group needs at least one sample")
+    s = first_sample(group)
+    gid = field(s, "group_index")
+    if gid is not None:
+        return gid
+    index = field(s, "index")
+    if index is not None:
+        return f"index:{index}"
+    prompt = str(field(s, "prompt", ""))
+    return "prompt:" + hashlib.blake2b(prompt.encode(), digest_size=8).hexdigest()
+
+
+def _versions(sample: Any) -> Any:
+    if isinstance(sample, dict):
+        return sample.get("weight_versions")
+    return getattr(sample, "weight_versions", None)
+
+
+def oldest_weight_version(sample: Any) -> int | None:
+    """Minimum numeric weight version over a sample's generation calls."""
+    best = None
+    for v in _versions(sample) or ():
+        text = v if v.__class__ is str else str(v)
+        if text.isdigit() and (best is None or int(text) < best):
+            best = int(text)
+    return best
+
+
+def group_oldest_weight_version(group: Iterable[Any]) -> int | None:
+    """Minimum weight version across all trajectories and turns of a group."""
+    best = None
+    for item in group:
+        for s in item if isinstance(item, list) else (item,):
+            v = oldest_weight_version(s)
+            if v is not None and (best is None or v < best):
+                best = v
+    return best
+
+
+def group_staleness(group: Iterable[Any], current_version: int | None) -> int | None:
+    """``current_version - oldest weight version``; ``None`` when either is unknown."""
+    if current_version is None:
+        return None
+    oldest = group_oldest_weight_version(group)
+    return None if oldest is None else int(current_version) - oldest
+
+
+def is_aborted(group: Iterable[Any]) -> bool:
+    """Whether any sample of the group was aborted (Miles rejects such groups at put)."""
+    for item in group:
+        for s in item if isinstance(item, list) else (item,):
+            status = s.get("status") if isinstance(s, dict) else getattr(s, "status", None)
+            value = getattr(status, "value", status)
+            if value == "aborted" or (
+                value not in _STATUS_VALUES and _sample_status(s) == "aborted"
+            ):
+                return True
+    return False
+
+
+def reward_value(sample: Any, reward_key: str | None = None) -> float | None:
+    """The scalar reward, honouring ``--reward-key`` for dict rewards (``None`` if unset).
+
+    A dict reward without a ``reward_key`` is a ``ValueError`` naming ``--reward-key``.
+    """
+    reward = field(sample, "reward")
+    if isinstance(reward, Mapping):
+        if not reward_key:
+            raise ValueError(
+                f"reward is a dict with keys {sorted(reward)} but --reward-key is not set; "
+                "set --reward-key to the field that holds the scalar reward"
+            )
+        reward = reward.get(reward_key)
+    return None if reward is None else float(reward)
+
+
+def rollout_record(trajectory: Any, *, reward_key: str | None = None) -> RolloutRecord:
+    """The census record of one trajectory (a sample, a Sample dict or a list of them)."""
+    samples = trajectory_samples(trajectory)
+    if not samples:
+        raise ValueError("trajectory is empty: a trajectory needs at least one sample")
+    if len(samples) == 1:
+        s = samples[0]
+        if isinstance(s, dict):
+            status, metadata, reward = s.get("status"), s.get("metadata"), s.get("reward")
+            masked, versions = s.get("remove_sample", False), s.get("weight_versions")
+        else:
+            status, metadata = getattr(s, "status", None), getattr(s, "metadata", None)
+            reward, masked = getattr(s, "reward", None), getattr(s, "remove_sample", False)
+            versions = getattr(s, "weight_versions", None)
+        calls = len(versions) if versions else None
+        plain = not metadata and (reward is None or reward.__class__ in (float, int))
+        if plain and (record := _PLAIN.get(key := (status, reward, bool(masked), calls))):
+            return record
+        status, reward, metadata = status_value(status), reward_value(s, reward_key), metadata or {}
+        if plain:
+            record = RolloutRecord.from_sample_fields(
+                status=status, reward=reward, metadata={}, remove_sample=bool(masked), turns=calls
+            )
+            if len(_PLAIN) < _PLAIN_CACHE_SIZE:
+                _PLAIN[key] = record
+            return record
+        masked = bool(masked)
+    else:
+        statuses = [_sample_status(s) for s in samples]
+        status = "aborted" if "aborted" in statuses else statuses[-1]
+        reward = None
+        for s in reversed(samples):
+            if (reward := reward_value(s, reward_key)) is not None:
+                break
+        metadata = {}
+        for s in samples:
+            metadata.update(field(s, "metadata") or {})
+        masked = all(bool(field(s, "remove_sample", False)) for s in samples)
+        calls = sum(len(field(s, "weight_versions") or ()) for s in samples)
+    turns = None
+    if "turns" not in metadata and "turns" not in (metadata.get("agent_metrics") or {}):
+        turns = calls or None
+    return RolloutRecord.from_sample_fields(
+        status=status, reward=reward, metadata=metadata, remove_sample=masked, turns=turns
+    )
+
+
+def group_records(group: Iterable[Any], *, reward_key: str | None = None) -> list[RolloutRecord]:
+    """One record per trajectory of a group."""
+    return [rollout_record(t, reward_key=reward_key) for t in group]
+
+
+def trajectories_of(samples: Iterable[Any]) -> list[list[Any]]:
+    """Split a flat sample list (what Miles logs and trains) into trajectories.
+
+    Consecutive samples with the same ``(group_index, rollout_id)`` form one trajectory
+    (``rollout_id`` falls back to ``index``, as in Miles); each other sample is its own.
+    """
+    out: list[list[Any]] = []
+    last: Any = _MISSING
+    for s in samples:
+        rid = field(s, "rollout_id")
+        key = (field(s, "group_index"), rid if rid is not None else field(s, "index"))
+        if out and key == last and key[1] is not None:
+            out[-1].append(s)
+        else:
+            out.append([s])
+        last = key
+    return out
+
+
+def weight_of(sample: Any) -> float:
+    """A sample's loss weight: ``metadata["rescue_weight"]``, 1 when absent."""
+    metadata = field(sample, "metadata") or {}
+    return float(metadata.get(WEIGHT_KEY, 1.0))
+
+
+def set_group_weight(group: Iterable[Any], weight: float | None) -> None:
+    """Write ``weight`` into every sample's metadata, or remove the key when ``None``."""
+    for item in group:
+        for s in item if isinstance(item, list) else (item,):
+            is_dict = isinstance(s, dict)
+            metadata = s.get("metadata") if is_dict else getattr(s, "metadata", None)
+            if weight is None:
+                if metadata:
+                    metadata.pop(WEIGHT_KEY, None)
+                continue
+            if metadata is None:
+                metadata = {}
+                if is_dict:
+                    s["metadata"] = metadata
+                else:
+                    s.metadata = metadata
+            metadata[WEIGHT_KEY] = float(weight)
