@@ -16,9 +16,9 @@ from collections.abc import Sequence
 #: name -> (module, one-line help)
 COMMANDS: dict[str, tuple[str, str]] = {
     "identity": ("rescue.identity", "exact enumeration of the masked-update identity"),
-    "sim": ("rescue.sim.cli", "the arms side by side on the simulator of async multi-turn agent RL"),
-    "replay": ("rescue.replay.cli", "census, arms' advantages and gradients on debug rollout dumps"),
-    "swe": ("swe_smith_tasks.cli", "SWE-smith tasks: prepare data, run the pilot, reap containers"),
+    "sim": ("rescue.sim.cli", "the arms side by side on the simulator of async agent RL"),
+    "replay": ("rescue.replay.cli", "census, advantages and gradients of the arms on debug dumps"),
+    "swe": ("swe_smith_tasks.cli", "SWE-smith tasks: prepare data, pilot, reap containers"),
 }
 
 
