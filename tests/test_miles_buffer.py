@@ -626,6 +626,7 @@ def test_miles_fully_async_rollout_trains_protected_groups_weighted(monkeypatch)
 
     fn, out = run(go())
     assert isinstance(fn._output, RescueDataBuffer)
+    assert isinstance(fn._output, fully_async.DataBuffer)
     kept = []
     for g in out.samples:
         first = g[0][0] if isinstance(g[0], list) else g[0]

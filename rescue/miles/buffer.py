@@ -244,6 +244,7 @@ def _miles_store(input: Any) -> tuple[Any, Callable[[str | None], Any]]:
     """Miles' ``DefaultDataBuffer`` as the store, and Miles' ``load_function``."""
     try:
         from miles.rollout.fully_async_data_buffer import (
+            DataBuffer,
             DataBufferConstructorInput,
             DefaultDataBuffer,
         )
@@ -253,6 +254,7 @@ def _miles_store(input: Any) -> tuple[Any, Callable[[str | None], Any]]:
             "rescue.miles.buffer.RescueDataBuffer needs Miles importable (put the Miles "
             f"sources on PYTHONPATH, e.g. the Ray runtime env): {e}"
         ) from e
+    DataBuffer.register(RescueDataBuffer)  # it implements Miles' DataBuffer contract
     store_args = Namespace(**vars(input.args))
     store_args.max_weight_staleness = None  # the gate decides staleness
     store_args.dynamic_sampling_filter_path = None  # applied in put, before the store
