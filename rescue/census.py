@@ -117,33 +117,59 @@ def outcome_metrics(records: Sequence[RolloutRecord], prefix: str = PREFIX) -> d
     """Sample-level census of a set of rollouts (keys documented in the module docstring).
 
     Keys whose population is empty (e.g. turn quantiles of an outcome that did not occur)
-    are left out rather than reported as NaN.
+    are left out rather than reported as NaN. One pass over the records, plain Python: it
+    runs on every step of the trainer, over a few hundred records.
     """
     n = len(records)
     out: dict[str, float] = {f"{prefix}rollouts": float(n)}
     if n == 0:
         return out
+    count = dict.fromkeys(OUTCOMES, 0)
+    masked = dict.fromkeys(OUTCOMES, 0)
+    turns: dict[Outcome, list[int]] = {o: [] for o in OUTCOMES}
+    capped = 0
+    reward_sum, reward_n = 0.0, 0
+    ran, ran_n = 0, 0
+    for r in records:
+        o = r.outcome
+        count[o] += 1
+        if r.masked:
+            masked[o] += 1
+        elif r.reward is not None:
+            reward_sum += r.reward
+            reward_n += 1
+        if r.turns is not None:
+            turns[o].append(r.turns)
+        capped += r.capped
+        if o is Outcome.SOLVED and r.ran_tests is not None:
+            ran += r.ran_tests
+            ran_n += 1
     for o in OUTCOMES:
-        sel = [r for r in records if r.outcome is o]
-        out[f"{prefix}outcome/{o.value}"] = float(len(sel))
-        out[f"{prefix}outcome/{o.value}_rate"] = len(sel) / n
-        if not sel:
+        k = count[o]
+        out[f"{prefix}outcome/{o.value}"] = float(k)
+        out[f"{prefix}outcome/{o.value}_rate"] = k / n
+        if not k:
             continue
-        out[f"{prefix}masked_frac/{o.value}"] = sum(r.masked for r in sel) / len(sel)
-        turns = np.array([r.turns for r in sel if r.turns is not None], dtype=float)
-        if turns.size:
-            out[f"{prefix}turns_mean/{o.value}"] = float(turns.mean())
-            out[f"{prefix}turns_p50/{o.value}"] = float(np.percentile(turns, 50))
-            out[f"{prefix}turns_p90/{o.value}"] = float(np.percentile(turns, 90))
-    out[f"{prefix}cap_hit_rate"] = sum(r.capped for r in records) / n
-    out[f"{prefix}masked_frac"] = sum(r.masked for r in records) / n
-    rewards = [r.reward for r in records if not r.masked and r.reward is not None]
-    if rewards:
-        out[f"{prefix}b_realized"] = float(np.mean(rewards))
-    ran = [r.ran_tests for r in records if r.outcome is Outcome.SOLVED and r.ran_tests is not None]
-    if ran:
-        out[f"{prefix}ran_tests_rate/solved"] = sum(ran) / len(ran)
+        out[f"{prefix}masked_frac/{o.value}"] = masked[o] / k
+        if t := sorted(turns[o]):
+            out[f"{prefix}turns_mean/{o.value}"] = sum(t) / len(t)
+            out[f"{prefix}turns_p50/{o.value}"] = quantile(t, 0.5)
+            out[f"{prefix}turns_p90/{o.value}"] = quantile(t, 0.9)
+    out[f"{prefix}cap_hit_rate"] = capped / n
+    out[f"{prefix}masked_frac"] = sum(masked.values()) / n
+    if reward_n:
+        out[f"{prefix}b_realized"] = reward_sum / reward_n
+    if ran_n:
+        out[f"{prefix}ran_tests_rate/solved"] = ran / ran_n
     return out
+
+
+def quantile(sorted_values: Sequence[float], q: float) -> float:
+    """The q-quantile of sorted values, linear interpolation (numpy's default method)."""
+    pos = (len(sorted_values) - 1) * q
+    lo = int(pos)
+    hi = min(lo + 1, len(sorted_values) - 1)
+    return float(sorted_values[lo] + (sorted_values[hi] - sorted_values[lo]) * (pos - lo))
 
 
 class Census:

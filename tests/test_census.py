@@ -5,7 +5,7 @@ from collections import deque
 import numpy as np
 import pytest
 
-from rescue.census import Bucket, Census, RolloutRecord, outcome_metrics
+from rescue.census import Bucket, Census, RolloutRecord, outcome_metrics, quantile
 from rescue.gate import Gate
 from rescue.outcomes import Outcome
 
@@ -174,3 +174,11 @@ def test_record_from_sample_fields_uses_the_classifier():
         status="completed", reward=0.0, metadata={"instance_id": "a"}
     )
     assert infra.outcome is Outcome.INFRA_NO_RESULT and not infra.capped
+
+
+def test_turn_quantiles_match_numpy_percentile():
+    rng = np.random.default_rng(3)
+    for n in (1, 2, 3, 10, 101):
+        values = sorted(rng.integers(1, 41, n).tolist())
+        for q in (0.5, 0.9):
+            assert quantile(values, q) == pytest.approx(np.percentile(values, 100 * q), abs=1e-12)
