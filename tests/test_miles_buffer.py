@@ -335,6 +335,20 @@ def test_an_invalid_staleness_limit_fails_when_the_buffer_is_built():
         make_buffer(max_staleness=-1)
 
 
+def test_protect_with_the_retry_handler_warns_that_it_reweights_prompts(caplog):
+    protect = {"RESCUE_ARM": "protect", "RESCUE_A": "0.5"}
+    args = SimpleNamespace(max_weight_staleness=1, async_unused_samples_handler="retry")
+    ctor = SimpleNamespace(args=args, unused_handler_fn=lambda group: None)
+    with caplog.at_level("WARNING", logger="rescue.miles.buffer"):
+        RescueDataBuffer(ctor, env=protect, store=FifoStore(10))
+    assert "1 + (1 - a) times" in caplog.text
+    caplog.clear()
+    args.async_unused_samples_handler = "drop"
+    with caplog.at_level("WARNING", logger="rescue.miles.buffer"):
+        RescueDataBuffer(ctor, env=protect, store=FifoStore(10))
+    assert "retry" not in caplog.text
+
+
 # ── census: masks and conservation ───────────────────────────────────────────
 
 

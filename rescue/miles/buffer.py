@@ -24,7 +24,10 @@ weight 1; ``protect`` keeps a stale group when its coin ``u(seed, group id) < a`
 writes ``metadata["rescue_weight"] = 1/a`` on every sample of it (list-of-samples
 trajectories too), which ``rescue.miles.reward.post_process_rewards`` multiplies into
 the advantage. A dropped stale group goes to the unused handler, as in Miles; with
-``retry`` its regeneration meets the same coin. A kept group that is not protected has
+``retry`` its regeneration meets the same coin if it is stale again. The protect arm is
+unbiased with Miles' default handler (``drop``): under ``retry`` a prompt whose stale
+group lost the coin is generated again, so it is trained 1 + (1 − a) times in
+expectation (a warning says so at construction). A kept group that is not protected has
 no ``rescue_weight`` (a leftover key is removed), so its weight is 1.
 
 Census: every ``put`` opens an entry in ``rescue.census.Census``; the entry settles as
@@ -111,6 +114,16 @@ class RescueDataBuffer:
                 "RESCUE_ARM=%s has no effect: --max-weight-staleness is not set, "
                 "so no group is ever stale",
                 self.gate.arm.value,
+            )
+        if (
+            self.gate.arm is Arm.PROTECT
+            and getattr(args, "async_unused_samples_handler", "drop") == "retry"
+        ):
+            logger.warning(
+                "RESCUE_ARM=protect with --async-unused-samples-handler retry: a stale group "
+                "that loses its coin is regenerated, so its prompt is trained 1 + (1 - a) times "
+                "in expectation instead of once; use the default handler (drop) for an "
+                "unbiased protect arm"
             )
         self._reward_key = getattr(args, "reward_key", None)
         self._unused_handler_fn: Callable[[list[Any]], None] = input.unused_handler_fn
