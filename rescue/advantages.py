@@ -47,6 +47,8 @@ from typing import Literal
 
 import numpy as np
 
+from rescue.turns import TurnSpans, broadcast
+
 Population = Literal["all", "survivors", "loo"]
 POPULATIONS: tuple[str, ...] = ("all", "survivors", "loo")
 
@@ -270,7 +272,10 @@ def per_token_advantages(
             (observations, prompt) which get advantage 0. Either an integer array whose
             leading shape is that of ``rewards`` (``[G, T]`` or ``[B, G, T]``, padded with
             0), or a sequence of 1-D arrays, one per rollout in row-major order. int64
-            indices are fastest (other integer dtypes are converted on the fly).
+            indices are fastest (other integer dtypes are converted on the fly). Or, the
+            fastest form, a sequence of ``rescue.turns.TurnSpans``, one per rollout in
+            row-major order (``turn_spans(loss_mask)`` derives them): turn ``ℓ`` is the
+            span ``[starts[ℓ-1], stops[ℓ-1])``, every other token is an observation.
         std_normalize: divide by the group's ``σ + eps`` under the same rule as
             ``group_advantages`` (default False, Dr. GRPO). ``σ`` is computed over the
             whole group, ``R_i`` included, as GRPO does; only without it is the estimator
@@ -281,8 +286,10 @@ def per_token_advantages(
         dtype: output dtype (default float32, what trainers consume).
 
     Returns:
-        An array shaped like ``token_turns``, or a list of 1-D arrays for the list form.
-        A turn index above the rollout's ``length`` is an error.
+        An array shaped like ``token_turns``, or a list of 1-D arrays for the list and
+        span forms (for spans: ``n_tokens`` each, views of one buffer). A turn index above
+        the rollout's ``length``, more spans than ``length``, or spans out of order,
+        overlapping or past ``n_tokens`` are errors naming the rollout.
     """
     R, L, P, batched = _groups(rewards, lengths, present)
     b = _turn_table(R, L, P, float(kappa))  # [B, G, L_max]
@@ -320,6 +327,14 @@ def per_token_advantages(
     seqs: Sequence = token_turns
     if len(seqs) != table.shape[0]:
         raise ValueError(f"token_turns has {len(seqs)} rollouts; rewards has {table.shape[0]}")
+    spans = [isinstance(t, TurnSpans) for t in seqs]
+    if any(spans):
+        if not all(spans):
+            raise ValueError(
+                f"token_turns[{spans.index(False)}] is not TurnSpans; give every rollout "
+                "as TurnSpans or every rollout as an array of turn indices"
+            )
+        return broadcast(table, seqs, Ls)
     out_list = []
     for k, t in enumerate(seqs):
         t = np.asarray(t)

@@ -13,6 +13,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from rescue.advantages import group_advantages, per_token_advantages, turn_reached_baseline
+from rescue.turns import TurnSpans, turn_spans
 
 # ----------------------------------------------------------------- references, written as loops
 
@@ -381,3 +382,153 @@ def test_per_token_batch_with_absent_members_gives_them_zero():
     assert np.all(got[1, 2] == 0.0)
     one = per_token_advantages(r[1, :2], lengths[1, :2], turns[1, :2])
     assert np.array_equal(got[1, :2], one)
+
+
+# ----------------------------------------------------------------- the span form (rescue.turns)
+
+
+def reference_token_turns(mask):
+    """Each token's turn index from a 0/1 loss mask, with a loop: runs of 1s numbered 1, 2, ..."""
+    turns, ell, prev = [], 0, 0
+    for x in mask:
+        ell += int(x == 1 and prev == 0)
+        turns.append(ell if x == 1 else 0)
+        prev = x
+    return np.array(turns, dtype=np.int64)
+
+
+def test_turn_spans_are_the_runs_of_the_loss_mask():
+    spans = turn_spans([0, 1, 1, 0, 0, 1, 0, 1])
+    assert spans.starts.tolist() == [1, 5, 7]
+    assert spans.stops.tolist() == [3, 6, 8]
+    assert spans.n_tokens == 8
+    leading = turn_spans(np.array([True, True, False]))
+    assert (leading.starts.tolist(), leading.stops.tolist()) == ([0], [2])
+    for none in ([0, 0, 0], []):
+        s = turn_spans(none)
+        assert s.starts.size == s.stops.size == 0
+        assert s.n_tokens == len(none)
+
+
+def test_turn_spans_of_a_batch_are_the_rollouts_in_row_major_order():
+    masks = RNG.integers(0, 2, size=(3, 4, 9))
+    masks[1, 2] = 0  # a rollout without a turn
+    got = turn_spans(masks)
+    assert len(got) == 12
+    for k, m in enumerate(masks.reshape(12, 9)):
+        one = turn_spans(m)
+        assert got[k].starts.tolist() == one.starts.tolist()
+        assert got[k].stops.tolist() == one.stops.tolist()
+        assert got[k].n_tokens == 9
+    assert got[6].starts.size == 0
+
+
+def test_turn_spans_rejects_a_mask_that_is_not_0_1():
+    with pytest.raises(ValueError, match=r"rollout 1 holds 2 at token 1; allowed: 0"):
+        turn_spans([[0, 1, 1], [1, 2, 0]])
+    with pytest.raises(ValueError, match="loss_mask"):
+        turn_spans(1)
+
+
+def test_turn_spans_fields_are_checked():
+    with pytest.raises(ValueError, match="starts must be a 1-D integer"):
+        TurnSpans([0.5], [1], 2)
+    with pytest.raises(ValueError, match="one entry per turn"):
+        TurnSpans([0, 2], [1], 4)
+    with pytest.raises(ValueError, match="n_tokens"):
+        TurnSpans([0], [1], -1)
+
+
+@pytest.mark.parametrize("std_normalize", [False, True])
+def test_span_form_equals_dense_form_on_a_batch(std_normalize):
+    B, G, T = 3, 4, 23
+    masks = RNG.integers(0, 2, size=(B, G, T))
+    masks[0, 1] = 0  # zero turns
+    masks[1, 0] = 1  # one turn over every token
+    masks[2, 3, :4], masks[2, 3, -3:] = 0, 0  # leading and trailing observation tokens
+    masks[2, 2, :2], masks[2, 2, -2:] = 1, 1  # a turn at each end
+    dense = np.stack([reference_token_turns(m) for m in masks.reshape(-1, T)]).reshape(B, G, T)
+    lengths = dense.max(axis=2) + RNG.integers(0, 3, size=(B, G))  # turns past the last span
+    rewards = RNG.integers(0, 3, size=(B, G)).astype(float)
+    weights = RNG.uniform(0.5, 4.0, size=(B, G))
+    present = np.ones((B, G), dtype=bool)
+    present[1, 3] = False  # padding: no turns, advantage 0
+    dense[1, 3], masks[1, 3] = 0, 0
+    kw = dict(std_normalize=std_normalize, weights=weights, present=present, kappa=1.5)
+    want = per_token_advantages(rewards, lengths, dense, **kw)
+    got = per_token_advantages(rewards, lengths, turn_spans(masks), **kw)
+    assert len(got) == B * G
+    assert all(g.shape == (T,) and g.dtype == np.float32 for g in got)
+    assert np.array_equal(np.stack(got).reshape(B, G, T), want)  # exactly, bit for bit
+    assert np.all(want[0, 1] == 0.0) and np.all(want[1, 3] == 0.0)
+
+
+@settings(max_examples=60, deadline=None)
+@given(
+    st.lists(
+        st.tuples(
+            st.floats(-5, 5),
+            st.lists(st.booleans(), max_size=12),
+            st.integers(0, 2),
+            st.floats(0.1, 3),
+        ),
+        min_size=1,
+        max_size=6,
+    ),
+    st.booleans(),
+)
+def test_property_span_form_equals_list_form_on_ragged_rollouts(rollouts, std_normalize):
+    rewards = np.array([r for r, _, _, _ in rollouts])
+    masks = [np.array(m, dtype=np.int64) for _, m, _, _ in rollouts]
+    turns = [reference_token_turns(m) for m in masks]
+    lengths = np.array(
+        [t.max(initial=0) + extra for t, (_, _, extra, _) in zip(turns, rollouts, strict=True)]
+    )
+    weights = np.array([w for _, _, _, w in rollouts])
+    kw = dict(std_normalize=std_normalize, weights=weights, dtype=np.float64)
+    want = per_token_advantages(rewards, lengths, turns, **kw)
+    got = per_token_advantages(rewards, lengths, [turn_spans(m) for m in masks], **kw)
+    for g, w, m in zip(got, want, masks, strict=True):
+        assert g.shape == (len(m),)
+        assert np.array_equal(g, w)
+
+
+@pytest.mark.parametrize(
+    ("starts", "stops", "n_tokens", "message"),
+    [
+        ([0, 3], [4, 6], 8, r"turn 2 = \[3, 6\) after turn 1 = \[0, 4\)"),  # overlap
+        ([5, 0], [6, 2], 8, r"turn 2 = \[0, 2\) after turn 1"),  # unordered
+        ([2], [1], 8, r"turn 1 = \[2, 1\)"),  # stops before it starts
+        ([0, 6], [2, 9], 8, r"n_tokens=8; got turn 2 = \[6, 9\)"),  # past n_tokens
+        ([-1], [2], 8, r"turn 1 = \[-1, 2\)"),
+    ],
+)
+def test_invalid_spans_are_errors_naming_the_rollout(starts, stops, n_tokens, message):
+    spans = [TurnSpans([0], [1], 4), TurnSpans(starts, stops, n_tokens)]
+    with pytest.raises(ValueError, match=rf"turn spans of rollout 1 must satisfy .*{message}"):
+        per_token_advantages([1.0, 0.0], [2, 2], spans)
+
+
+def test_more_spans_than_the_rollout_length_is_an_error():
+    spans = [TurnSpans([0], [1], 4), TurnSpans([0, 2, 4], [1, 3, 5], 6)]
+    with pytest.raises(ValueError, match="rollout 1 hold 3 turns; its length is 2"):
+        per_token_advantages([1.0, 0.0], [2, 2], spans)
+    no_turns = [spans[0], TurnSpans([], [], 3)]
+    absent = per_token_advantages([1.0, 0.0], [2, 2], no_turns, present=[True, False])
+    assert absent[1].tolist() == [0.0, 0.0, 0.0]
+
+
+def test_spans_and_turn_index_arrays_do_not_mix():
+    with pytest.raises(ValueError, match=r"token_turns\[1\] is not TurnSpans"):
+        per_token_advantages([1.0, 0.0], [1, 1], [TurnSpans([0], [1], 2), np.array([1, 0])])
+
+
+def test_adjacent_and_empty_spans_equal_their_turn_indices():
+    # turn 2 starts where turn 1 stops; turn 3 is empty; turn 4 runs to the end
+    spans = [TurnSpans([1, 3, 5, 5], [3, 5, 5, 7], 7), TurnSpans([0], [0], 2)]
+    dense = np.array([[0, 1, 1, 2, 2, 4, 4], [0, 0, 0, 0, 0, 0, 0]])
+    r, lengths = [1.0, 0.0], [4, 1]
+    want = per_token_advantages(r, lengths, dense, dtype=np.float64)
+    got = per_token_advantages(r, lengths, spans, dtype=np.float64)
+    assert np.array_equal(got[0], want[0])
+    assert np.array_equal(got[1], want[1, :2])

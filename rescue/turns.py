@@ -1,0 +1,155 @@
+"""Turns of a rollout as token spans: the loss mask of a merged multi-turn trajectory.
+
+Specification
+-------------
+A merged multi-turn rollout is one token sequence ``turn_1 + obs + turn_2 + ... + turn_L``
+whose loss mask is 1 on the agent's tokens and 0 on observation tokens. Turn ``ℓ`` is the
+``ℓ``-th run of 1s, the half-open span ``[s_ℓ, e_ℓ)``. A rollout's spans are valid when::
+
+    0 ≤ s_1 ≤ e_1 ≤ s_2 ≤ e_2 ≤ ... ≤ s_L ≤ e_L ≤ n_tokens
+
+and so its tokens are the alternating segments ``gap_0, turn_1, gap_1, ..., turn_L, gap_L``
+with lengths ``s_1, e_1 - s_1, s_2 - e_1, ..., n_tokens - e_L`` (all ≥ 0). A per-turn value
+``v[ℓ]`` becomes per-token values by repeating ``0, v[1], 0, v[2], ..., v[L], 0`` by those
+lengths: the same numbers a per-token turn index ``ℓ_t`` (0 on observations) gathers as
+``v[ℓ_t]``, without reading or writing a per-token index.
+
+``broadcast`` does this for a whole batch at once: the rollouts are laid end to end in one
+token stream, so the stream is again ``gap, turn, gap, ..., turn, gap`` and one ``np.repeat``
+writes every token. Invalid spans are an error naming the rollout and the turn.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import numpy as np
+
+
+@dataclass(frozen=True, eq=False)
+class TurnSpans:
+    """The turns of one rollout: turn ``ℓ`` is tokens ``starts[ℓ-1]:stops[ℓ-1]``.
+
+    Attributes:
+        starts: ``[L]`` first token of each turn (int64 after construction).
+        stops: ``[L]`` one past the last token of each turn.
+        n_tokens: tokens in the rollout; those outside every span (observations, prompt)
+            get advantage 0.
+
+    Only shapes and types are checked here; the order ``0 ≤ s_1 ≤ e_1 ≤ ... ≤ e_L ≤
+    n_tokens`` is checked where the spans are used, naming the rollout.
+    """
+
+    starts: np.ndarray
+    stops: np.ndarray
+    n_tokens: int
+
+    def __post_init__(self) -> None:
+        for name in ("starts", "stops"):
+            x = np.asarray(getattr(self, name))
+            if x.ndim != 1 or (x.size and not np.issubdtype(x.dtype, np.integer)):
+                raise ValueError(
+                    f"TurnSpans.{name} must be a 1-D integer array (one token index per "
+                    f"turn); got shape {x.shape}, dtype {x.dtype}"
+                )
+            object.__setattr__(self, name, x.astype(np.int64, copy=False))
+        if self.starts.shape != self.stops.shape:
+            raise ValueError(
+                f"TurnSpans.starts and .stops must have one entry per turn; got "
+                f"{self.starts.size} starts and {self.stops.size} stops"
+            )
+        if not isinstance(self.n_tokens, (int, np.integer)) or self.n_tokens < 0:
+            raise ValueError(f"TurnSpans.n_tokens must be an integer >= 0; got {self.n_tokens!r}")
+        object.__setattr__(self, "n_tokens", int(self.n_tokens))
+
+
+def turn_spans(loss_mask) -> TurnSpans | list[TurnSpans]:
+    """The turns of a 0/1 loss mask: turn ``ℓ`` is the ``ℓ``-th run of 1s.
+
+    Args:
+        loss_mask: ``[T]`` 0/1 (or bool) mask of one rollout, or ``[..., T]`` for several
+            rollouts of equal length (ragged rollouts: call it once per rollout).
+
+    Returns:
+        ``TurnSpans`` for a 1-D mask, else a list of them in row-major order (the order
+        ``per_token_advantages`` reads rollouts in).
+    """
+    m = np.asarray(loss_mask)
+    if m.ndim == 0:
+        raise ValueError("loss_mask must be [T] or [..., T] (one 0/1 entry per token)")
+    K, T = math.prod(m.shape[:-1]), m.shape[-1]
+    rows = m.reshape(K, T)
+    if rows.dtype != bool:
+        bad = (rows != 0) & (rows != 1)
+        if bad.any():
+            k, t = (int(x) for x in np.argwhere(bad)[0])
+            raise ValueError(
+                f"loss_mask of rollout {k} holds {rows[k, t].item()!r} at token {t}; "
+                "allowed: 0 (observation) and 1 (turn)"
+            )
+    # Rows end to end, each framed by a 0 on both sides: the value changes at the edges of
+    # the runs of 1s, alternately a start and a stop, and no run crosses a row. An edge
+    # between positions i and i+1 of the stream is token i % (T+2) of rollout i // (T+2).
+    framed = np.zeros((K, T + 2), dtype=bool)
+    framed[:, 1:-1] = rows
+    stream = framed.ravel()
+    rollout, token = np.divmod(np.flatnonzero(stream[1:] != stream[:-1]), T + 2)
+    starts, stops, rollout = token[0::2], token[1::2], rollout[0::2]
+    n_turns = np.bincount(rollout, minlength=K)
+    last = np.cumsum(n_turns)
+    spans = [
+        TurnSpans(starts[a:b], stops[a:b], T)
+        for a, b in zip((last - n_turns).tolist(), last.tolist(), strict=True)
+    ]
+    return spans[0] if m.ndim == 1 else spans
+
+
+def broadcast(table: np.ndarray, spans: Sequence[TurnSpans], lengths: np.ndarray) -> list:
+    """Per-token values ``table[k, ℓ]`` on turn ``ℓ`` of rollout ``k``, 0 between turns.
+
+    Args:
+        table: ``[K, L_max + 1]`` values per rollout and turn (column ``ℓ`` is turn ``ℓ``;
+            column 0 is not read). Its dtype is the output's.
+        spans: ``K`` ``TurnSpans``, one per row of ``table``.
+        lengths: ``[K]`` turns each rollout reached; a rollout with more spans is an error.
+
+    Returns:
+        ``K`` 1-D arrays of ``n_tokens`` values each, views of one contiguous buffer.
+    """
+    K = len(spans)
+    n_turns = np.array([len(s.starts) for s in spans], dtype=np.int64).reshape(K)
+    over = np.flatnonzero(n_turns > lengths)
+    if over.size:
+        k = int(over[0])
+        raise ValueError(
+            f"turn spans of rollout {k} hold {int(n_turns[k])} turns; its length is "
+            f"{int(lengths[k])} turns"
+        )
+    n = np.array([s.n_tokens for s in spans], dtype=np.int64).reshape(K)
+    first_token = np.cumsum(n) - n  # where each rollout starts in the stream
+    first_span = np.cumsum(n_turns) - n_turns
+    rollout = np.repeat(np.arange(K), n_turns)  # of each span
+    ell = np.arange(rollout.size) - first_span[rollout] + 1  # its turn ℓ
+    s = np.concatenate([x.starts for x in spans] or [np.zeros(0, np.int64)])
+    e = np.concatenate([x.stops for x in spans] or [np.zeros(0, np.int64)])
+
+    # Segment lengths of the stream gap, turn, gap, ..., turn, gap; every one >= 0.
+    bounds = np.stack([s, e], axis=1).ravel() + np.repeat(first_token[rollout], 2)
+    count = np.diff(bounds, prepend=0, append=n.sum())
+    gap, run = count[:-1:2], count[1::2]
+    bad = np.flatnonzero((gap < 0) | (run < 0) | (s < 0) | (e > n[rollout]))
+    if bad.size:
+        j = int(bad[0])
+        k = int(rollout[j])
+        after = f" after turn {ell[j] - 1} = [{s[j - 1]}, {e[j - 1]})" if ell[j] > 1 else ""
+        raise ValueError(
+            f"turn spans of rollout {k} must satisfy 0 <= start_1 <= stop_1 <= start_2 <= ... "
+            f"<= stop_L <= n_tokens={n[k]}; got turn {ell[j]} = [{s[j]}, {e[j]}){after}"
+        )
+
+    value = np.zeros(count.size, dtype=table.dtype)
+    value[1::2] = table[rollout, ell]
+    stream = np.repeat(value, count)
+    return [stream[a : a + m] for a, m in zip(first_token.tolist(), n.tolist(), strict=True)]
