@@ -40,7 +40,8 @@ import os
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
-from rescue.gate import ENV_SEED, coin
+from rescue.gate import coin, seed_from_env
+from rescue.miles.samples import field, rollout_key, rollout_record, trajectory_samples
 from rescue.outcomes import Classification, is_capped
 
 #: Environment variable holding rho, the masked fraction of capped trajectories.
@@ -85,16 +86,6 @@ def rho_from_env(env: Mapping[str, str] | None = None) -> float:
     return DEFAULT_MASK_RHO if not text.strip() else parse_rho(text)
 
 
-def seed_from_env(env: Mapping[str, str] | None = None) -> int:
-    """``RESCUE_SEED`` (default 0), validated."""
-    env = os.environ if env is None else env
-    text = env.get(ENV_SEED) or "0"
-    try:
-        return int(text)
-    except ValueError:
-        raise ValueError(f"{ENV_SEED}={text!r} is not an integer") from None
-
-
 def mask_truncated_zero_reward(args: Any, groups: list) -> None:
     """The mask arm: set ``remove_sample`` on every sample of every capped trajectory.
 
@@ -115,8 +106,6 @@ def mask_random_fraction(args: Any, groups: list) -> None:
 
 
 def _apply(args: Any, groups: Iterable, *, rho: float, seed: int) -> None:
-    from rescue.miles.samples import rollout_record, trajectory_samples
-
     reward_key = getattr(args, "reward_key", None)
     for g, group in enumerate(groups):
         if not isinstance(group, list):
@@ -139,11 +128,10 @@ def _apply(args: Any, groups: Iterable, *, rho: float, seed: int) -> None:
 def _key(samples: Sequence[Any], group_position: int, position: int) -> int | str:
     """The coin key of a trajectory: ``rollout_id``, else ``index`` (as Miles keys rollouts)."""
     first = samples[0]
-    for name in ("rollout_id", "index"):
-        value = getattr(first, name, None)
-        if value is not None:
-            return value
-    group_index = getattr(first, "group_index", None)
+    key = rollout_key(first)
+    if key is not None:
+        return key
+    group_index = field(first, "group_index")
     if group_index is not None:
         return f"{group_index}/{position}"
     raise ValueError(

@@ -117,15 +117,10 @@ class Gate:
         """A gate from ``RESCUE_ARM`` (default drop), ``RESCUE_A`` and ``RESCUE_SEED``."""
         env = os.environ if env is None else env
         a = env.get(ENV_A) or None
-        seed_text = env.get(ENV_SEED) or "0"
-        try:
-            seed = int(seed_text)
-        except ValueError:
-            raise ValueError(f"{ENV_SEED}={seed_text!r} is not an integer") from None
         return cls(
             arm=env.get(ENV_ARM) or Arm.DROP.value,
             a=_parse_float(a, ENV_A) if a is not None else None,
-            seed=seed,
+            seed=seed_from_env(env),
             max_staleness=max_staleness,
         )
 
@@ -164,6 +159,16 @@ class Gate:
             parts.append(f"a={self.a:g}")
         parts += [f"seed={self.seed}", f"K={self.max_staleness}"]
         return " ".join(parts)
+
+
+def seed_from_env(env: Mapping[str, str] | None = None) -> int:
+    """``RESCUE_SEED`` (default 0), validated: the seed of every coin rescue flips."""
+    env = os.environ if env is None else env
+    text = env.get(ENV_SEED) or "0"
+    try:
+        return int(text)
+    except ValueError:
+        raise ValueError(f"{ENV_SEED}={text!r} is not an integer") from None
 
 
 def _parse_float(value: object, setting: str) -> float:

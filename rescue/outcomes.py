@@ -148,11 +148,17 @@ def is_agentic(metadata: Mapping[str, Any]) -> bool:
     return not AGENTIC_KEYS.isdisjoint(metadata)
 
 
-def _status_value(status: Any) -> str | None:
+#: The status values of Miles' and slime's ``Sample.Status``.
+STATUS_VALUES = frozenset({"pending", "completed", "truncated", "aborted", "failed"})
+
+
+def status_value(status: Any) -> str | None:
     """``Sample.Status.TRUNCATED``, ``"truncated"`` and ``"Status.TRUNCATED"`` all → ``"truncated"``."""
     if status is None:
         return None
     value = getattr(status, "value", status)
+    if value in STATUS_VALUES:
+        return value
     return str(value).rsplit(".", 1)[-1].lower()
 
 
@@ -169,9 +175,9 @@ def classify(
     if metadata.get("outcome") is not None:
         outcome = Outcome.parse(metadata["outcome"], field="metadata['outcome']")
         return Classification(outcome, str(metadata.get("outcome_reason", "agent")))
-    status_value = _status_value(status)
-    if status_value in _UNFINISHED_STATUSES:
-        return Classification(Outcome.INFRA_NO_RESULT, status_value)
+    status_text = status_value(status)
+    if status_text in _UNFINISHED_STATUSES:
+        return Classification(Outcome.INFRA_NO_RESULT, status_text)
     exit_status = metadata.get("exit_status")
     if exit_status is not None:
         report = metadata.get("eval_report") or {}
@@ -187,7 +193,7 @@ def classify(
         )
     if agentic if agentic is not None else is_agentic(metadata):
         return Classification(Outcome.INFRA_NO_RESULT, "no_exit_status")
-    if status_value == "truncated":
+    if status_text == "truncated":
         return Classification(Outcome.BUDGET_FAILURE, "truncated")
     if metadata.get("end_reason") in _BUDGET_END_REASONS:
         return Classification(Outcome.BUDGET_FAILURE, str(metadata["end_reason"]))

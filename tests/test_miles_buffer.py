@@ -19,14 +19,17 @@ import pytest
 from miles_env import require_miles
 
 from rescue.census import Bucket
-from rescue.gate import coin
+from rescue.gate import Gate, coin
 from rescue.miles.buffer import QUEUE_SIZE_KEY, FifoStore, RescueDataBuffer
 from rescue.miles.samples import (
     WEIGHT_KEY,
+    gate_group,
     group_id,
+    group_newest_weight_version,
     group_oldest_weight_version,
     group_staleness,
     is_aborted,
+    rollout_key,
     rollout_record,
     trajectories_of,
 )
@@ -446,6 +449,47 @@ def test_staleness_is_the_oldest_numeric_version_over_samples_and_turns():
     assert group_staleness(group, 10) == 4
     assert group_staleness(group, None) is None
     assert group_staleness([FakeSample(weight_versions=["x"])], 10) is None
+
+
+def test_newest_version_is_the_highest_numeric_version_over_samples_turns_and_dicts():
+    group = [
+        [FakeSample(weight_versions=["7", "9"]), FakeSample(weight_versions=["8"])],
+        {"weight_versions": ["default", "11"]},
+    ]
+    assert group_newest_weight_version(group) == 11
+    assert group_newest_weight_version([FakeSample(weight_versions=["x"])]) is None
+
+
+def test_rollout_key_is_the_rollout_id_else_the_index():
+    assert rollout_key(FakeSample(rollout_id=7, index=3)) == 7
+    assert rollout_key({"index": 3}) == 3
+    assert rollout_key(FakeSample()) is None
+
+
+def test_gate_group_buckets_and_weights_a_group_as_the_gate_decides():
+    gate = Gate(arm="protect", a=0.5, seed=0, max_staleness=0)
+    won = next(g for g in range(100) if coin(0, g) < 0.5)
+    lost = next(g for g in range(100) if coin(0, g) >= 0.5)
+    fresh = fake_group(lost, version=3)
+    fresh[0].metadata[WEIGHT_KEY] = 2.0  # a leftover weight is removed
+    gated = gate_group(gate, fresh, 3)
+    assert (gated.gid, gated.bucket, gated.staleness, gated.weight) == (
+        lost,
+        Bucket.TRAINED_FRESH,
+        0,
+        1.0,
+    )
+    assert gated.kept and all(WEIGHT_KEY not in s.metadata for s in fresh)
+    protected = fake_group(won, version=1, nested=True)
+    gated = gate_group(gate, protected, 3)
+    assert gated.bucket is Bucket.TRAINED_PROTECTED and gated.weight == 2.0
+    assert all(s.metadata[WEIGHT_KEY] == 2.0 for t in protected for s in t)
+    dropped = fake_group(lost, version=1)
+    gated = gate_group(gate, dropped, 3)
+    assert gated.bucket is Bucket.DROPPED_STALE and not gated.kept
+    assert all(WEIGHT_KEY not in s.metadata for s in dropped)
+    stale = gate_group(Gate(arm="never-drop", max_staleness=0), fake_group(lost, version=1), 3)
+    assert stale.bucket is Bucket.TRAINED_STALE and stale.weight == 1.0
 
 
 def test_abort_is_detected_in_nested_trajectories_and_sample_dicts():

@@ -17,6 +17,7 @@ from miles_env import require_slime
 
 import filters
 from rescue.gate import Gate
+from rescue.miles.samples import group_id, iter_samples
 from rescue.slime import rollout
 from rescue.slime.rollout import ENV_MAX_STALENESS, Drain, engine_version, max_staleness_from_env
 
@@ -112,10 +113,10 @@ def test_protect_arm_weights_every_sample_of_a_kept_stale_group():
     kept_ids = [g for g in range(1, n) if gate.decide(g, 9).keep]
     d = drain(groups, gate)
     out, m = d.collect(ARGS, target=1 + len(kept_ids))
-    assert [rollout.group_id(g) for g in out] == [0, *kept_ids]
+    assert [group_id(g) for g in out] == [0, *kept_ids]
     assert all("rescue_weight" not in s.metadata for s in out[0])
     for g in out[1:]:
-        assert [s.metadata["rescue_weight"] for s in rollout.iter_samples(g)] == [4.0, 4.0]
+        assert [s.metadata["rescue_weight"] for s in iter_samples(g)] == [4.0, 4.0]
     assert m[f"{P}groups/trained_protected"] == len(kept_ids) == m[f"{P}protected_groups"]
     assert m[f"{P}protected_weight_mean"] == 4.0
     # The drain stops at the last group it needs: groups 1..max(kept_ids) were popped.

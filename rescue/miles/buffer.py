@@ -49,18 +49,11 @@ import logging
 from argparse import Namespace
 from collections import Counter, deque
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
 from typing import Any
 
 from rescue.census import Bucket, Census
 from rescue.gate import Arm, Gate
-from rescue.miles.samples import (
-    group_id,
-    group_records,
-    group_staleness,
-    is_aborted,
-    set_group_weight,
-)
+from rescue.miles.samples import GatedGroup, gate_group, group_id, is_aborted
 
 logger = logging.getLogger(__name__)
 
@@ -69,17 +62,6 @@ QUEUE_SIZE_KEY = "rollout/fully_async/queue_size"
 _STALE_KEY = "rollout/fully_async/stale_groups_filtered"
 _ABORTED_KEY = "rollout/fully_async/aborted_groups_filtered"
 _FILTER_PREFIX = "rollout/dynamic_filter/drop_"
-
-
-@dataclass
-class _Trained:
-    """A group handed to training, settled in the census at the next ``get_metrics``."""
-
-    gid: Any
-    group: Any
-    bucket: Bucket
-    staleness: int | None
-    weight: float
 
 
 class RescueDataBuffer:
@@ -135,7 +117,7 @@ class RescueDataBuffer:
             self._dynamic_filter = _import_dotted(filter_path)
         self._store = store
         self.census = Census()
-        self._trained: deque[_Trained] = deque()
+        self._trained: deque[GatedGroup] = deque()  # settled at the next get_metrics()
         self._blocked_puts = 0
         self._metric_aborted = 0
         self._metric_stale_dropped = 0
@@ -172,38 +154,26 @@ class RescueDataBuffer:
         while True:
             entry = await self._store.get(current_version=current_version, **context)
             # No await from here on: a cancelled get() never loses a popped group.
-            group = entry.group
-            gid = group_id(group)
-            staleness = group_staleness(group, current_version)
-            decision = self.gate.decide(gid, staleness)
-            if decision.keep:
-                if decision.protected:
-                    bucket = Bucket.TRAINED_PROTECTED
-                    set_group_weight(group, decision.weight)
-                else:
-                    bucket = Bucket.TRAINED_STALE if decision.stale else Bucket.TRAINED_FRESH
-                    set_group_weight(group, None)
-                self._trained.append(_Trained(gid, group, bucket, staleness, decision.weight))
+            gated = gate_group(self.gate, entry.group, current_version)
+            if gated.kept:
+                self._trained.append(gated)
                 return entry
             logger.info(
                 "Dropped stale group %s (staleness=%s > max=%s, gate %s)",
-                gid,
-                staleness,
+                gated.gid,
+                gated.staleness,
                 self._max_staleness,
                 self.gate.describe(),
             )
-            # Records before the handler: a retry handler resets the samples in place.
-            records = group_records(group, reward_key=self._reward_key)
-            self.census.settle(gid, Bucket.DROPPED_STALE, records, staleness=staleness)
+            # Settle before the handler: a retry handler resets the samples in place.
+            gated.settle(self.census, reward_key=self._reward_key)
             self._metric_stale_dropped += 1
             self._unused_handler_fn(entry.prompt_group)
 
     def get_metrics(self) -> dict[str, float]:
         """Miles' buffer metrics and the census of the step (window counters reset here)."""
         while self._trained:
-            t = self._trained.popleft()
-            records = group_records(t.group, reward_key=self._reward_key)
-            self.census.settle(t.gid, t.bucket, records, staleness=t.staleness, weight=t.weight)
+            self._trained.popleft().settle(self.census, reward_key=self._reward_key)
         metrics = dict(self._store.get_metrics())
         metrics[_ABORTED_KEY] = self._metric_aborted
         metrics[_STALE_KEY] = self._metric_stale_dropped

@@ -51,7 +51,7 @@ from typing import Any
 
 import numpy as np
 
-from rescue.miles.samples import WEIGHT_KEY
+from rescue.miles.samples import WEIGHT_KEY, rollout_key
 
 #: Environment variable choosing the baseline population.
 ENV_BASELINE = "RESCUE_BASELINE"
@@ -143,7 +143,8 @@ def normalize_rewards(
     row_reward: list[float] = []
     row_kept: list[bool] = []
     for i, (s, g) in enumerate(zip(samples, group_ids(args, samples), strict=True)):
-        key = (g, _rollout_key(s, i))
+        rollout = rollout_key(s)
+        key = (g, ("row", i) if rollout is None else rollout)
         r = rows.get(key)
         if r is None:
             r = rows[key] = len(row_group)
@@ -216,16 +217,6 @@ def check_weighting_supported(args: Any) -> None:
             f"--advantage-estimator {estimator} with metadata[{WEIGHT_KEY!r}] != 1 (protected "
             f"stale groups); allowed: {', '.join(sorted(WEIGHTED_ESTIMATORS))}"
         )
-
-
-def _rollout_key(sample: Any, position: int) -> Any:
-    rollout_id = getattr(sample, "rollout_id", None)
-    if rollout_id is not None:
-        return rollout_id
-    index = getattr(sample, "index", None)
-    if index is not None:
-        return index
-    return ("row", position)
 
 
 def _finite_rewards(raw_rewards: Sequence[Any], samples: Sequence[Any]) -> np.ndarray:

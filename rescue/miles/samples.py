@@ -31,21 +31,29 @@ Rules (each equal to Miles' own where Miles has one):
   trains). The outcome comes from ``rescue.outcomes.classify``.
 - loss weight: ``metadata["rescue_weight"]`` (``WEIGHT_KEY``) on every sample of a
   protected group; absent means 1.
+- gating (``gate_group``, shared by the Miles buffer and the slime drain): the gate
+  decides on the group id and staleness; a dropped group's bucket is ``dropped_stale``;
+  a kept group is tagged with its loss weight (``1/a`` when protected, any leftover key
+  removed otherwise) and its bucket is ``trained_protected``, ``trained_stale`` or
+  ``trained_fresh``. ``GatedGroup.settle`` closes its census entry with the records of
+  its trajectories as they are at that moment.
 """
 
 from __future__ import annotations
 
 import hashlib
 from collections.abc import Iterable, Iterator, Mapping, Sequence
+from dataclasses import dataclass
 from typing import Any
 
-from rescue.census import RolloutRecord
+from rescue.census import Bucket, Census, RolloutRecord
+from rescue.gate import Gate
+from rescue.outcomes import status_value
 
 #: Metadata key carrying a sample's loss weight (1/a for a protected stale group).
 WEIGHT_KEY = "rescue_weight"
 
 _MISSING = object()
-_STATUS_VALUES = frozenset({"pending", "completed", "truncated", "aborted", "failed"})
 #: The record of a sample without metadata depends on (status, reward, remove_sample,
 #: generation calls) only; those records are memoized (classification is pure, records
 #: are frozen), up to this many distinct keys.
@@ -58,16 +66,6 @@ def field(sample: Any, name: str, default: Any = None) -> Any:
     if isinstance(sample, dict):
         return sample.get(name, default)
     return getattr(sample, name, default)
-
-
-def status_value(status: Any) -> str | None:
-    """``Sample.Status.ABORTED``, ``"aborted"`` → ``"aborted"``; ``None`` stays ``None``."""
-    if status is None:
-        return None
-    value = getattr(status, "value", status)
-    if value in _STATUS_VALUES:
-        return value
-    return str(value).rsplit(".", 1)[-1].lower()
 
 
 def _sample_status(sample: Any) -> str | None:
@@ -109,16 +107,10 @@ def group_id(group: Sequence[Any]) -> int | str:
     return "prompt:" + hashlib.blake2b(prompt.encode(), digest_size=8).hexdigest()
 
 
-def _versions(sample: Any) -> Any:
-    if isinstance(sample, dict):
-        return sample.get("weight_versions")
-    return getattr(sample, "weight_versions", None)
-
-
 def oldest_weight_version(sample: Any) -> int | None:
     """Minimum numeric weight version over a sample's generation calls."""
     best = None
-    for v in _versions(sample) or ():
+    for v in field(sample, "weight_versions") or ():
         text = v if v.__class__ is str else str(v)
         if text.isdigit() and (best is None or int(text) < best):
             best = int(text)
@@ -136,6 +128,17 @@ def group_oldest_weight_version(group: Iterable[Any]) -> int | None:
     return best
 
 
+def group_newest_weight_version(group: Iterable[Any]) -> int | None:
+    """Maximum numeric weight version across all trajectories and turns of a group."""
+    versions = [
+        int(v)
+        for s in iter_samples(group)
+        for v in field(s, "weight_versions") or ()
+        if str(v).isdigit()
+    ]
+    return max(versions, default=None)
+
+
 def group_staleness(group: Iterable[Any], current_version: int | None) -> int | None:
     """``current_version - oldest weight version``; ``None`` when either is unknown."""
     if current_version is None:
@@ -146,15 +149,7 @@ def group_staleness(group: Iterable[Any], current_version: int | None) -> int | 
 
 def is_aborted(group: Iterable[Any]) -> bool:
     """Whether any sample of the group was aborted (Miles rejects such groups at put)."""
-    for item in group:
-        for s in item if isinstance(item, list) else (item,):
-            status = s.get("status") if isinstance(s, dict) else getattr(s, "status", None)
-            value = getattr(status, "value", status)
-            if value == "aborted" or (
-                value not in _STATUS_VALUES and _sample_status(s) == "aborted"
-            ):
-                return True
-    return False
+    return any(_sample_status(s) == "aborted" for s in iter_samples(group))
 
 
 def reward_value(sample: Any, reward_key: str | None = None) -> float | None:
@@ -225,6 +220,15 @@ def group_records(group: Iterable[Any], *, reward_key: str | None = None) -> lis
     return [rollout_record(t, reward_key=reward_key) for t in group]
 
 
+def rollout_key(sample: Any) -> Any:
+    """The rollout a sample belongs to, as Miles keys it: ``rollout_id``, else ``index``.
+
+    ``None`` when the sample has neither; callers say what stands in then.
+    """
+    rid = field(sample, "rollout_id")
+    return rid if rid is not None else field(sample, "index")
+
+
 def trajectories_of(samples: Iterable[Any]) -> list[list[Any]]:
     """Split a flat sample list (what Miles logs and trains) into trajectories.
 
@@ -234,8 +238,7 @@ def trajectories_of(samples: Iterable[Any]) -> list[list[Any]]:
     out: list[list[Any]] = []
     last: Any = _MISSING
     for s in samples:
-        rid = field(s, "rollout_id")
-        key = (field(s, "group_index"), rid if rid is not None else field(s, "index"))
+        key = (field(s, "group_index"), rollout_key(s))
         if out and key == last and key[1] is not None:
             out[-1].append(s)
         else:
@@ -267,3 +270,39 @@ def set_group_weight(group: Iterable[Any], weight: float | None) -> None:
                 else:
                     s.metadata = metadata
             metadata[WEIGHT_KEY] = float(weight)
+
+
+@dataclass
+class GatedGroup:
+    """A group after the gate: its id, staleness, census bucket and loss weight."""
+
+    gid: int | str
+    group: Any
+    staleness: int | None
+    bucket: Bucket
+    weight: float
+
+    @property
+    def kept(self) -> bool:
+        """Whether the gate kept the group for training."""
+        return self.bucket.trained
+
+    def settle(self, census: Census, *, reward_key: str | None = None) -> None:
+        """Close the group's census entry into its bucket, with its trajectories' records."""
+        records = group_records(self.group, reward_key=reward_key)
+        census.settle(self.gid, self.bucket, records, staleness=self.staleness, weight=self.weight)
+
+
+def gate_group(gate: Gate, group: Sequence[Any], current_version: int | None) -> GatedGroup:
+    """Pass one group through the gate; a kept group is tagged with its loss weight."""
+    gid = group_id(group)
+    staleness = group_staleness(group, current_version)
+    decision = gate.decide(gid, staleness)
+    if not decision.keep:
+        return GatedGroup(gid, group, staleness, Bucket.DROPPED_STALE, decision.weight)
+    if decision.protected:
+        set_group_weight(group, decision.weight)
+        return GatedGroup(gid, group, staleness, Bucket.TRAINED_PROTECTED, decision.weight)
+    set_group_weight(group, None)
+    bucket = Bucket.TRAINED_STALE if decision.stale else Bucket.TRAINED_FRESH
+    return GatedGroup(gid, group, staleness, bucket, decision.weight)

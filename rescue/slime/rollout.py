@@ -54,14 +54,13 @@ import urllib.request
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any, Protocol
 
-from rescue.census import PREFIX, Bucket, Census
-from rescue.gate import Arm, Decision, Gate
+from rescue.census import PREFIX, Census
+from rescue.gate import Arm, Gate
 from rescue.miles.samples import (
-    group_id,
-    group_records,
-    group_staleness,
+    GatedGroup,
+    gate_group,
+    group_newest_weight_version,
     iter_samples,
-    set_group_weight,
 )
 
 logger = logging.getLogger(__name__)
@@ -91,14 +90,6 @@ def max_staleness_from_env(env: Mapping[str, str] | None = None) -> int | None:
     if k < 0:
         raise ValueError(f"{ENV_MAX_STALENESS}={text!r}; allowed: a non-negative integer, or unset")
     return k
-
-
-def newest_version(group: Sequence[Any]) -> int | None:
-    """The highest numeric weight version on any sample of a group (``None`` if none)."""
-    versions = [
-        int(v) for x in iter_samples(group) for v in x.weight_versions or () if str(v).isdigit()
-    ]
-    return max(versions) if versions else None
 
 
 class Drain:
@@ -136,34 +127,28 @@ class Drain:
     def current_version(self, groups: Sequence[Sequence[Any]] = ()) -> int | None:
         """max(engine version, highest version seen on any sample so far)."""
         for group in groups:
-            v = newest_version(group)
+            v = group_newest_weight_version(group)
             if v is not None and (self.max_seen_version is None or v > self.max_seen_version):
                 self.max_seen_version = v
         engine = self._engine_version()
         candidates = [v for v in (engine, self.max_seen_version) if v is not None]
         return max(candidates) if candidates else None
 
-    def decide(
-        self, args: Any, group: Sequence[Any], current_version: int | None
-    ) -> tuple[Any, Decision, int | None]:
-        """Enter a popped group in the census and gate it: ``(group id, decision, staleness)``.
+    def decide(self, args: Any, group: Sequence[Any], current_version: int | None) -> GatedGroup:
+        """Enter a popped group in the census and gate it (``rescue.miles.samples.gate_group``).
 
-        A dropped group is settled here; every sample of a protected group gets its weight.
+        A dropped group is settled here; a kept group carries its weight and settles in
+        ``collect``.
         """
-        key = group_id(group)
-        self.census.enter(key, len(group))
-        staleness = group_staleness(group, current_version)
-        decision = self.gate.decide(key, staleness)
-        if not decision.keep:
-            records = group_records(group, reward_key=getattr(args, "reward_key", None))
-            self.census.settle(key, Bucket.DROPPED_STALE, records, staleness=staleness)
-        else:  # a protected group carries 1/a; any other kept group weighs 1
-            set_group_weight(group, decision.weight if decision.protected else None)
-        return key, decision, staleness
+        gated = gate_group(self.gate, group, current_version)
+        self.census.enter(gated.gid, len(group))
+        if not gated.kept:
+            gated.settle(self.census, reward_key=getattr(args, "reward_key", None))
+        return gated
 
     def collect(self, args: Any, target: int) -> tuple[list[list], dict[str, float]]:
         """``target`` kept groups, sorted by ``index`` and filtered, and the step metrics."""
-        kept: list[tuple[Any, list, Decision, int | None]] = []
+        kept: list[GatedGroup] = []
         current: int | None = None
         while len(kept) < target:
             popped = self.worker.get_completed_groups(limit=target - len(kept))
@@ -172,18 +157,15 @@ class Drain:
                 continue
             current = self.current_version([group for _, group in popped])
             for _, group in popped:
-                key, decision, staleness = self.decide(args, group, current)
-                if decision.keep:
-                    kept.append((key, group, decision, staleness))
-        kept.sort(key=lambda entry: _first_index(entry[1]))
-        groups = [group for _, group, _, _ in kept]
+                if (gated := self.decide(args, group, current)).kept:
+                    kept.append(gated)
+        kept.sort(key=lambda gated: _first_index(gated.group))
+        groups = [gated.group for gated in kept]
         if self.sample_filter is not None:
             self.sample_filter(args, groups)
         reward_key = getattr(args, "reward_key", None)
-        for key, group, decision, staleness in kept:
-            records = group_records(group, reward_key=reward_key)
-            bucket = _bucket(decision)
-            self.census.settle(key, bucket, records, staleness=staleness, weight=decision.weight)
+        for gated in kept:  # after the filter, so the records carry its masks
+            gated.settle(self.census, reward_key=reward_key)
         metrics = self.census.step_metrics(PREFIX)
         metrics[f"{PREFIX}worker_queue"] = float(self.worker.queue_size())
         if current is not None:
@@ -318,12 +300,6 @@ def _stop() -> None:
 
 
 atexit.register(_stop)
-
-
-def _bucket(decision: Decision) -> Bucket:
-    if not decision.stale:
-        return Bucket.TRAINED_FRESH
-    return Bucket.TRAINED_PROTECTED if decision.protected else Bucket.TRAINED_STALE
 
 
 def _first_index(group: Sequence[Any]) -> int:
