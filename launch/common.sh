@@ -41,9 +41,15 @@ rescue_run() {
   "$@"
 }
 
-# `rescue ...` with RESCUE_PY, this checkout first on its path (rescue_run rules apply).
+# `rescue ...` with RESCUE_PY, this checkout first on its path (rescue_run rules apply);
+# leading NAME=VALUE words are set in its environment.
 rescue_cli() {
-  rescue_run env "PYTHONPATH=$RESCUE_DIR${PYTHONPATH:+:$PYTHONPATH}" "$RESCUE_PY" -m rescue "$@"
+  local -a vars=()
+  while (($#)) && [[ $1 =~ ^[A-Za-z_][A-Za-z0-9_]*= ]]; do
+    vars+=("$1")
+    shift
+  done
+  rescue_run env "PYTHONPATH=$RESCUE_DIR${PYTHONPATH:+:$PYTHONPATH}" "${vars[@]}" "$RESCUE_PY" -m rescue "$@"
 }
 
 # A line that says what would happen next without being a command (dry run), or nothing.
@@ -179,8 +185,7 @@ rescue_arm_flags() {
     never-drop) ;;
     protect)
       ARM_FLAGS=(
-        --max-weight-staleness "$STALENESS"
-        --custom-async-data-buffer-path rescue.miles.buffer.RescueDataBuffer
+        --max-weight-staleness "$STALENESS" "${buffer[@]}"
         --custom-reward-post-process-path rescue.miles.reward.post_process_rewards
       )
       ;;
@@ -247,7 +252,20 @@ rescue_shared_flags() {
   SHARED_FLAGS+=("${extra[@]}")
 }
 
-# RUNTIME_ENV_JSON: what the Ray job's processes see (rescue on PYTHONPATH, the gate).
+# AGENT_VARS: the SWE agent's settings as NAME=VALUE words, the same for training and the
+# pilot: the turn cap, $1 trials at once, then AGENT_ENV's words (which win).
+rescue_agent_vars() {
+  AGENT_VARS=("RESCUE_SWE_STEP_LIMIT=$MAX_TURNS" "RESCUE_SWE_MAX_CONCURRENCY=$1")
+  local -a words=()
+  read -ra words <<<"$AGENT_ENV"
+  local kv
+  for kv in "${words[@]}"; do
+    [[ $kv =~ ^[A-Za-z_][A-Za-z0-9_]*= ]] || rescue_die "AGENT_ENV entry '$kv' is not NAME=VALUE: set AGENT_ENV='RESCUE_SWE_TRIAL_TIMEOUT=5400 ...'"
+    AGENT_VARS+=("$kv")
+  done
+}
+
+# RUNTIME_ENV_JSON: what the Ray job's processes see (rescue on PYTHONPATH, the gate, the agent).
 rescue_runtime_env() {
   local pythonpath="$RESCUE_DIR:$MILES_DIR:$MEGATRON_DIR${PYTHONPATH:+:$PYTHONPATH}"
   local -a env=(
@@ -258,18 +276,11 @@ rescue_runtime_env() {
     "no_proxy=127.0.0.1,$MASTER_ADDR"
     "RESCUE_ARM=$ARM"
     "RESCUE_SEED=$SEED"
-    "RESCUE_SWE_STEP_LIMIT=$MAX_TURNS"
-    "RESCUE_SWE_MAX_CONCURRENCY=$AGENT_CONCURRENCY"
     "WANDB_TAGS=$WANDB_TAGS"
   )
   [[ $ARM == protect ]] && env+=("RESCUE_A=$A" "RESCUE_BASELINE=$BASELINE")
-  local -a extra_env=()
-  read -ra extra_env <<<"$AGENT_ENV"
-  local kv
-  for kv in "${extra_env[@]}"; do
-    [[ $kv =~ ^[A-Za-z_][A-Za-z0-9_]*= ]] || rescue_die "AGENT_ENV entry '$kv' is not NAME=VALUE: set AGENT_ENV='RESCUE_SWE_TRIAL_TIMEOUT=5400 ...'"
-    env+=("$kv")
-  done
+  rescue_agent_vars "$AGENT_CONCURRENCY"
+  env+=("${AGENT_VARS[@]}")
   RUNTIME_ENV_JSON=$("$JOB_PYTHON" -c '
 import json, sys
 print(json.dumps({"env_vars": dict(kv.split("=", 1) for kv in sys.argv[1:])}, separators=(",", ":")))

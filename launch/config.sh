@@ -59,9 +59,9 @@
 #   TITO_MODEL         qwen3. --tito-model of Miles' session server.
 #   MAX_TURNS          40. Turn cap of the agent: model calls per trial (RESCUE_SWE_STEP_LIMIT).
 #   AGENT_CONCURRENCY  ROLLOUT_BATCH_SIZE*N_SAMPLES. Trials at once (RESCUE_SWE_MAX_CONCURRENCY).
-#   AGENT_ENV          (empty) More settings of the agent for the job's runtime env, as
-#                      NAME=VALUE words, e.g. 'RESCUE_SWE_DOCKER_RUN_ARGS=--cpus=2
-#                      RESCUE_SWE_TRIAL_TIMEOUT=5400' (names: swe_smith_tasks/agent.py).
+#   AGENT_ENV          (empty) More settings of the agent for the job's runtime env and the
+#                      pilot, as NAME=VALUE words, e.g. 'RESCUE_SWE_DOCKER_RUN_ARGS=--cpus=2
+#                      RESCUE_SWE_TRIAL_TIMEOUT=5400' (names: swe_smith_tasks/agent_settings.py).
 #   MAX_SEQ_LEN        65536. Whole-trajectory context (--max-seq-len,
 #                      --rollout-max-context-len). Above Qwen3-8B's native 32768: the
 #                      checkpoint needs YaRN rope scaling (pre-flight checks).
@@ -126,7 +126,8 @@
 #   PILOT_LOW          0.2.  PILOT_HIGH 0.5. Success-rate window of the kept tasks.
 #   PILOT_OUT          OUTPUT_DIR/pilot. Pilot results (resumable) and SUBSET_FILE.
 #   REAP_ARGS          (empty) Flags of `rescue swe reap` for `make reap`, e.g. '--dry-run'.
-#   The pilot's agent uses MAX_TURNS, MAX_RESPONSE_LEN and TEMPERATURE, as training does.
+#   The pilot's agent uses MAX_TURNS, AGENT_ENV, MAX_RESPONSE_LEN and TEMPERATURE, as
+#   training does.
 #
 # Errors (one line on stderr, exit status 2):
 #   ARM='x' is not an arm: set ARM=drop, ARM=never-drop or ARM=protect

@@ -16,8 +16,8 @@ source "$LAUNCH_DIR/common.sh"
 [[ -s $TASKS_JSONL || $DRY_RUN == 1 ]] ||
   rescue_die "no TASKS_JSONL=$TASKS_JSONL: run make swe-prepare first"
 
-# The agent plays the pilot with the training settings.
-export RESCUE_SWE_STEP_LIMIT=$MAX_TURNS RESCUE_SWE_MAX_CONCURRENCY=$PILOT_CONCURRENCY
+# The agent plays the pilot with the training settings (turn cap and AGENT_ENV).
+rescue_agent_vars "$PILOT_CONCURRENCY"
 
 base_url=$PILOT_BASE_URL
 if [[ -z $base_url ]]; then
@@ -52,7 +52,7 @@ pilot=(swe pilot --tasks "$TASKS_JSONL" --out "$PILOT_OUT"
   --seed "$SEED" --temperature "$TEMPERATURE" --max-tokens "$MAX_RESPONSE_LEN"
   --low "$PILOT_LOW" --high "$PILOT_HIGH")
 [[ -n $PILOT_TASKS ]] && pilot+=(--max-tasks "$PILOT_TASKS")
-rescue_cli "${pilot[@]}"
+rescue_cli "${AGENT_VARS[@]}" "${pilot[@]}"
 if [[ $DRY_RUN != 1 && "$PILOT_OUT/subset.txt" != "$SUBSET_FILE" ]]; then
   cp "$PILOT_OUT/subset.txt" "$SUBSET_FILE"
 fi

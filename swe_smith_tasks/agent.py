@@ -204,12 +204,13 @@ class Trial:
         return None
 
     def _result(self, exit_status: str, grade: Grade | None) -> dict[str, Any]:
+        finish_reason = self.last_finish_reason()
         kind = classify_exit_status(
             exit_status,
             resolved=grade.resolved if grade else None,
             eval_status=grade.status if grade else None,
             patch_apply_failed=grade.patch_apply_failed if grade else False,
-            finish_reason=self.last_finish_reason(),
+            finish_reason=finish_reason,
         )
         reward = {Outcome.SOLVED: 1.0, Outcome.INFRA_NO_RESULT: None}.get(kind.outcome, 0.0)
         timings = {k: round(v, 3) for k, v in self.timings.copy().items()}
@@ -219,7 +220,7 @@ class Trial:
             "exit_status": exit_status,
             "outcome": kind.outcome.value,
             "outcome_reason": kind.reason,
-            "last_finish_reason": self.last_finish_reason(),
+            "last_finish_reason": finish_reason,
             "turns": turns,
             "resolved": grade.resolved if grade else None,
             "eval_report": grade.as_eval_report() if grade else {},

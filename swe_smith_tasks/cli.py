@@ -13,6 +13,13 @@ import argparse
 import sys
 from collections import Counter
 
+from swe_smith_tasks.pilot import DEFAULT_TRIAL_FN
+from swe_smith_tasks.prepare import HF_DATASET, IMAGE_NAMESPACE
+from swe_smith_tasks.reaper import DEFAULT_PREFIXES
+from swe_smith_tasks.subset import Window
+
+_WINDOW = Window()
+
 
 def configure(parser: argparse.ArgumentParser) -> None:
     """Add the ``prepare``, ``pilot`` and ``reap`` subcommands."""
@@ -21,9 +28,9 @@ def configure(parser: argparse.ArgumentParser) -> None:
     p = sub.add_parser("prepare", help="SWE-smith rows -> Miles prompt JSONL")
     p.add_argument(
         "--source",
-        default="SWE-bench/SWE-smith",
+        default=HF_DATASET,
         help="Hugging Face dataset name, or a local .jsonl/.json/.parquet file of its rows "
-        "(default SWE-bench/SWE-smith)",
+        f"(default {HF_DATASET})",
     )
     p.add_argument("--split", default="train", help="dataset split (default train)")
     p.add_argument("--out", required=True, help="output prompt JSONL")
@@ -34,9 +41,9 @@ def configure(parser: argparse.ArgumentParser) -> None:
     )
     p.add_argument(
         "--image-namespace",
-        default="swebench",
+        default=IMAGE_NAMESPACE,
         help="namespace task images are rewritten to, from swebench/ or jyangballin/ "
-        "(default swebench; e.g. a local mirror registry.local:5000/swebench)",
+        f"(default {IMAGE_NAMESPACE}; e.g. a local mirror registry.local:5000/swebench)",
     )
 
     q = sub.add_parser("pilot", help="n trials per task; keep tasks with success in the window")
@@ -65,17 +72,31 @@ def configure(parser: argparse.ArgumentParser) -> None:
         default=None,
         help="max new tokens per model call (default: the server's)",
     )
-    q.add_argument("--low", type=float, default=0.2, help="lowest success rate kept (default 0.2)")
     q.add_argument(
-        "--high", type=float, default=0.5, help="highest success rate kept (default 0.5)"
+        "--low",
+        type=float,
+        default=_WINDOW.low,
+        help=f"lowest success rate kept (default {_WINDOW.low:g})",
+    )
+    q.add_argument(
+        "--high",
+        type=float,
+        default=_WINDOW.high,
+        help=f"highest success rate kept (default {_WINDOW.high:g})",
     )
     q.add_argument(
         "--max-infra-fraction",
         type=float,
-        default=0.5,
-        help="drop a task when more than this fraction of its trials had no result (default 0.5)",
+        default=_WINDOW.max_infra_fraction,
+        help="drop a task when more than this fraction of its trials had no result "
+        f"(default {_WINDOW.max_infra_fraction:g})",
     )
-    q.add_argument("--z", type=float, default=1.96, help="Wilson interval z (default 1.96, 95%%)")
+    q.add_argument(
+        "--z",
+        type=float,
+        default=_WINDOW.z,
+        help=f"Wilson interval z (default {_WINDOW.z:g}, 95%%)",
+    )
     q.add_argument(
         "--retry-infra",
         action="store_true",
@@ -88,8 +109,8 @@ def configure(parser: argparse.ArgumentParser) -> None:
     )
     q.add_argument(
         "--agent",
-        default="swe_smith_tasks.agent.run",
-        help="trial function, package.module.function (default swe_smith_tasks.agent.run); "
+        default=DEFAULT_TRIAL_FN,
+        help=f"trial function, package.module.function (default {DEFAULT_TRIAL_FN}); "
         "another function gets base_url, prompt, request_kwargs and metadata only",
     )
     q.add_argument(
@@ -104,7 +125,7 @@ def configure(parser: argparse.ArgumentParser) -> None:
         "--prefix",
         action="append",
         default=None,
-        help="container name prefix, repeatable (default rescue-swe- and swesmith.eval.)",
+        help=f"container name prefix, repeatable (default {' and '.join(DEFAULT_PREFIXES)})",
     )
     r.add_argument(
         "--docker",
@@ -202,7 +223,7 @@ def _pilot(args: argparse.Namespace) -> int:
 
 
 def _reap(args: argparse.Namespace) -> int:
-    from swe_smith_tasks.reaper import DEFAULT_PREFIXES, DockerUnavailable, reap
+    from swe_smith_tasks.reaper import DockerUnavailable, reap
 
     try:
         report = reap(

@@ -19,8 +19,11 @@ so that one stand-in covers both, in a container that never saw the agent:
 
 ``Grade.status`` is the harness' vocabulary: ``completed`` (a verdict), ``timeout`` (the
 tests ran past the profile timeout: unresolved, a scored failure) and ``error`` (no
-verdict: ``patch_apply_failed`` tells the agent's fault from a grader fault). An empty
-patch is graded unresolved without running anything: the bug is still there.
+verdict: ``patch_apply_failed`` tells the agent's fault from a grader fault). A log
+without both start/end markers (the eval container was lost, the script never ran) is an
+``error`` with reason ``no_test_output``, never an unresolved verdict: swesmith's grader
+would call it unresolved. An empty patch is graded unresolved without running anything:
+the bug is still there.
 """
 
 from __future__ import annotations
@@ -33,7 +36,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from swe_smith_tasks.sandbox import Container, SandboxError
+from swe_smith_tasks.sandbox import Container, SandboxError, checkout_command
 
 #: Failing test names kept in a grade's report (the full lists can hold hundreds).
 MAX_LISTED_FAILURES = 20
@@ -101,9 +104,11 @@ def grade_from_log(instance: Mapping[str, Any], patch: str | None, log: str | Pa
 
     The log is the harness' ``test_output.txt``: the ``set -x`` trace with the start/end
     markers. A log that says the patch failed to apply gives status ``error`` with
-    ``patch_apply_failed``; one that says the tests timed out gives status ``timeout``.
+    ``patch_apply_failed``; one that says the tests timed out gives status ``timeout``; one
+    without the start/end markers gives status ``error`` (``no_test_output``).
     """
     from swebench.harness.constants import APPLY_PATCH_FAIL, TESTS_TIMEOUT
+    from swesmith.constants import TEST_OUTPUT_END, TEST_OUTPUT_START
     from swesmith.harness.grading import get_eval_report
 
     inst = task_instance(instance)
@@ -113,6 +118,8 @@ def grade_from_log(instance: Mapping[str, Any], patch: str | None, log: str | Pa
         return Grade("error", False, patch_apply_failed=True, reason="patch_apply_failed")
     if TESTS_TIMEOUT in log:
         return Grade("timeout", False, reason="tests_timeout")
+    if patch and not (TEST_OUTPUT_START in log and TEST_OUTPUT_END in log):
+        return Grade("error", False, reason="no_test_output", report={"error": log[-500:]})
     with tempfile.TemporaryDirectory(prefix="rescue-swe-log-") as tmp:
         path = Path(tmp) / "test_output.txt"
         path.write_text(log)
@@ -152,8 +159,7 @@ def grade_patch(
         return Grade("completed", False, reason="empty_patch", report={"patch_exists": False})
     profile = profile_of(inst)
     timeout_s = float(timeout_s if timeout_s is not None else profile.timeout)
-    iid = shlex.quote(inst["instance_id"])
-    checkout = f"git checkout -q -f {iid} 2>&1 || {{ git fetch -q origin {iid} 2>&1 && git checkout -q -f {iid}; }}"
+    checkout = checkout_command(inst["instance_id"])
     setup = container.exec(f"{{ {checkout}; }} && git checkout -q HEAD~1 2>&1", timeout_s=300)
     if setup.returncode != 0:
         raise SandboxError("grader_checkout_failed", setup.output[-500:])
@@ -194,7 +200,9 @@ def grade_patch(
             "",
         ]
     )
-    container.exec(f"cat > {scratch}/eval.sh", timeout_s=60, input=script)
+    wrote = container.exec(f"cat > {scratch}/eval.sh", timeout_s=60, input=script)
+    if wrote.returncode != 0:
+        raise SandboxError("grader_copy_failed", wrote.output[-500:])
     run = container.exec(
         f"timeout -s KILL {int(timeout_s)} bash {scratch}/eval.sh 2>&1", timeout_s=timeout_s + 30
     )

@@ -3,7 +3,8 @@
 Specification
 -------------
 A container is *ours* when its name starts with one of the prefixes (default
-``rescue-swe-``, the agent's sandboxes, and ``swesmith.eval.``, the grader's containers
+``sandbox.CONTAINER_PREFIX``, ``rescue-swe-``: the agent's sandboxes and the grader's
+fresh containers; and ``swesmith.eval.``, the containers of swesmith's own harness,
 ``swesmith.eval.<run_id>.<instance_id>``). ``reap`` lists every container (``docker ps -a``),
 keeps ours (optionally only those created at least ``older_than`` seconds ago) and removes
 them with ``docker rm -f``, in batches. Nothing else is touched.
@@ -24,8 +25,10 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
 
-#: Name prefixes of the containers this package starts.
-DEFAULT_PREFIXES = ("rescue-swe-", "swesmith.eval.")
+from swe_smith_tasks.sandbox import CONTAINER_PREFIX
+
+#: Name prefixes of the containers this package (and swesmith's harness) starts.
+DEFAULT_PREFIXES = (CONTAINER_PREFIX, "swesmith.eval.")
 #: Environment variables naming the Docker command, in order of precedence.
 DOCKER_ENV_VARS = ("RESCUE_DOCKER", "MSWEA_DOCKER_EXECUTABLE")
 #: Containers removed per ``docker rm -f`` call.

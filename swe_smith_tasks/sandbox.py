@@ -200,6 +200,15 @@ def image_dir_name(image: str) -> str:
     return image.replace("/", "_").replace(":", "_")
 
 
+def checkout_command(instance_id: str) -> str:
+    """Shell command that checks out the task branch, fetching it first when it is missing."""
+    iid = shlex.quote(instance_id)
+    return (
+        f"git checkout -q -f {iid} 2>&1 || "
+        f"{{ git fetch -q origin {iid} 2>&1 && git checkout -q -f {iid} 2>&1; }}"
+    )
+
+
 def checkout_task(
     container: Container, instance_id: str, *, hide_history: bool = True, timeout_s: float = 300
 ) -> None:
@@ -208,12 +217,7 @@ def checkout_task(
     Raises ``SandboxError("checkout_failed")`` when the branch cannot be checked out (a
     fetch is tried first when it is missing) and ``SandboxError("hide_history_failed")``.
     """
-    iid = shlex.quote(instance_id)
-    checkout = (
-        f"git checkout -q -f {iid} 2>&1 || "
-        f"{{ git fetch -q origin {iid} 2>&1 && git checkout -q -f {iid} 2>&1; }}"
-    )
-    result = container.exec(checkout, timeout_s=timeout_s)
+    result = container.exec(checkout_command(instance_id), timeout_s=timeout_s)
     if result.returncode != 0:
         raise SandboxError("checkout_failed", f"{instance_id}: {result.output[-500:]}")
     if not hide_history:

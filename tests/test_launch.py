@@ -428,6 +428,28 @@ def test_pilot_uses_the_training_settings(bin_dir, tmp_path):
     assert flags["--temperature"] == ["1.0"] and flags["--max-tokens"] == ["8192"]
 
 
+def test_pilot_agent_gets_the_training_agent_settings(bin_dir):
+    result = launch(
+        "pilot.sh",
+        bin_dir,
+        None,
+        DRY_RUN="1",
+        PILOT_BASE_URL="http://h:1",
+        MAX_TURNS="12",
+        AGENT_ENV="RESCUE_SWE_TRIAL_TIMEOUT=100 RESCUE_SWE_DOCKER_RUN_ARGS=--cpus=2",
+    )
+    assert result.returncode == 0, result.stderr
+    (cmd,) = [w for w in command_lines(result.stdout) if "pilot" in w]
+    assert cmd[0] == "env"
+    env = dict(w.split("=", 1) for w in cmd[1 : cmd.index("-m") - 1])
+    assert env["RESCUE_SWE_STEP_LIMIT"] == "12"
+    assert env["RESCUE_SWE_MAX_CONCURRENCY"] == "64"
+    assert env["RESCUE_SWE_TRIAL_TIMEOUT"] == "100"
+    assert env["RESCUE_SWE_DOCKER_RUN_ARGS"] == "--cpus=2"
+    bad = launch("pilot.sh", bin_dir, None, DRY_RUN="1", PILOT_BASE_URL="u", AGENT_ENV="oops")
+    assert bad.returncode == 2 and "AGENT_ENV entry 'oops' is not NAME=VALUE" in bad.stderr
+
+
 def test_pilot_without_endpoint_serves_the_checkpoint(bin_dir):
     result = launch("pilot.sh", bin_dir, None, DRY_RUN="1")
     (server,) = [w for w in command_lines(result.stdout) if "sglang.launch_server" in w]

@@ -15,7 +15,7 @@ from swe_stubs import GOLD_PATCH, IMAGE, METADATA, install_fake_docker, make_tas
 
 from rescue.outcomes import Outcome, classify_exit_status
 from swe_smith_tasks.grading import grade_from_log, grade_patch, task_instance
-from swe_smith_tasks.sandbox import DockerContainer, SandboxError
+from swe_smith_tasks.sandbox import DockerContainer, ExecResult, SandboxError
 
 ROWS = [
     json.loads(line)
@@ -88,6 +88,17 @@ def test_apply_failure_and_test_timeout_in_the_log_are_scored_failures():
     assert grader_error.outcome is Outcome.INFRA_NO_RESULT
 
 
+def test_log_without_the_harness_markers_is_no_verdict_not_a_failure():
+    """The tests never ran (the container died, the script was missing): no result."""
+    row = ROWS[0]
+    grade = grade_from_log(row, PATCH, "Error response from daemon: No such container: c1\n")
+    assert (grade.status, grade.resolved, grade.patch_apply_failed) == ("error", False, False)
+    assert grade.reason == "no_test_output" and "No such container" in grade.report["error"]
+    assert verdict(grade) is Outcome.INFRA_NO_RESULT
+    unfinished = harness_log({}).split("+ : '>>>>> End")[0]  # killed before the end marker
+    assert verdict(grade_from_log(row, PATCH, unfinished)) is Outcome.INFRA_NO_RESULT
+
+
 def test_captured_log_file_and_json_string_test_lists_are_accepted(tmp_path):
     row = ROWS[0]
     path = tmp_path / "test_output.txt"
@@ -152,6 +163,34 @@ def test_tests_running_past_the_timeout_are_a_scored_timeout(container):
     grade = grade_patch(container, METADATA, slow, timeout_s=2)
     assert (grade.status, grade.resolved) == ("timeout", False)
     assert verdict(grade) is Outcome.SUBMITTED_FAILURE
+
+
+def test_eval_container_lost_before_the_tests_is_no_result(container, monkeypatch):
+    real_exec = container.exec
+
+    def exec_then_lost(command, **kwargs):
+        if "eval.sh 2>&1" in command:  # the test run: the container is gone by now
+            return ExecResult(1, "Error response from daemon: No such container: c1\n")
+        return real_exec(command, **kwargs)
+
+    monkeypatch.setattr(container, "exec", exec_then_lost)
+    grade = grade_patch(container, METADATA, GOLD_PATCH)
+    assert (grade.status, grade.reason) == ("error", "no_test_output")
+    assert verdict(grade) is Outcome.INFRA_NO_RESULT
+
+
+def test_eval_script_that_cannot_be_written_raises_sandbox_error(container, monkeypatch):
+    real_exec = container.exec
+
+    def exec_without_disk(command, **kwargs):
+        if "> " in command and "eval.sh" in command:
+            return ExecResult(1, "bash: /rescue/eval.sh: No space left on device\n")
+        return real_exec(command, **kwargs)
+
+    monkeypatch.setattr(container, "exec", exec_without_disk)
+    with pytest.raises(SandboxError) as err:
+        grade_patch(container, METADATA, GOLD_PATCH)
+    assert err.value.reason == "grader_copy_failed"
 
 
 def test_missing_task_branch_in_the_grader_raises_sandbox_error(container):

@@ -12,7 +12,14 @@ from pathlib import Path
 import pytest
 
 from swe_smith_tasks import cli as swe_cli
-from swe_smith_tasks.reaper import DockerUnavailable, docker_command, list_containers, reap
+from swe_smith_tasks.reaper import (
+    DEFAULT_PREFIXES,
+    DockerUnavailable,
+    docker_command,
+    list_containers,
+    reap,
+)
+from swe_smith_tasks.sandbox import container_name
 
 STAND_IN = """#!{python}
 import json, os, sys
@@ -151,3 +158,8 @@ def test_cli_reap(docker, tmp_path, monkeypatch, capsys):
     monkeypatch.setenv("FAKE_DOCKER_DOWN", "1")
     assert swe_cli.main(_parse("reap", "--docker", str(docker))) == 1
     assert "Cannot connect to the Docker daemon" in capsys.readouterr().err
+
+
+def test_default_prefixes_match_the_containers_trials_start():
+    for role in ("agent", "eval"):
+        assert container_name(role).startswith(DEFAULT_PREFIXES)
