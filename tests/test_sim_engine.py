@@ -53,6 +53,7 @@ def test_the_simulator_uses_the_adapters_core_objects_not_copies():
     assert engine.group_advantages is rescue.advantages.group_advantages
     assert engine.per_token_advantages is rescue.advantages.per_token_advantages
     assert engine.mask_decision is filters.mask.mask_decision
+    assert engine.is_capped is rescue.outcomes.is_capped
     assert env.classify is rescue.outcomes.classify
 
 

@@ -3,6 +3,7 @@
 import math
 
 import numpy as np
+import pytest
 
 from rescue.sim import ArmSpec, SimConfig
 from rescue.sim.runner import RunResult, run_arms
@@ -27,6 +28,16 @@ def test_window_values_pool_counts_rather_than_average_rates():
     assert window_value(steps, "success") == 0.5
     assert window_value(steps, "turns_solved") == (1 * 4.0 + 9 * 8.0) / 10
     assert window_value(steps, "ran_tests_solved") == 0.1
+
+
+def test_the_realized_baseline_is_pooled_over_the_unmasked_trained_rollouts():
+    C = "rollout/census/"
+    steps = [
+        {f"{C}rollouts": 128.0, f"{C}masked_frac": 28 / 128, f"{C}b_realized": 0.2},  # 100
+        {f"{C}rollouts": 128.0, f"{C}masked_frac": 108 / 128, f"{C}b_realized": 0.8},  # 20
+        {f"{C}rollouts": 128.0, f"{C}masked_frac": 1.0},  # every trained rollout masked: no b
+    ]
+    assert window_value(steps, "b") == pytest.approx((0.2 * 100 + 0.8 * 20) / 120)
 
 
 def test_a_window_without_its_population_is_nan_not_zero():

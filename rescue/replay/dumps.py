@@ -64,10 +64,12 @@ class Trajectory:
     group: tuple[int, Any]  # (step, group_index)
     key: Any  # rollout_id, else index, else ("row", position)
     samples: tuple[int, ...]  # positions in the dump's ``samples`` list, dump order
-    reward: float | None
-    status: str
     record: RolloutRecord
     token_turns: list[np.ndarray]  # per sample: turn index of each response token (0 = obs)
+
+    @property
+    def reward(self) -> float | None:
+        return self.record.reward
 
     @property
     def turns(self) -> int:
@@ -323,12 +325,6 @@ def reward_value(raw: Any, reward_key: str | None, where: str = "sample") -> flo
         raise ValueError(f"{where}: reward {raw!r} is not a number or a dict") from None
 
 
-def status_value(status: Any) -> str:
-    """``"truncated"`` from ``"truncated"``, ``Status.TRUNCATED`` or ``"Status.TRUNCATED"``."""
-    value = getattr(status, "value", status)
-    return str(value).rsplit(".", 1)[-1].lower()
-
-
 def token_turn_index(loss_mask: Any, response_length: int, first_turn: int = 1) -> np.ndarray:
     """Turn index of each response token: runs of 1s numbered from ``first_turn``, 0 elsewhere.
 
@@ -376,14 +372,11 @@ def _trajectory(
     # The one Miles-sample converter decides status, reward, metadata, masked and outcome;
     # replay's turn count is the loss-mask runs, which the token turn indices number.
     record = replace(rollout_record(samples, reward_key=reward_key), turns=turns)
-    statuses = [status_value(s["status"]) for s in samples]
     return Trajectory(
         step=dump.step,
         group=(dump.step, group_index),
         key=key,
         samples=tuple(positions),
-        reward=record.reward,
-        status="aborted" if "aborted" in statuses else statuses[-1],
         record=record,
         token_turns=token_turns,
     )

@@ -11,9 +11,11 @@ unmasked batch), arm ``k``'s gradient is ::
 over every response token with turn index >= 1 (observations are never trained), with
 ``N`` the number of rollouts and ``n_i`` rollout ``i``'s loss tokens, both of the unmasked
 batch. ``cap`` is REINFORCE on the cap indicator with a group-mean baseline,
-``A_i = C_i - mean_x C``: its expectation is ``∇P(cap)``. The projection of ``g_b - g_a`` on
-``g_cap`` is reported as ``β = <g_b - g_a, g_cap> / |g_cap|²``; in expectation
-``g_b - g_a = Σ_x J_x ∇P_x(cap)``, so ``β`` estimates the baseline that masking pays.
+``A_i = C_i - mean_x C``: its expectation is ``∇P(cap)`` times ``(G-1)/G`` (the mean counts
+``C_i`` itself). The projection of ``g_b - g_a`` on ``g_cap`` is reported as
+``β = <g_b - g_a, g_cap> / |g_cap|²``; in expectation ``g_b - g_a = Σ_x J_x ∇P_x(cap)``
+times the same ``(G-1)/G`` (a capped rollout's own ``R0 = 0`` is in ``mean_x``), so the
+factor cancels and ``β`` estimates the baseline that masking pays.
 
 Every vector is flattened over all trainable parameters on one device, and also split by
 the token's turn bucket and by the prompt's difficulty (its group's solved fraction).

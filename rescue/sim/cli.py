@@ -17,12 +17,25 @@ from pathlib import Path
 
 from rescue.sim.config import ARMS, DEFAULT_ARMS, SimConfig, parse_arms
 
-#: Steps per run when ``--steps`` is not given (``make demo``: about a minute on 2 cores).
-DEFAULT_STEPS = SimConfig().steps
 DEFAULT_SEEDS = 3
 DEFAULT_OUT = "runs/sim"
 
-_D = SimConfig()
+#: The ``SimConfig`` fields a flag sets (``groups_per_step`` by ``--groups-per-step``), with
+#: the flag's help; type and default are the field's (``steps``: 300, ``make demo``: about a
+#: minute on 2 cores).
+CONFIG_FLAGS: dict[str, str] = {
+    "steps": "trainer steps per run",
+    "groups_per_step": "groups per batch",
+    "group_size": "rollouts per group G",
+    "concurrency": "groups generated at once",
+    "buffer_capacity": "finished groups the buffer holds",
+    "train_time": "time of one update",
+    "max_turns": "turn cap",
+    "max_staleness": "K: stale when staleness > K",
+    "lr": "policy step size",
+    "kappa": "turn-reached baseline shrinkage κ",
+    "infra_rate": "share of rollouts lost to infrastructure",
+}
 
 
 def configure(parser: argparse.ArgumentParser) -> None:
@@ -47,66 +60,15 @@ def configure(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--first-seed", type=int, default=0, help="first seed; seeds are consecutive (default: 0)"
     )
-    parser.add_argument(
-        "--steps",
-        type=int,
-        default=DEFAULT_STEPS,
-        help="trainer steps per run (default: %(default)s)",
-    )
-    parser.add_argument(
-        "--groups-per-step",
-        type=int,
-        default=_D.groups_per_step,
-        help="groups per batch (default: %(default)s)",
-    )
-    parser.add_argument(
-        "--group-size",
-        type=int,
-        default=_D.group_size,
-        help="rollouts per group G (default: %(default)s)",
-    )
-    parser.add_argument(
-        "--concurrency",
-        type=int,
-        default=_D.concurrency,
-        help="groups generated at once (default: %(default)s)",
-    )
-    parser.add_argument(
-        "--buffer-capacity",
-        type=int,
-        default=_D.buffer_capacity,
-        help="finished groups the buffer holds (default: %(default)s)",
-    )
-    parser.add_argument(
-        "--train-time",
-        type=float,
-        default=_D.train_time,
-        help="time of one update (default: %(default)s)",
-    )
-    parser.add_argument(
-        "--max-turns", type=int, default=_D.max_turns, help="turn cap (default: %(default)s)"
-    )
-    parser.add_argument(
-        "--max-staleness",
-        type=int,
-        default=_D.max_staleness,
-        help="K: stale when staleness > K (default: %(default)s)",
-    )
-    parser.add_argument(
-        "--lr", type=float, default=_D.lr, help="policy step size (default: %(default)s)"
-    )
-    parser.add_argument(
-        "--kappa",
-        type=float,
-        default=_D.kappa,
-        help="turn-reached baseline shrinkage κ (default: %(default)s)",
-    )
-    parser.add_argument(
-        "--infra-rate",
-        type=float,
-        default=_D.infra_rate,
-        help="share of rollouts lost to infrastructure (default: %(default)s)",
-    )
+    defaults = SimConfig()
+    for name, text in CONFIG_FLAGS.items():
+        default = getattr(defaults, name)
+        parser.add_argument(
+            "--" + name.replace("_", "-"),
+            type=type(default),
+            default=default,
+            help=f"{text} (default: %(default)s)",
+        )
     parser.add_argument(
         "--out", default=DEFAULT_OUT, help="output directory (default: %(default)s)"
     )
@@ -133,19 +95,7 @@ def configure(parser: argparse.ArgumentParser) -> None:
 
 def config_from_args(args: argparse.Namespace) -> SimConfig:
     """The ``SimConfig`` the flags describe (validated: bad values name their flag)."""
-    return SimConfig(
-        steps=args.steps,
-        groups_per_step=args.groups_per_step,
-        group_size=args.group_size,
-        concurrency=args.concurrency,
-        buffer_capacity=args.buffer_capacity,
-        train_time=args.train_time,
-        max_turns=args.max_turns,
-        max_staleness=args.max_staleness,
-        lr=args.lr,
-        kappa=args.kappa,
-        infra_rate=args.infra_rate,
-    )
+    return SimConfig(**{name: getattr(args, name) for name in CONFIG_FLAGS})
 
 
 def main(args: argparse.Namespace) -> int:

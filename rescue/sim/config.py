@@ -190,8 +190,8 @@ class SimConfig:
         infra_rate: probability that a rollout is lost to an infrastructure fault
             (default 0.005; ``--infra-rate``). A lost rollout aborts its group, as an
             ABORTED sample does in Miles.
-        difficulty: probabilities of a task needing k = 1, 2, ... correct edits
-            (default (0.2, 0.15, 0.15, 0.1, 0.1, 0.1, 0.1, 0.1)).
+        difficulty: (k, probability) pairs: a task needs k correct edits with that
+            probability (default ((1, 0.3), (2, 0.25), (3, 0.2), (5, 0.1), (15, 0.15))).
         blind_edit: (progress, regress) probabilities of an edit made without a failing
             test to go on (default (0.6, 0.15)).
         informed_edit: the same after a failing test run (default (0.7, 0.1)).

@@ -46,6 +46,7 @@ from filters.mask import mask_decision
 from rescue.advantages import group_advantages, per_token_advantages
 from rescue.census import Bucket, Census, RolloutRecord, outcome_metrics
 from rescue.gate import Gate
+from rescue.outcomes import is_capped
 from rescue.sim import env
 from rescue.sim.config import ArmSpec, SimConfig
 from rescue.sim.policy import Policy
@@ -112,9 +113,9 @@ class Simulation:
             out.append(
                 RolloutRecord(
                     outcome=c.outcome,
-                    reward=None if kind == env.LOST else float(kind == env.SOLVED),
+                    reward=env.KIND_FIELDS[kind]["reward"],
                     turns=int(ep.turns[i]),
-                    capped=kind == env.CAPPED,
+                    capped=is_capped(c),
                     masked=masked,
                     ran_tests=bool(ep.ran_tests[i]),
                     reason=c.reason,

@@ -27,7 +27,7 @@ import sys
 import time
 from collections.abc import Sequence
 from concurrent.futures import ProcessPoolExecutor
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 
 from rescue.sim.config import ArmSpec, SimConfig
@@ -176,14 +176,10 @@ def run_arms(
     bar.show(len(jobs) * cfg.steps)
     bar.close()
     by_key = {(arm.behaviour, s): r for (arm, s), r in zip(jobs, done, strict=True)}
-    results: dict[str, list[RunResult]] = {}
-    for arm in arms:
-        results[arm.label] = [
-            RunResult(arm.label, s, r.steps, r.totals, r.p7, r.seconds)
-            for s in seeds
-            for r in [by_key[(arm.behaviour, s)]]
-        ]
-    return results
+    return {
+        arm.label: [replace(by_key[(arm.behaviour, s)], arm=arm.label) for s in seeds]
+        for arm in arms
+    }
 
 
 def write_jsonl(results: dict[str, list[RunResult]], out_dir: Path) -> list[Path]:

@@ -46,6 +46,15 @@ def _failed(m: Step) -> tuple[float, float]:
     return num, den
 
 
+def _b(m: Step) -> tuple[float, float]:
+    """The realized b weighted by the trained, unmasked rollouts it is the mean of (in the
+    simulator every trained rollout has a reward: a lost one aborts its group)."""
+    if f"{C}b_realized" not in m:
+        return 0.0, 0.0
+    n = round(m[f"{C}rollouts"] * (1.0 - m.get(f"{C}masked_frac", 0.0)))
+    return m[f"{C}b_realized"] * n, float(n)
+
+
 def _trained(m: Step) -> float:
     return sum(
         m.get(f"{C}groups/{b}", 0.0)
@@ -81,10 +90,7 @@ METRICS: dict[str, tuple[str, Callable[[Step], tuple[float, float]]]] = {
             m.get(f"{G}outcome/solved", 0.0) if f"{G}ran_tests_rate/solved" in m else 0.0,
         ),
     ),
-    "b": (
-        "realized baseline b (trained)",
-        lambda m: (m[f"{C}b_realized"], 1.0) if f"{C}b_realized" in m else (0.0, 0.0),
-    ),
+    "b": ("realized baseline b (trained)", _b),
     "dropped": (
         "dropped-stale share of groups",
         lambda m: (
