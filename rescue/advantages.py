@@ -144,16 +144,7 @@ def group_advantages(
     A = R - b
 
     if std_normalize:
-        dev2 = v * (X - mean[g]) ** 2
-        var = np.divide(
-            np.bincount(g, weights=dev2, minlength=n_groups),
-            n - 1.0,
-            out=np.zeros(n_groups),
-            where=n > 1,
-        )
-        sigma = np.sqrt(var)
-        divide = (n > 1) & (sigma > 0)
-        A = np.where(divide[g], A / (sigma[g] + eps), A)
+        A = A * _std_scale(X, g, v, n, mean, eps)[g]
 
     if population == "survivors":
         A = np.where((n > 0)[g], A, 0.0)  # no survivor: no baseline, no signal
@@ -162,6 +153,46 @@ def group_advantages(
         _finite("weights", w)
         A = A * w
     return A
+
+
+def _std_scale(X, g, v, n, mean, eps: float) -> np.ndarray:
+    """Per group: ``1/(σ + eps)`` where GRPO divides (> 1 voter and σ > 0), else 1.
+
+    ``σ`` is the unbiased std of the voters' ``X`` (rewards shifted per group), ``n`` the
+    voters per group and ``mean`` their mean of ``X``.
+    """
+    n_groups = n.shape[0]
+    dev2 = v * (X - mean[g]) ** 2
+    var = np.divide(
+        np.bincount(g, weights=dev2, minlength=n_groups),
+        n - 1.0,
+        out=np.zeros(n_groups),
+        where=n > 1,
+    )
+    sigma = np.sqrt(var)
+    return np.where((n > 1) & (sigma > 0), 1.0 / (sigma + eps), 1.0)
+
+
+def std_scale(rewards, group_ids, *, eps: float = 1e-6) -> np.ndarray:
+    """``[N]`` GRPO's std factor of each sample's group over all members: ``1/(σ + eps)``.
+
+    The rule ``group_advantages(..., population="all", std_normalize=True)`` applies
+    (unbiased σ; 1 for a group of one or with σ = 0), for callers that freeze σ and apply
+    it to other centrings (offline replay).
+    """
+    R = np.asarray(rewards, dtype=np.float64)
+    _finite("rewards", R)
+    if R.size == 0:
+        return np.ones(0)
+    _, g = np.unique(np.asarray(group_ids), return_inverse=True)
+    g = g.reshape(-1)
+    n_groups = int(g.max()) + 1
+    first = np.unique(g, return_index=True)[1]
+    X = R - R[first][g]  # shifted per group, as group_advantages: equal rewards give σ = 0
+    v = np.ones(R.shape[0])
+    n = np.bincount(g, minlength=n_groups).astype(np.float64)
+    mean = np.bincount(g, weights=X, minlength=n_groups) / n
+    return _std_scale(X, g, v, n, mean, eps)[g]
 
 
 # ---------------------------------------------------------------- turn-reached baseline

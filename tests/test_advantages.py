@@ -12,7 +12,12 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from rescue.advantages import group_advantages, per_token_advantages, turn_reached_baseline
+from rescue.advantages import (
+    group_advantages,
+    per_token_advantages,
+    std_scale,
+    turn_reached_baseline,
+)
 from rescue.turns import TurnSpans, turn_spans
 
 # ----------------------------------------------------------------- references, written as loops
@@ -532,3 +537,14 @@ def test_adjacent_and_empty_spans_equal_their_turn_indices():
     got = per_token_advantages(r, lengths, spans, dtype=np.float64)
     assert np.array_equal(got[0], want[0])
     assert np.array_equal(got[1], want[1, :2])
+
+
+def test_std_scale_is_the_factor_group_advantages_divides_by():
+    rng = np.random.default_rng(7)
+    groups = np.repeat(np.arange(6), [1, 2, 4, 4, 8, 3])
+    rewards = rng.integers(0, 2, groups.size).astype(float)
+    rewards[groups == 2] = 0.7  # all equal: sigma = 0, no division
+    scale = std_scale(rewards, groups)
+    centred = group_advantages(rewards, groups, std_normalize=False)
+    np.testing.assert_allclose(centred * scale, group_advantages(rewards, groups), atol=1e-12)
+    assert np.all(scale[groups == 0] == 1.0) and np.all(scale[groups == 2] == 1.0)

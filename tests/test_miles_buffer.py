@@ -544,6 +544,10 @@ def test_a_dict_reward_needs_the_reward_key():
     assert rollout_record(s, reward_key="acc").reward == 0.0
     with pytest.raises(ValueError, match="--reward-key"):
         rollout_record(s)
+    with pytest.raises(
+        ValueError, match=r"no key 'pass' \(--reward-key\); its keys: \['acc', 'score'\]"
+    ):
+        rollout_record(s, reward_key="pass")
 
 
 def test_trajectories_of_a_flat_batch_group_siblings_by_rollout_id():

@@ -155,7 +155,9 @@ def is_aborted(group: Iterable[Any]) -> bool:
 def reward_value(sample: Any, reward_key: str | None = None) -> float | None:
     """The scalar reward, honouring ``--reward-key`` for dict rewards (``None`` if unset).
 
-    A dict reward without a ``reward_key`` is a ``ValueError`` naming ``--reward-key``.
+    A dict reward without a ``reward_key``, or without that key (Miles' own
+    ``get_reward_value`` fails there too), is a ``ValueError`` naming ``--reward-key``: a
+    misconfigured key must not turn every rollout into a reward-less no-result.
     """
     reward = field(sample, "reward")
     if isinstance(reward, Mapping):
@@ -164,7 +166,11 @@ def reward_value(sample: Any, reward_key: str | None = None) -> float | None:
                 f"reward is a dict with keys {sorted(reward)} but --reward-key is not set; "
                 "set --reward-key to the field that holds the scalar reward"
             )
-        reward = reward.get(reward_key)
+        if reward_key not in reward:
+            raise ValueError(
+                f"reward has no key {reward_key!r} (--reward-key); its keys: {sorted(reward)}"
+            )
+        reward = reward[reward_key]
     return None if reward is None else float(reward)
 
 

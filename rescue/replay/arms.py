@@ -40,7 +40,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from rescue.advantages import group_advantages, per_token_advantages
+from rescue.advantages import group_advantages, per_token_advantages, std_scale
 from rescue.outcomes import Outcome
 from rescue.replay.dumps import Trajectory
 
@@ -102,17 +102,12 @@ def frozen_scale(
 ) -> np.ndarray:
     """``[N]`` factor ``1/(σ_x + eps)`` of each rollout's group, 1 where GRPO does not divide.
 
-    ``σ_x`` is the unbiased std of ``R0`` over all members (the rule of ``group_advantages``);
-    1 everywhere when ``std_normalize`` is False.
+    ``σ_x`` is the unbiased std of ``R0`` over all members (``rescue.advantages.std_scale``,
+    the rule of ``group_advantages``); 1 everywhere when ``std_normalize`` is False.
     """
     if not std_normalize or R0.size == 0:
         return np.ones(R0.shape)
-    n = np.bincount(group).astype(np.float64)
-    mean = np.bincount(group, weights=R0) / n
-    ss = np.bincount(group, weights=(R0 - mean[group]) ** 2)
-    sigma = np.sqrt(np.divide(ss, n - 1, out=np.zeros(n.shape), where=n > 1))
-    divide = (n > 1) & (sigma > 0)
-    return np.where(divide, 1.0 / (sigma + eps), 1.0)[group]
+    return std_scale(R0, group, eps=eps)
 
 
 def mask_coins(batch: ArmBatch, rho: float, seed: int) -> np.ndarray:
