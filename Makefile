@@ -43,7 +43,7 @@ lint: $(VENV)/.stamp-dev
 	@if command -v shellcheck >/dev/null 2>&1; then shellcheck launch/*.sh; \
 	else echo "shellcheck not installed (apt-get install shellcheck): skipped"; fi
 
-bench: $(VENV)/.stamp-dev+sim
+bench: $(VENV)/.stamp-dev+sim+swe+replay
 	for f in bench/*.py; do echo "== $$f"; $(PY) $$f || exit 1; done
 
 clean:
