@@ -12,7 +12,7 @@ VENV ?= .venv
 PY     := $(VENV)/bin/python
 PIP    := $(PY) -m pip --disable-pip-version-check -q
 
-.PHONY: demo test lint bench identity venv clean
+.PHONY: demo test integration lint bench identity venv clean
 
 # One stamp per set of extras, so a target installs only what it needs, once.
 $(VENV)/.stamp-base: pyproject.toml
@@ -36,6 +36,16 @@ identity: $(VENV)/.stamp-base
 
 test: $(VENV)/.stamp-dev+sim+swe+replay
 	$(PY) -m pytest $(PYTEST_ARGS)
+
+# MILES_SRC / SLIME_SRC: checkouts of radixark/miles and THUDM/slime (default unset).
+# The integration tests import them with the [integration] extra's CPU packages.
+INTEGRATION_TESTS := tests/test_miles_buffer.py tests/test_miles_log.py tests/test_miles_reward.py \
+	tests/test_filters.py tests/test_slime_rollout.py tests/test_replay_miles.py \
+	tests/test_advantages.py tests/test_launch.py
+
+integration: $(VENV)/.stamp-dev+sim+swe+replay+integration
+	@test -n "$(MILES_SRC)$(SLIME_SRC)" || { echo "integration: set MILES_SRC=/path/to/miles and/or SLIME_SRC=/path/to/slime"; exit 2; }
+	MILES_SRC="$(MILES_SRC)" SLIME_SRC="$(SLIME_SRC)" $(PY) -m pytest -ra -q $(INTEGRATION_TESTS) $(PYTEST_ARGS)
 
 lint: $(VENV)/.stamp-dev
 	$(VENV)/bin/ruff check .

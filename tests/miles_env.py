@@ -75,10 +75,33 @@ def stub_sglang_for_miles() -> None:
         parent.protocol = protocol
 
 
+#: What Miles' buffer, conversion and tracking modules (and slime's worker) import on a CPU:
+#: the ``[integration]`` extra.
+FRAMEWORK_DEPENDENCIES = (
+    "torch",
+    "ray",
+    "httpx",
+    "pydantic",
+    "transformers",
+    "pybase64",
+    "aiohttp",
+)
+
+
+def _require_dependencies(variable: str) -> None:
+    missing = [m for m in FRAMEWORK_DEPENDENCIES if not _module_exists(m)]
+    if missing:
+        pytest.skip(
+            f"{variable} is set but {', '.join(missing)} not installed: "
+            "pip install -e '.[integration]' (or run `make integration`)"
+        )
+
+
 def require_miles() -> str:
     """Miles' checkout on ``sys.path`` (with the sglang stand-ins), or skip the test."""
     if MILES_SRC is None:
         pytest.skip("needs real Miles sources: set MILES_SRC=/path/to/miles to run")
+    _require_dependencies("MILES_SRC")
     src = _on_path(MILES_SRC)
     stub_sglang_for_miles()
     return src
@@ -88,4 +111,5 @@ def require_slime() -> str:
     """slime's checkout on ``sys.path``, or skip the test."""
     if SLIME_SRC is None:
         pytest.skip("needs real slime sources: set SLIME_SRC=/path/to/slime to run")
+    _require_dependencies("SLIME_SRC")
     return _on_path(SLIME_SRC)
