@@ -29,7 +29,7 @@ from typing import Any
 
 from rescue.gate import Gate
 from rescue.miles.buffer import FifoStore, RescueDataBuffer
-from rescue.miles.samples import group_staleness
+from rescue.samples import group_staleness
 
 
 @dataclass

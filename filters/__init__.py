@@ -3,9 +3,10 @@
 ``filters.mask_truncated_zero_reward``  the mask arm: every capped trajectory is masked.
 ``filters.mask_random_fraction``        a fraction ``RESCUE_MASK_RHO`` of them (default 0.5).
 
-Both are ``fn(args, groups) -> None``, in place; see ``filters.mask``.
+Both are ``fn(args, groups) -> None``, in place; see ``filters.mask``. Which trajectory is
+masked is decided by ``rescue.mask.mask_decision``, the rule the simulator and replay use.
 """
 
-from filters.mask import mask_decision, mask_random_fraction, mask_truncated_zero_reward
+from filters.mask import mask_random_fraction, mask_truncated_zero_reward
 
-__all__ = ["mask_decision", "mask_random_fraction", "mask_truncated_zero_reward"]
+__all__ = ["mask_random_fraction", "mask_truncated_zero_reward"]

@@ -3,87 +3,34 @@
 Specification
 -------------
 A *trajectory* is one item of a group: a ``Sample``, or a ``list[Sample]`` of turns that
-share a ``rollout_id`` (Miles' agentic multi-sample output). A trajectory is *capped* when
-``rescue.outcomes.is_capped(classify(...))`` holds for it: it hit the turn cap or a
-length/context limit. No other rule decides it.
+share a ``rollout_id`` (Miles' agentic multi-sample output). Each trajectory's record comes
+from ``rescue.samples.rollout_record``, and whether it is masked from
+``rescue.mask.mask_decision`` (capped, and its coin below ``rho``): this module only
+applies that decision to samples.
 
 ``mask_truncated_zero_reward`` (the *mask* arm)
     Every capped trajectory gets ``remove_sample = True`` on each of its samples. Its
     reward is left as the grader set it (0), so it still votes in the group baseline
     (Miles' ``remove_sample`` only zeroes the loss mask).
 ``mask_random_fraction``
-    A capped trajectory is masked iff ``coin(seed, "mask/<key>") < rho``: a fraction
-    ``rho`` of capped trajectories, decided by a hash coin (``rescue.gate.coin``) keyed on
-    the trajectory, so the same trajectory gets the same answer in every process and after
-    a restart. ``rho = 1`` is the mask arm, ``rho = 0`` masks nothing.
+    A fraction ``rho`` of capped trajectories, ``RESCUE_MASK_RHO`` (default 0.5), with
+    the coin seeded by ``RESCUE_SEED`` (default 0) and keyed on the trajectory's
+    ``rollout_id``, else ``index``, else ``<group_index>/<position>``.
 
 Both filters work in place (the signature Miles and slime call, ``fn(args, groups)``),
 never clear a ``remove_sample`` that is already set, and never touch rewards, groups or
-their order. The per-trajectory decision is ``mask_decision``, a plain function of a
-classification and a key that the simulator calls without any ``Sample``.
-
-Settings (environment variables, read at each call):
-
-``RESCUE_MASK_RHO``
-    Fraction of capped trajectories ``mask_random_fraction`` masks, ``0 <= rho <= 1``
-    (default 0.5).
-``RESCUE_SEED``
-    Seed of the coin (default 0), shared with the stale-group gate. The key is prefixed
-    with ``mask/``, so the mask coin of a trajectory is independent of the gate coin of a
-    group with the same number.
+their order. Settings are read at each call.
 """
 
 from __future__ import annotations
 
-import math
-import os
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Iterable, Sequence
 from typing import Any
 
-from rescue.gate import coin, seed_from_env
-from rescue.miles.samples import field, rollout_key, rollout_record, trajectory_samples
+from rescue.gate import seed_from_env
+from rescue.mask import mask_decision, rho_from_env
 from rescue.outcomes import Classification, is_capped
-
-#: Environment variable holding rho, the masked fraction of capped trajectories.
-ENV_MASK_RHO = "RESCUE_MASK_RHO"
-#: rho when ``RESCUE_MASK_RHO`` is unset or empty.
-DEFAULT_MASK_RHO = 0.5
-
-_COIN_PREFIX = "mask/"
-
-
-def mask_decision(classification: Classification, key: int | str, rho: float, seed: int) -> bool:
-    """Whether one trajectory is masked: it is capped and its coin falls below ``rho``.
-
-    Args:
-        classification: the trajectory's ``rescue.outcomes.classify`` result.
-        key: a stable id of the trajectory (Miles/slime: ``rollout_id``, else ``index``).
-        rho: masked fraction of capped trajectories, ``0 <= rho <= 1`` (1 masks all).
-        seed: seed of the coin (``RESCUE_SEED``).
-    """
-    if not is_capped(classification):
-        return False
-    if rho >= 1.0:
-        return True
-    return coin(seed, f"{_COIN_PREFIX}{key}") < rho
-
-
-def parse_rho(value: object, *, setting: str = ENV_MASK_RHO) -> float:
-    """``rho`` as a float in [0, 1]; anything else is a ``ValueError`` naming the setting."""
-    try:
-        rho = float(value)  # type: ignore[arg-type]
-    except (TypeError, ValueError):
-        raise ValueError(f"{setting}={value!r} is not a number; allowed: 0 <= rho <= 1") from None
-    if not math.isfinite(rho) or not 0.0 <= rho <= 1.0:
-        raise ValueError(f"{setting}={value!r} is out of range; allowed: 0 <= rho <= 1")
-    return rho
-
-
-def rho_from_env(env: Mapping[str, str] | None = None) -> float:
-    """``RESCUE_MASK_RHO`` (default ``DEFAULT_MASK_RHO`` = 0.5), validated."""
-    env = os.environ if env is None else env
-    text = env.get(ENV_MASK_RHO) or ""
-    return DEFAULT_MASK_RHO if not text.strip() else parse_rho(text)
+from rescue.samples import field, rollout_key, rollout_record, trajectory_samples
 
 
 def mask_truncated_zero_reward(args: Any, groups: list) -> None:

@@ -36,6 +36,7 @@ from typing import Any
 
 import numpy as np
 
+from rescue.gate import Decision
 from rescue.outcomes import OUTCOMES, Outcome, classify, is_capped
 
 PREFIX = "rollout/census/"
@@ -54,6 +55,20 @@ class Bucket(str, Enum):
     @property
     def trained(self) -> bool:
         return self in _TRAINED
+
+    @classmethod
+    def after_gate(cls, decision: Decision) -> Bucket:
+        """Where the gate's decision puts a group: the one mapping every caller uses.
+
+        Not kept: ``dropped_stale``. Kept: ``trained_protected`` when protected (stale,
+        weight ``1/a != 1``), ``trained_stale`` when stale with weight 1, else
+        ``trained_fresh``.
+        """
+        if not decision.keep:
+            return cls.DROPPED_STALE
+        if decision.protected:
+            return cls.TRAINED_PROTECTED
+        return cls.TRAINED_STALE if decision.stale else cls.TRAINED_FRESH
 
 
 _TRAINED = frozenset({Bucket.TRAINED_FRESH, Bucket.TRAINED_STALE, Bucket.TRAINED_PROTECTED})
@@ -189,7 +204,7 @@ class Census:
         self._w_staleness: list[float] = []
         self._w_protected_weights: list[float] = []
 
-    def enter(self, group_id: Any, n_rollouts: int | None = None) -> None:
+    def enter(self, group_id: Any) -> None:
         """A group entered the buffer (Miles ``put``): one entry opens."""
         self._open[group_id] += 1
         self._entered += 1

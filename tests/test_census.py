@@ -34,7 +34,7 @@ def test_conservation_under_random_aborts_staleness_and_retries():
                 gid = recycled.popleft()
             else:
                 gid, next_id = next_id, next_id + 1
-            census.enter(gid, n_rollouts=4)
+            census.enter(gid)
             u = rng.random()
             if u < 0.1:
                 census.settle(gid, Bucket.ABORTED)

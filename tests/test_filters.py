@@ -15,8 +15,8 @@ import pytest
 from miles_env import require_miles
 
 import filters
-from filters.mask import DEFAULT_MASK_RHO, ENV_MASK_RHO, mask_decision, rho_from_env
 from rescue.gate import coin
+from rescue.mask import DEFAULT_MASK_RHO, ENV_MASK_RHO, mask_decision, rho_from_env
 from rescue.outcomes import Classification, Outcome, classify, is_capped
 
 ARGS = SimpleNamespace(reward_key=None)
@@ -185,7 +185,7 @@ def test_mask_decision_is_identical_in_another_process():
     keys = [0, 1, 17, "g-42", 10**12]
     here = [mask_decision(CAPPED, k, 0.5, 7) for k in keys]
     code = (
-        "from filters.mask import mask_decision\n"
+        "from rescue.mask import mask_decision\n"
         "from rescue.outcomes import Classification, Outcome\n"
         "c = Classification(Outcome.BUDGET_FAILURE, 'turn_cap')\n"
         f"print([mask_decision(c, k, 0.5, 7) for k in {keys!r}])"

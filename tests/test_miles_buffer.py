@@ -21,7 +21,8 @@ from miles_env import require_miles
 from rescue.census import Bucket
 from rescue.gate import Gate, coin
 from rescue.miles.buffer import QUEUE_SIZE_KEY, FifoStore, RescueDataBuffer
-from rescue.miles.samples import (
+from rescue.outcomes import Outcome
+from rescue.samples import (
     WEIGHT_KEY,
     gate_group,
     group_id,
@@ -33,7 +34,6 @@ from rescue.miles.samples import (
     rollout_record,
     trajectories_of,
 )
-from rescue.outcomes import Outcome
 
 P = "rollout/census/"
 N = 3  # samples per group
@@ -562,7 +562,7 @@ def test_trajectories_of_a_flat_batch_group_siblings_by_rollout_id():
 
 def test_rescue_miles_imports_without_miles():
     code = (
-        "import sys, rescue.miles, rescue.miles.buffer, rescue.miles.log, rescue.miles.samples;"
+        "import sys, rescue.miles, rescue.miles.buffer, rescue.miles.log, rescue.samples;"
         "assert 'miles' not in sys.modules, 'imported miles'"
     )
     subprocess.run([sys.executable, "-c", code], check=True)

@@ -16,7 +16,7 @@ import pytest
 from miles_env import require_miles
 
 from rescue.miles.log import PREFIX, STEP_KEY, log_rollout, sample_census
-from rescue.miles.samples import WEIGHT_KEY
+from rescue.samples import WEIGHT_KEY
 
 S = PREFIX  # "rollout/census/samples/"
 

@@ -3,8 +3,8 @@
 import numpy as np
 import pytest
 
-from filters.mask import mask_decision
 from rescue.advantages import group_advantages
+from rescue.mask import mask_decision
 from rescue.outcomes import Classification
 from rescue.replay.arms import (
     advantages_report,

@@ -181,23 +181,37 @@ def _spy_advantages(monkeypatch):
     return calls
 
 
+def _update_calls(calls, kind):
+    """The update's calls (they pass the loss weights); the P7 statistic's pass none."""
+    return [kw for k, kw in calls if k == kind and "weights" in kw]
+
+
 def test_each_arm_asks_the_normalizer_for_its_baseline(monkeypatch):
     calls = _spy_advantages(monkeypatch)
     run("survivor", cfg=TINY.replace(steps=3))
-    group = [kw for kind, kw in calls if kind == "group"]
+    group = _update_calls(calls, "group")
     assert len(group) == 3 and all(kw["population"] == "survivors" for kw in group)
     assert any(not np.all(kw["kept"]) for kw in group)  # capped rollouts are not survivors
 
     calls.clear()
     run("turn-baseline", cfg=TINY.replace(steps=3, kappa=0.7))
-    assert not [kw for kind, kw in calls if kind == "group"]
-    token = [kw for kind, kw in calls if kind == "token"]
-    assert token and all(kw["kappa"] == 0.7 for kw in token)
+    assert not _update_calls(calls, "group")
+    token = _update_calls(calls, "token")
+    assert len(token) == 3 and all(kw["kappa"] == 0.7 for kw in token)
 
     calls.clear()
     run("protect:0.25", cfg=TINY.replace(steps=10))
-    weights = np.concatenate([kw["weights"] for kind, kw in calls if kind == "group"])
+    weights = np.concatenate([kw["weights"] for kw in _update_calls(calls, "group")])
     assert set(np.unique(weights)) <= {1.0, 4.0} and 4.0 in weights  # 1/a, after normalization
+
+
+def test_p7_statistic_uses_the_normalizers_baselines(monkeypatch):
+    calls = _spy_advantages(monkeypatch)
+    run("drop", cfg=TINY.replace(steps=2, kappa=0.7))
+    p7 = [(k, kw) for k, kw in calls if "weights" not in kw]
+    assert sorted(kw["population"] for k, kw in p7 if k == "group") == ["all", "all", "loo", "loo"]
+    assert all(kw["std_normalize"] is False for _, kw in p7)
+    assert [kw["kappa"] for k, kw in p7 if k == "token"] == [0.7, 0.7]
 
 
 def test_no_update_means_the_policy_stays_put():

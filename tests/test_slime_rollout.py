@@ -17,7 +17,7 @@ from miles_env import require_slime
 
 import filters
 from rescue.gate import Gate
-from rescue.miles.samples import group_id, iter_samples
+from rescue.samples import group_id, iter_samples
 from rescue.slime import rollout
 from rescue.slime.rollout import ENV_MAX_STALENESS, Drain, engine_version, max_staleness_from_env
 

@@ -8,6 +8,6 @@
 - ``--custom-rollout-log-function-path rescue.miles.log.log_rollout``: the sample-level
   census under ``rollout/census/samples/*``; Miles' own logging still runs.
 
-``rescue.miles.samples`` converts Miles samples to the core's records. Importing this
-package needs no Miles; Miles is imported when a hook runs.
+The hooks read Miles samples through the core's sample model (``rescue.samples``).
+Importing this package needs no Miles; Miles is imported when a hook runs.
 """

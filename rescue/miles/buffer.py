@@ -53,7 +53,7 @@ from typing import Any
 
 from rescue.census import Bucket, Census
 from rescue.gate import Arm, Gate
-from rescue.miles.samples import GatedGroup, gate_group, group_id, is_aborted
+from rescue.samples import GatedGroup, gate_group, group_id, is_aborted
 
 logger = logging.getLogger(__name__)
 
@@ -128,7 +128,7 @@ class RescueDataBuffer:
         """Accept a finished group: abort check, dynamic filter, then the FIFO store."""
         group = input.group
         gid = group_id(group)
-        self.census.enter(gid, n_rollouts=len(group))
+        self.census.enter(gid)
         if is_aborted(group):
             self.census.settle(gid, Bucket.ABORTED)
             self._metric_aborted += 1

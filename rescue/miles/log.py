@@ -34,7 +34,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from rescue.census import outcome_metrics
-from rescue.miles.samples import rollout_record, trajectories_of, weight_of
+from rescue.samples import rollout_record, trajectories_of, weight_of
 
 #: Prefix of every key this function logs.
 PREFIX = "rollout/census/samples/"

@@ -51,7 +51,7 @@ from typing import Any
 
 import numpy as np
 
-from rescue.miles.samples import WEIGHT_KEY, rollout_key
+from rescue.samples import WEIGHT_KEY, rollout_key
 
 #: Environment variable choosing the baseline population.
 ENV_BASELINE = "RESCUE_BASELINE"

@@ -11,7 +11,7 @@ batch. The arms then differ only in their mask or their baseline:
 ``b``        capped rollouts masked (``A = 0``), baseline over all G: ``A_b = A_a · 1{kept}``;
 ``c``        capped rollouts masked, baseline over the survivors:
              ``A_c = (R0_i - mean_{kept} R0) / σ_x · 1{kept}`` (0 in a group without survivor);
-``d<rho>``   a fraction ``rho`` of capped rollouts masked (``filters.mask.mask_decision``, the
+``d<rho>``   a fraction ``rho`` of capped rollouts masked (``rescue.mask.mask_decision``, the
              filter's own per-trajectory coin), baseline over all G;
 ``e``        no mask, the turn-reached baseline: ``A_t = (R0_i - b_{i,ℓ_t}) / σ_x``.
 
@@ -41,7 +41,8 @@ from dataclasses import dataclass
 import numpy as np
 
 from rescue.advantages import group_advantages, per_token_advantages, std_scale
-from rescue.outcomes import Outcome
+from rescue.mask import mask_decision
+from rescue.outcomes import Classification, Outcome
 from rescue.replay.dumps import Trajectory
 
 #: Default fractions of capped rollouts masked by the (d) arms.
@@ -66,11 +67,6 @@ class ArmBatch:
     @property
     def n(self) -> int:
         return len(self.trajectories)
-
-
-def arm_names(rhos: Sequence[float] = DEFAULT_RHOS) -> list[str]:
-    """``["a", "b", "c", "d0.3", ..., "e"]``."""
-    return ["a", "b", "c", *(f"d{rho:g}" for rho in rhos), "e"]
 
 
 def build_batch(trajectories: Sequence[Trajectory]) -> ArmBatch:
@@ -112,9 +108,6 @@ def frozen_scale(
 
 def mask_coins(batch: ArmBatch, rho: float, seed: int) -> np.ndarray:
     """``[N]`` bool: rollouts the ``d<rho>`` arm masks (the filter's own decision rule)."""
-    from filters.mask import mask_decision
-    from rescue.outcomes import Classification
-
     out = np.zeros(batch.n, dtype=bool)
     for i, t in enumerate(batch.trajectories):
         c = Classification(t.record.outcome, t.record.reason)

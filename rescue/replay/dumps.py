@@ -16,7 +16,7 @@ normalization groups them: several samples per rollout are the siblings Miles' a
 generate function emits. Siblings must share one reward. Per trajectory:
 
 - status, reward (a dict reward needs ``reward_key``, Miles' ``--reward-key``), merged
-  metadata, ``masked`` and the outcome: ``rescue.miles.samples.rollout_record``, the one
+  metadata, ``masked`` and the outcome: ``rescue.samples.rollout_record``, the one
   converter from Miles samples to census records (it classifies through
   ``rescue.outcomes.classify``);
 - ``turns``: the number of runs of 1s in the loss masks (a merged multi-turn sample is
@@ -43,7 +43,7 @@ from typing import Any
 import numpy as np
 
 from rescue.census import RolloutRecord
-from rescue.miles.samples import rollout_record
+from rescue.samples import rollout_record
 
 #: Fields every sample dict must carry (``tokens`` is added when gradients are computed).
 REQUIRED_FIELDS: tuple[str, ...] = (

@@ -3,7 +3,7 @@
 A seeded discrete-event simulation of a fully asynchronous trainer (``engine``) whose
 agent solves simulated tasks turn by turn (``env``, ``policy``). It runs the same core
 objects as the Miles and slime adapters, not copies: ``rescue.gate.Gate`` decides stale
-groups, ``filters.mask.mask_decision`` masks capped rollouts, ``rescue.advantages``
+groups, ``rescue.mask.mask_decision`` masks capped rollouts, ``rescue.advantages``
 normalizes rewards, ``rescue.outcomes`` classifies rollouts and ``rescue.census.Census``
 counts every group. What it shows is what the cluster runs.
 

@@ -111,7 +111,7 @@ class ArmSpec:
 
     @property
     def mask(self) -> bool:
-        """Whether capped rollouts are loss-masked (``filters.mask.mask_decision``, rho = 1)."""
+        """Whether capped rollouts are loss-masked (``rescue.mask.mask_decision``, rho = 1)."""
         return self.name in ("mask", "survivor")
 
     @property

@@ -16,8 +16,10 @@ The same core objects as the Miles adapters decide everything:
 - put: a group with a lost rollout (``infra_no_result``) is *aborted*, as Miles' buffer
   does with an ABORTED sample (unused handler ``drop``);
 - get: ``rescue.gate.Gate.decide(group_id, staleness)`` keeps or drops it and gives the
-  weight (1 or 1/a);
-- filter: ``filters.mask.mask_decision`` marks capped rollouts of the mask arms;
+  weight (1 or 1/a); ``rescue.census.Bucket.after_gate`` names its bucket, as in the
+  Miles buffer and the slime drain;
+- filter: ``rescue.mask.mask_decision`` (what the sample filters apply) marks capped
+  rollouts of the mask arms;
 - advantages: ``rescue.advantages.group_advantages`` (or ``per_token_advantages`` with the
   turn-reached baseline), weights applied after normalization;
 - census: ``rescue.census.Census`` settles every group that entered the buffer into one
@@ -38,14 +40,14 @@ from __future__ import annotations
 import heapq
 from collections import deque
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import numpy as np
 
-from filters.mask import mask_decision
 from rescue.advantages import group_advantages, per_token_advantages
 from rescue.census import Bucket, Census, RolloutRecord, outcome_metrics
 from rescue.gate import Gate
+from rescue.mask import mask_decision
 from rescue.outcomes import is_capped
 from rescue.sim import env
 from rescue.sim.config import ArmSpec, SimConfig
@@ -74,6 +76,18 @@ class Group:
     @property
     def lost(self) -> bool:
         return bool((self.episodes.kind == env.LOST).any())
+
+
+@dataclass
+class Flow:
+    """Where the launched groups are, between launch and the trainer's update."""
+
+    events: list[tuple[float, int, Group]] = field(default_factory=list)  # min-heap by finish
+    blocked: deque[Group] = field(default_factory=deque)  # finished, waiting for buffer room
+    buffer: deque[Group] = field(default_factory=deque)  # FIFO, at most buffer_capacity
+    batch: list[tuple[Group, float, float]] = field(default_factory=list)  # (group, w, staleness)
+    in_flight: int = 0  # launched and not yet in the buffer (generating or blocked)
+    train_end: float | None = None  # when the running update ends; None: none is running
 
 
 class Simulation:
@@ -146,77 +160,84 @@ class Simulation:
     # ------------------------------------------------------------------ the run
 
     def run(self, on_step: Callable[[int], None] | None = None) -> list[dict[str, float]]:
-        """Simulate ``cfg.steps`` trainer steps; ``on_step(step)`` is called after each."""
-        cfg = self.cfg
-        events: list[tuple[float, int, Group]] = []  # (finish time, id, group) min-heap
-        blocked: deque[Group] = deque()  # finished, waiting for buffer room
-        buffer: deque[Group] = deque()
-        batch: list[tuple[Group, float, float]] = []  # (group, weight, staleness)
-        in_flight = 0
-        train_end: float | None = None
+        """Simulate ``cfg.steps`` trainer steps; ``on_step(step)`` is called after each.
+
+        Each turn of the loop settles the state (``_settle``), then advances the clock to
+        the next event: the running update ends (ties: the update first), or a group
+        finishes.
+        """
+        flow = Flow()
         steps: list[dict[str, float]] = []
-
-        def put(group: Group) -> None:
-            self.census.enter(group.group_id, cfg.group_size)
-            group.records = self.records(group)
-            self._window_generated.extend(group.records)
-            if group.lost:
-                self.census.settle(group.group_id, Bucket.ABORTED, group.records)
-            else:
-                buffer.append(group)
-
-        while len(steps) < cfg.steps:
-            # Settle state: fill the buffer from blocked workers, launch, let the trainer get.
-            while True:
-                while blocked and len(buffer) < cfg.buffer_capacity:
-                    put(blocked.popleft())
-                    in_flight -= 1
-                while in_flight < cfg.concurrency:
-                    g = self._launch()
-                    heapq.heappush(events, (g.finished, g.group_id, g))
-                    in_flight += 1
-                if train_end is not None or not buffer:
-                    break
-                while buffer and len(batch) < cfg.groups_per_step:
-                    g = buffer.popleft()
-                    staleness = self.version - g.version
-                    d = self.gate.decide(g.group_id, staleness)
-                    if d.keep:
-                        bucket = Bucket.TRAINED_FRESH
-                        if d.stale:
-                            bucket = (
-                                Bucket.TRAINED_PROTECTED if d.protected else Bucket.TRAINED_STALE
-                            )
-                        self.census.settle(
-                            g.group_id, bucket, g.records, staleness=staleness, weight=d.weight
-                        )
-                        batch.append((g, d.weight, staleness))
-                    else:
-                        self.census.settle(
-                            g.group_id, Bucket.DROPPED_STALE, g.records, staleness=staleness
-                        )
-                if len(batch) == cfg.groups_per_step:
-                    train_end = self.time + cfg.train_time
-                if not blocked or len(buffer) >= cfg.buffer_capacity:
-                    break
-            # Next event: a group finishes, or the update ends (ties: the update first).
-            if train_end is not None and (not events or train_end <= events[0][0]):
-                self.time = train_end
-                train_end = None
-                self._update(batch)
-                steps.append(self._step_metrics(batch, len(buffer)))
-                batch = []
+        while len(steps) < self.cfg.steps:
+            self._settle(flow)
+            if flow.train_end is not None and (
+                not flow.events or flow.train_end <= flow.events[0][0]
+            ):
+                steps.append(self._train(flow))
                 if on_step is not None:
                     on_step(len(steps))
-                continue
-            finish, _, g = heapq.heappop(events)
-            self.time = finish
-            if len(buffer) < cfg.buffer_capacity:
-                put(g)
-                in_flight -= 1
             else:
-                blocked.append(g)
+                self._finish_next(flow)
         return steps
+
+    def _settle(self, flow: Flow) -> None:
+        """Fill the buffer from blocked workers, launch, let the trainer get; until stable."""
+        cfg = self.cfg
+        while True:
+            while flow.blocked and len(flow.buffer) < cfg.buffer_capacity:
+                self._put(flow, flow.blocked.popleft())
+            while flow.in_flight < cfg.concurrency:
+                g = self._launch()
+                heapq.heappush(flow.events, (g.finished, g.group_id, g))
+                flow.in_flight += 1
+            if flow.train_end is not None or not flow.buffer:
+                return
+            self._get(flow)
+            if len(flow.batch) == cfg.groups_per_step:
+                flow.train_end = self.time + cfg.train_time
+            if not flow.blocked or len(flow.buffer) >= cfg.buffer_capacity:
+                return
+
+    def _put(self, flow: Flow, group: Group) -> None:
+        """A finished group enters the buffer (census entry); a lost one is aborted at once."""
+        flow.in_flight -= 1
+        self.census.enter(group.group_id)
+        group.records = self.records(group)
+        self._window_generated.extend(group.records)
+        if group.lost:
+            self.census.settle(group.group_id, Bucket.ABORTED, group.records)
+        else:
+            flow.buffer.append(group)
+
+    def _get(self, flow: Flow) -> None:
+        """The trainer takes groups in FIFO order through the gate until its batch is full."""
+        while flow.buffer and len(flow.batch) < self.cfg.groups_per_step:
+            g = flow.buffer.popleft()
+            staleness = self.version - g.version
+            d = self.gate.decide(g.group_id, staleness)
+            self.census.settle(
+                g.group_id, Bucket.after_gate(d), g.records, staleness=staleness, weight=d.weight
+            )
+            if d.keep:
+                flow.batch.append((g, d.weight, staleness))
+
+    def _finish_next(self, flow: Flow) -> None:
+        """The next group finishes: into the buffer, or blocked while the buffer is full."""
+        finish, _, g = heapq.heappop(flow.events)
+        self.time = finish
+        if len(flow.buffer) < self.cfg.buffer_capacity:
+            self._put(flow, g)
+        else:
+            flow.blocked.append(g)
+
+    def _train(self, flow: Flow) -> dict[str, float]:
+        """The running update ends: apply it and return the step's metrics."""
+        self.time = flow.train_end
+        flow.train_end = None
+        self._update(flow.batch)
+        metrics = self._step_metrics(flow.batch, len(flow.buffer))
+        flow.batch = []
+        return metrics
 
     # ------------------------------------------------------------------ the update
 
@@ -250,17 +271,24 @@ class Simulation:
         self._pool.clear()  # groups not yet launched are generated with the new weights
 
     def _p7(self, R: np.ndarray, lengths: np.ndarray, turn_index: np.ndarray) -> None:
-        """Accumulate per-token (per-decision) advantages, R = 0 on cap, no std: P7 offline."""
+        """Accumulate per-token (per-decision) advantages, R = 0 on cap, no std: P7 offline.
+
+        The three baselines are ``rescue.advantages``' own: the group mean and the
+        leave-one-out mean of ``group_advantages``, and ``per_token_advantages``.
+        """
         real = turn_index > 0
-        G = R.shape[1]
-        mean = R.mean(axis=1, keepdims=True)
-        loo = (G * mean - R) / max(G - 1, 1)
-        a_mean = np.broadcast_to((R - mean)[:, :, None], turn_index.shape)
-        a_loo = np.broadcast_to((R - loo)[:, :, None], turn_index.shape)
+        B, G = R.shape
+        gids = np.repeat(np.arange(B), G)
+
+        def per_token(population: str) -> np.ndarray:
+            A = group_advantages(R.ravel(), gids, population=population, std_normalize=False)
+            return np.broadcast_to(A.reshape(B, G)[:, :, None], turn_index.shape)
+
         a_turn = per_token_advantages(
-            R, lengths, turn_index, kappa=self.cfg.kappa, dtype=np.float64
+            R, lengths, turn_index, kappa=self.cfg.kappa, std_normalize=False, dtype=np.float64
         )
-        for j, a in enumerate((a_mean[real], a_loo[real], a_turn[real])):
+        for j, a in enumerate((per_token("all"), per_token("loo"), a_turn)):
+            a = a[real]
             self.p7[j] += (a.size, a.sum(), (a * a).sum())
 
     # ------------------------------------------------------------------ metrics

@@ -16,7 +16,7 @@ One call of ``generate_rollout`` drains that queue FIFO until it holds
    never stale, when no sample carries a numeric version or the current version is
    unknown), and the gate (``rescue.gate.Gate.from_env``: ``RESCUE_ARM``, ``RESCUE_A``,
    ``RESCUE_SEED``) decides on its group id (``group_index``,
-   ``rescue.miles.samples.group_id``). A group is stale when staleness >
+   ``rescue.samples.group_id``). A group is stale when staleness >
    ``RESCUE_MAX_STALENESS`` (slime has no ``--max-weight-staleness``; unset = nothing is
    stale, which is slime's own behaviour). A dropped group settles as ``dropped_stale``
    and is discarded, as Miles' default ``--async-unused-samples-handler drop`` does
@@ -56,7 +56,7 @@ from typing import Any, Protocol
 
 from rescue.census import PREFIX, Census
 from rescue.gate import Arm, Gate
-from rescue.miles.samples import (
+from rescue.samples import (
     GatedGroup,
     gate_group,
     group_newest_weight_version,
@@ -135,13 +135,13 @@ class Drain:
         return max(candidates) if candidates else None
 
     def decide(self, args: Any, group: Sequence[Any], current_version: int | None) -> GatedGroup:
-        """Enter a popped group in the census and gate it (``rescue.miles.samples.gate_group``).
+        """Enter a popped group in the census and gate it (``rescue.samples.gate_group``).
 
         A dropped group is settled here; a kept group carries its weight and settles in
         ``collect``.
         """
         gated = gate_group(self.gate, group, current_version)
-        self.census.enter(gated.gid, len(group))
+        self.census.enter(gated.gid)
         if not gated.kept:
             gated.settle(self.census, reward_key=getattr(args, "reward_key", None))
         return gated

@@ -1,12 +1,13 @@
-"""Miles samples as the core sees them: groups, trajectories, staleness, census records.
+"""The sample model: groups, trajectories, staleness and census records of trainer samples.
 
 Specification
 -------------
-This module is the one converter from Miles' sample shapes to the core's plain records;
-every Miles-side piece (buffer, reward hook, filters, log function, the slime adapter)
-goes through it. It never imports Miles: it reads fields by name, so it accepts
+This module is the one converter from a trainer's sample shapes to the core's plain
+records; the simulator's census, replay, the sample filters and every adapter (the Miles
+buffer, reward hook and log function, the slime drain) go through it. It imports no
+framework: it reads fields by name, so it accepts
 
-- a Miles ``Sample`` (or any object with the same attributes),
+- a Miles or slime ``Sample`` (or any object with the same attributes),
 - a Sample dict (``Sample.to_dict()``, as in ``--save-debug-rollout-data`` dumps),
 - a *trajectory*: one sample, or a ``list`` of samples that together form one rollout
   (Miles' multi-sample generate functions, e.g. one ``Sample`` per turn),
@@ -304,11 +305,6 @@ def gate_group(gate: Gate, group: Sequence[Any], current_version: int | None) ->
     gid = group_id(group)
     staleness = group_staleness(group, current_version)
     decision = gate.decide(gid, staleness)
-    if not decision.keep:
-        return GatedGroup(gid, group, staleness, Bucket.DROPPED_STALE, decision.weight)
-    if decision.protected:
-        set_group_weight(group, decision.weight)
-        return GatedGroup(gid, group, staleness, Bucket.TRAINED_PROTECTED, decision.weight)
-    set_group_weight(group, None)
-    bucket = Bucket.TRAINED_STALE if decision.stale else Bucket.TRAINED_FRESH
-    return GatedGroup(gid, group, staleness, bucket, decision.weight)
+    if decision.keep:
+        set_group_weight(group, decision.weight if decision.protected else None)
+    return GatedGroup(gid, group, staleness, Bucket.after_gate(decision), decision.weight)
