@@ -27,6 +27,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Sequence
 from typing import Any
 
+from rescue.errors import InputError
 from rescue.gate import seed_from_env
 from rescue.mask import mask_decision, rho_from_env
 from rescue.outcomes import Classification, is_capped
@@ -56,7 +57,7 @@ def _apply(args: Any, groups: Iterable, *, rho: float, seed: int) -> None:
     reward_key = getattr(args, "reward_key", None)
     for g, group in enumerate(groups):
         if not isinstance(group, list):
-            raise ValueError(
+            raise InputError(
                 f"sample filter: groups[{g}] is a {type(group).__name__}; expected a list of "
                 "samples or of list[Sample] trajectories"
             )
@@ -81,7 +82,7 @@ def _key(samples: Sequence[Any], group_position: int, position: int) -> int | st
     group_index = field(first, "group_index")
     if group_index is not None:
         return f"{group_index}/{position}"
-    raise ValueError(
+    raise InputError(
         f"sample filter: trajectory {position} of group {group_position} has no rollout_id, "
         "index or group_index to key its coin on"
     )

@@ -47,6 +47,7 @@ from typing import Literal
 
 import numpy as np
 
+from rescue.errors import InputError
 from rescue.turns import TurnSpans, broadcast
 
 Population = Literal["all", "survivors", "loo"]
@@ -58,7 +59,7 @@ def _finite(name: str, x: np.ndarray) -> None:
     if bad.any():
         idx = tuple(int(k) for k in np.argwhere(bad)[0])
         where = idx[0] if len(idx) == 1 else idx
-        raise ValueError(
+        raise InputError(
             f"{name}[{where}] = {x[idx]!r} is not finite; every sample needs a finite value"
         )
 
@@ -66,7 +67,7 @@ def _finite(name: str, x: np.ndarray) -> None:
 def _per_sample(name: str, x, n: int, dtype=np.float64) -> np.ndarray:
     a = np.asarray(x, dtype=dtype)
     if a.shape != (n,):
-        raise ValueError(f"{name} must have one entry per sample, shape ({n},); got {a.shape}")
+        raise InputError(f"{name} must have one entry per sample, shape ({n},); got {a.shape}")
     return a
 
 
@@ -101,15 +102,15 @@ def group_advantages(
         ``[N]`` float64 advantages, in the input order.
     """
     if population not in POPULATIONS:
-        raise ValueError(f"population={population!r}; allowed: {', '.join(POPULATIONS)}")
+        raise InputError(f"population={population!r}; allowed: {', '.join(POPULATIONS)}")
     R = np.asarray(rewards, dtype=np.float64)
     if R.ndim != 1:
-        raise ValueError(f"rewards must be 1-D (one reward per sample); got shape {R.shape}")
+        raise InputError(f"rewards must be 1-D (one reward per sample); got shape {R.shape}")
     _finite("rewards", R)
     N = R.shape[0]
     gid = np.asarray(group_ids)
     if gid.shape != (N,):
-        raise ValueError(f"group_ids must have shape ({N},) like rewards; got {gid.shape}")
+        raise InputError(f"group_ids must have shape ({N},) like rewards; got {gid.shape}")
     if N == 0:
         return np.zeros(0)
     _, g = np.unique(gid, return_inverse=True)
@@ -119,7 +120,7 @@ def group_advantages(
     # Population membership: who votes in b and σ.
     if population == "survivors":
         if kept is None:
-            raise ValueError('population="survivors" needs kept= (one bool per sample)')
+            raise InputError('population="survivors" needs kept= (one bool per sample)')
         voter = _per_sample("kept", kept, N, dtype=bool)
     else:
         voter = np.ones(N, dtype=bool)
@@ -203,21 +204,21 @@ def _groups(rewards, lengths, present):
     R = np.asarray(rewards, dtype=np.float64)
     batched = R.ndim == 2
     if R.ndim not in (1, 2):
-        raise ValueError(f"rewards must be [G] or [B, G]; got shape {R.shape}")
+        raise InputError(f"rewards must be [G] or [B, G]; got shape {R.shape}")
     Lr = np.asarray(lengths)
     if Lr.shape != R.shape:
-        raise ValueError(f"lengths must have the shape of rewards {R.shape}; got {Lr.shape}")
+        raise InputError(f"lengths must have the shape of rewards {R.shape}; got {Lr.shape}")
     whole = np.issubdtype(Lr.dtype, np.integer) or (
         np.all(np.isfinite(Lr)) and np.all(Lr == np.round(Lr))
     )
     if Lr.size and not whole:
-        raise ValueError("lengths must be whole numbers of turns")
+        raise InputError("lengths must be whole numbers of turns")
     L = Lr.astype(np.int64)
     if (L < 0).any():
-        raise ValueError(f"lengths must be >= 0 turns; got {int(L.min())}")
+        raise InputError(f"lengths must be >= 0 turns; got {int(L.min())}")
     P = np.ones(R.shape, dtype=bool) if present is None else np.asarray(present, dtype=bool)
     if P.shape != R.shape:
-        raise ValueError(f"present must have the shape of rewards {R.shape}; got {P.shape}")
+        raise InputError(f"present must have the shape of rewards {R.shape}; got {P.shape}")
     R = np.where(P, R, 0.0)  # padding is never read
     _finite("rewards", R)
     L = np.where(P, L, 0)  # an absent (padding) member reached no turn
@@ -229,7 +230,7 @@ def _groups(rewards, lengths, present):
 def _turn_table(R, L, P, kappa: float) -> np.ndarray:
     """``b[B, G, L_max]``; column ``ℓ-1`` is turn ``ℓ``. Padded members get 0."""
     if not (kappa >= 0):  # also rejects NaN
-        raise ValueError(f"kappa must be >= 0 (shrinkage strength κ); got {kappa!r}")
+        raise InputError(f"kappa must be >= 0 (shrinkage strength κ); got {kappa!r}")
     Rp = np.where(P, R, 0.0)
     G = R.shape[1]
     # others[b, i, j] = 1 when j is a member of i's group other than i: every sum below
@@ -333,7 +334,7 @@ def per_token_advantages(
     if weights is not None:
         w = np.asarray(weights, dtype=np.float64)
         if w.shape != np.shape(rewards):
-            raise ValueError(
+            raise InputError(
                 f"weights must have the shape of rewards {np.shape(rewards)}; got {w.shape}"
             )
         w = np.where(P, w if batched else w[None], 1.0)
@@ -345,7 +346,7 @@ def per_token_advantages(
 
     if isinstance(token_turns, np.ndarray):
         if token_turns.shape[:-1] != np.shape(rewards):
-            raise ValueError(
+            raise InputError(
                 f"token_turns must be shaped {np.shape(rewards)} + (T,) like rewards; "
                 f"got {token_turns.shape}"
             )
@@ -357,11 +358,11 @@ def per_token_advantages(
         return out.reshape(token_turns.shape)
     seqs: Sequence = token_turns
     if len(seqs) != table.shape[0]:
-        raise ValueError(f"token_turns has {len(seqs)} rollouts; rewards has {table.shape[0]}")
+        raise InputError(f"token_turns has {len(seqs)} rollouts; rewards has {table.shape[0]}")
     spans = [isinstance(t, TurnSpans) for t in seqs]
     if any(spans):
         if not all(spans):
-            raise ValueError(
+            raise InputError(
                 f"token_turns[{spans.index(False)}] is not TurnSpans; give every rollout "
                 "as TurnSpans or every rollout as an array of turn indices"
             )
@@ -370,7 +371,7 @@ def per_token_advantages(
     for k, t in enumerate(seqs):
         t = np.asarray(t)
         if t.ndim != 1:
-            raise ValueError(f"token_turns[{k}] must be 1-D (one turn index per token)")
+            raise InputError(f"token_turns[{k}] must be 1-D (one turn index per token)")
         _check_turns(t[None], Ls[k : k + 1], first=k)
         out_list.append(table[k].take(t, mode="wrap"))
     return out_list
@@ -381,7 +382,7 @@ def _check_turns(T: np.ndarray, L: np.ndarray, first: int = 0) -> None:
     if T.size == 0:
         return
     if not np.issubdtype(T.dtype, np.integer):
-        raise ValueError(f"token_turns must be integers; got dtype {T.dtype}")
+        raise InputError(f"token_turns must be integers; got dtype {T.dtype}")
     # Viewed as unsigned, a negative index is huge: one max per rollout catches both ends.
     unsigned = T.view(np.dtype(f"u{T.dtype.itemsize}")) if T.dtype.kind == "i" else T
     bad = np.flatnonzero(unsigned.max(axis=1) > L)
@@ -389,7 +390,7 @@ def _check_turns(T: np.ndarray, L: np.ndarray, first: int = 0) -> None:
         k = int(bad[0])
         row = T[k]
         v = int(row[(row < 0) | (row > L[k])][0])
-        raise ValueError(
+        raise InputError(
             f"token_turns of rollout {first + k} holds turn {v} outside 0..{int(L[k])} "
             "(0 = observation tokens, 1..length = its turns)"
         )

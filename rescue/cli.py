@@ -3,6 +3,9 @@
 A subcommand module provides ``configure(parser)`` (adds its arguments) and
 ``main(args) -> int``; heavy dependencies are imported inside ``main`` only, so
 ``rescue --help`` works on a bare install.
+
+Bad input (``rescue.errors.InputError``) is one line on stderr and exit status 2; any
+other exception keeps its traceback.
 """
 
 from __future__ import annotations
@@ -12,6 +15,8 @@ import importlib
 import os
 import sys
 from collections.abc import Sequence
+
+from rescue.errors import InputError
 
 #: name -> (module, one-line help)
 COMMANDS: dict[str, tuple[str, str]] = {
@@ -42,7 +47,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     try:
         return int(args._main(args) or 0)
-    except ValueError as e:  # bad input: one clear line, no traceback
+    except InputError as e:  # bad input: one clear line, no traceback
         print(f"rescue {args.command}: error: {e}", file=sys.stderr)
         return 2
     except BrokenPipeError:  # output piped into `head`: stop quietly

@@ -29,6 +29,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from enum import Enum
 
+from rescue.errors import InputError
+
 
 class Arm(str, Enum):
     DROP = "drop"
@@ -43,7 +45,7 @@ class Arm(str, Enum):
             return cls(str(value).strip().lower().replace("_", "-"))
         except ValueError:
             allowed = ", ".join(a.value for a in cls)
-            raise ValueError(f"{setting}={value!r} is not an arm; allowed: {allowed}") from None
+            raise InputError(f"{setting}={value!r} is not an arm; allowed: {allowed}") from None
 
 
 #: Environment variables read by ``Gate.from_env`` (set by the launchers).
@@ -93,20 +95,20 @@ class Gate:
     def __post_init__(self) -> None:
         object.__setattr__(self, "arm", Arm.parse(self.arm, setting=ENV_ARM))
         if self.arm is Arm.PROTECT and self.a is None:
-            raise ValueError(f"{ENV_A} (a) is required with arm protect; allowed: 0 < a <= 1")
+            raise InputError(f"{ENV_A} (a) is required with arm protect; allowed: 0 < a <= 1")
         if self.a is not None:
             a = _parse_float(self.a, ENV_A)
             if not (0.0 < a <= 1.0):
-                raise ValueError(f"{ENV_A}={self.a!r} is out of range; allowed: 0 < a <= 1")
+                raise InputError(f"{ENV_A}={self.a!r} is out of range; allowed: 0 < a <= 1")
             object.__setattr__(self, "a", a)
         if isinstance(self.seed, bool) or not isinstance(self.seed, int):
-            raise ValueError(f"{ENV_SEED}={self.seed!r} is not an integer")
+            raise InputError(f"{ENV_SEED}={self.seed!r} is not an integer")
         if self.max_staleness is not None and (
             isinstance(self.max_staleness, bool)
             or not isinstance(self.max_staleness, int)
             or self.max_staleness < 0
         ):
-            raise ValueError(
+            raise InputError(
                 f"max_weight_staleness={self.max_staleness!r}; allowed: a non-negative integer or None"
             )
 
@@ -168,14 +170,14 @@ def seed_from_env(env: Mapping[str, str] | None = None) -> int:
     try:
         return int(text)
     except ValueError:
-        raise ValueError(f"{ENV_SEED}={text!r} is not an integer") from None
+        raise InputError(f"{ENV_SEED}={text!r} is not an integer") from None
 
 
 def _parse_float(value: object, setting: str) -> float:
     try:
         x = float(value)  # type: ignore[arg-type]
     except (TypeError, ValueError):
-        raise ValueError(f"{setting}={value!r} is not a number; allowed: 0 < a <= 1") from None
+        raise InputError(f"{setting}={value!r} is not a number; allowed: 0 < a <= 1") from None
     if not math.isfinite(x):
-        raise ValueError(f"{setting}={value!r} is not finite; allowed: 0 < a <= 1")
+        raise InputError(f"{setting}={value!r} is not finite; allowed: 0 < a <= 1")
     return x

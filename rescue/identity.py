@@ -45,12 +45,14 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from rescue.errors import InputError
+
 
 def _number(row: dict, field: str, k: int, default: float | None = None) -> float:
     try:
         return float(row.get(field, default))  # type: ignore[arg-type]
     except (TypeError, ValueError):
-        raise ValueError(f"rows[{k}].{field}={row.get(field)!r} is not a number") from None
+        raise InputError(f"rows[{k}].{field}={row.get(field)!r} is not a number") from None
 
 
 @dataclass(frozen=True)
@@ -70,23 +72,23 @@ class Table:
     def from_dict(cls, d: dict) -> Table:
         """Build and validate a table from the JSON form of the module docstring."""
         if not isinstance(d, dict) or "theta" not in d or "rows" not in d:
-            raise ValueError('a table needs "theta" (logits) and "rows"')
+            raise InputError('a table needs "theta" (logits) and "rows"')
         theta = np.asarray(d["theta"], dtype=np.float64).reshape(-1)
         names = tuple(str(a) for a in d.get("actions", range(theta.size)))
         if len(names) != theta.size:
-            raise ValueError(f'"actions" has {len(names)} names; "theta" has {theta.size} logits')
+            raise InputError(f'"actions" has {len(names)} names; "theta" has {theta.size} logits')
         act, q, r, keep, rows = [], [], [], [], []
         for k, row in enumerate(d["rows"]):
             if not isinstance(row, dict):
-                raise ValueError(f"rows[{k}] must be an object with action, q, reward, keep")
+                raise InputError(f"rows[{k}] must be an object with action, q, reward, keep")
             a = row.get("action", k)
             idx = names.index(str(a)) if str(a) in names else a
             if not isinstance(idx, int) or not 0 <= idx < theta.size:
-                raise ValueError(
+                raise InputError(
                     f"rows[{k}].action={a!r}; allowed: {', '.join(names)} or 0..{theta.size - 1}"
                 )
             if "reward" not in row:
-                raise ValueError(f'rows[{k}] needs "reward"')
+                raise InputError(f'rows[{k}] needs "reward"')
             act.append(idx)
             q.append(_number(row, "q", k, 1.0))
             r.append(_number(row, "reward", k))
@@ -108,21 +110,21 @@ class Table:
     def validate(self) -> None:
         K = self.action.shape[0]
         if K == 0:
-            raise ValueError("a table needs at least one row")
+            raise InputError("a table needs at least one row")
         for field in ("theta", "q", "reward", "keep"):
             x = getattr(self, field)
             if not np.all(np.isfinite(x)):
-                raise ValueError(
+                raise InputError(
                     f"{field}[{int(np.flatnonzero(~np.isfinite(x))[0])}] is not finite"
                 )
         for field in ("q", "keep"):
             x = getattr(self, field)
             if x.shape != (K,) or ((x < 0) | (x > 1)).any():
-                raise ValueError(f"{field} must be one probability in [0, 1] per row")
+                raise InputError(f"{field} must be one probability in [0, 1] per row")
         total = np.bincount(self.action, weights=self.q, minlength=self.theta.size)
         for a, t in enumerate(total):
             if abs(t - 1.0) > 1e-9:
-                raise ValueError(
+                raise InputError(
                     f"the rows of action {self.label(a)!r} have q summing to {t:.6g}; need 1"
                 )
 
@@ -173,7 +175,7 @@ def survivors_baseline(t: Table) -> float:
 def masked_update(t: Table, baseline: str = "all") -> np.ndarray:
     """Σ π κ (R − b) s with b = J (``"all"``, default) or b = b_S (``"survivors"``)."""
     if baseline not in ("all", "survivors"):
-        raise ValueError(f"baseline={baseline!r}; allowed: all, survivors")
+        raise InputError(f"baseline={baseline!r}; allowed: all, survivors")
     b = objective(t) if baseline == "all" else survivors_baseline(t)
     return _expect(t, t.keep * (t.reward - b))
 
@@ -190,7 +192,7 @@ def ipw_estimate(t: Table) -> np.ndarray:
     unseen = np.flatnonzero((t.keep == 0) & (pi > 0))
     if unseen.size:
         k = int(unseen[0])
-        raise ValueError(
+        raise InputError(
             f"row {t.rows[k] if t.rows else k!r} has keep probability 0 and mass {pi[k]:.4g}: "
             "it is never seen, so no inverse-probability weight can restore it"
         )
@@ -299,14 +301,14 @@ def load_tables(path: str) -> list[Table]:
         with open(path) as f:
             data = json.load(f)
     except (OSError, json.JSONDecodeError) as e:
-        raise ValueError(f"--table {path}: {e}") from None
+        raise InputError(f"--table {path}: {e}") from None
     items = data if isinstance(data, list) else [data]
     tables = []
     for i, d in enumerate(items):
         try:
             tables.append(Table.from_dict(d))
         except ValueError as e:
-            raise ValueError(f"--table {path}, table {i}: {e}") from None
+            raise InputError(f"--table {path}, table {i}: {e}") from None
     return tables
 
 
@@ -374,7 +376,7 @@ def configure(parser: argparse.ArgumentParser) -> None:
 
 def main(args: argparse.Namespace) -> int:
     if args.table and args.example:
-        raise ValueError("give either an example name or --table FILE, not both")
+        raise InputError("give either an example name or --table FILE, not both")
     if args.table:
         sections = {args.table: load_tables(args.table)}
     else:

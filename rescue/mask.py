@@ -29,6 +29,7 @@ import math
 import os
 from collections.abc import Mapping
 
+from rescue.errors import InputError
 from rescue.gate import coin
 from rescue.outcomes import Classification, is_capped
 
@@ -57,13 +58,13 @@ def mask_decision(classification: Classification, key: int | str, rho: float, se
 
 
 def parse_rho(value: object, *, setting: str = ENV_MASK_RHO) -> float:
-    """``rho`` as a float in [0, 1]; anything else is a ``ValueError`` naming the setting."""
+    """``rho`` as a float in [0, 1]; anything else is an ``InputError`` naming the setting."""
     try:
         rho = float(value)  # type: ignore[arg-type]
     except (TypeError, ValueError):
-        raise ValueError(f"{setting}={value!r} is not a number; allowed: 0 <= rho <= 1") from None
+        raise InputError(f"{setting}={value!r} is not a number; allowed: 0 <= rho <= 1") from None
     if not math.isfinite(rho) or not 0.0 <= rho <= 1.0:
-        raise ValueError(f"{setting}={value!r} is out of range; allowed: 0 <= rho <= 1")
+        raise InputError(f"{setting}={value!r} is out of range; allowed: 0 <= rho <= 1")
     return rho
 
 

@@ -47,6 +47,8 @@ from dataclasses import dataclass
 from enum import Enum
 from typing import Any
 
+from rescue.errors import InputError
+
 
 class Outcome(str, Enum):
     """The four outcome classes. Values are the strings used in metadata, logs and JSON."""
@@ -65,7 +67,7 @@ class Outcome(str, Enum):
             return cls(value)
         except ValueError:
             allowed = ", ".join(o.value for o in cls)
-            raise ValueError(f"{field}={value!r} is not an outcome; allowed: {allowed}") from None
+            raise InputError(f"{field}={value!r} is not an outcome; allowed: {allowed}") from None
 
 
 OUTCOMES: tuple[Outcome, ...] = tuple(Outcome)

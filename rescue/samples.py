@@ -48,6 +48,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from rescue.census import Bucket, Census, RolloutRecord
+from rescue.errors import InputError
 from rescue.gate import Gate
 from rescue.outcomes import status_value
 
@@ -96,7 +97,7 @@ def first_sample(group: Sequence[Any]) -> Any:
 def group_id(group: Sequence[Any]) -> int | str:
     """The group's stable id (rules in the module docstring); the gate's coin key."""
     if not group:
-        raise ValueError("group is empty: a group needs at least one sample")
+        raise InputError("group is empty: a group needs at least one sample")
     s = first_sample(group)
     gid = field(s, "group_index")
     if gid is not None:
@@ -163,12 +164,12 @@ def reward_value(sample: Any, reward_key: str | None = None) -> float | None:
     reward = field(sample, "reward")
     if isinstance(reward, Mapping):
         if not reward_key:
-            raise ValueError(
+            raise InputError(
                 f"reward is a dict with keys {sorted(reward)} but --reward-key is not set; "
                 "set --reward-key to the field that holds the scalar reward"
             )
         if reward_key not in reward:
-            raise ValueError(
+            raise InputError(
                 f"reward has no key {reward_key!r} (--reward-key); its keys: {sorted(reward)}"
             )
         reward = reward[reward_key]
@@ -179,7 +180,7 @@ def rollout_record(trajectory: Any, *, reward_key: str | None = None) -> Rollout
     """The census record of one trajectory (a sample, a Sample dict or a list of them)."""
     samples = trajectory_samples(trajectory)
     if not samples:
-        raise ValueError("trajectory is empty: a trajectory needs at least one sample")
+        raise InputError("trajectory is empty: a trajectory needs at least one sample")
     if len(samples) == 1:
         s = samples[0]
         if isinstance(s, dict):

@@ -27,6 +27,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from rescue.errors import InputError
+
 
 @dataclass(frozen=True, eq=False)
 class TurnSpans:
@@ -50,18 +52,18 @@ class TurnSpans:
         for name in ("starts", "stops"):
             x = np.asarray(getattr(self, name))
             if x.ndim != 1 or (x.size and not np.issubdtype(x.dtype, np.integer)):
-                raise ValueError(
+                raise InputError(
                     f"TurnSpans.{name} must be a 1-D integer array (one token index per "
                     f"turn); got shape {x.shape}, dtype {x.dtype}"
                 )
             object.__setattr__(self, name, x.astype(np.int64, copy=False))
         if self.starts.shape != self.stops.shape:
-            raise ValueError(
+            raise InputError(
                 f"TurnSpans.starts and .stops must have one entry per turn; got "
                 f"{self.starts.size} starts and {self.stops.size} stops"
             )
         if not isinstance(self.n_tokens, (int, np.integer)) or self.n_tokens < 0:
-            raise ValueError(f"TurnSpans.n_tokens must be an integer >= 0; got {self.n_tokens!r}")
+            raise InputError(f"TurnSpans.n_tokens must be an integer >= 0; got {self.n_tokens!r}")
         object.__setattr__(self, "n_tokens", int(self.n_tokens))
 
 
@@ -78,14 +80,14 @@ def turn_spans(loss_mask) -> TurnSpans | list[TurnSpans]:
     """
     m = np.asarray(loss_mask)
     if m.ndim == 0:
-        raise ValueError("loss_mask must be [T] or [..., T] (one 0/1 entry per token)")
+        raise InputError("loss_mask must be [T] or [..., T] (one 0/1 entry per token)")
     K, T = math.prod(m.shape[:-1]), m.shape[-1]
     rows = m.reshape(K, T)
     if rows.dtype != bool:
         bad = (rows != 0) & (rows != 1)
         if bad.any():
             k, t = (int(x) for x in np.argwhere(bad)[0])
-            raise ValueError(
+            raise InputError(
                 f"loss_mask of rollout {k} holds {rows[k, t].item()!r} at token {t}; "
                 "allowed: 0 (observation) and 1 (turn)"
             )
@@ -123,7 +125,7 @@ def broadcast(table: np.ndarray, spans: Sequence[TurnSpans], lengths: np.ndarray
     over = np.flatnonzero(n_turns > lengths)
     if over.size:
         k = int(over[0])
-        raise ValueError(
+        raise InputError(
             f"turn spans of rollout {k} hold {int(n_turns[k])} turns; its length is "
             f"{int(lengths[k])} turns"
         )
@@ -144,7 +146,7 @@ def broadcast(table: np.ndarray, spans: Sequence[TurnSpans], lengths: np.ndarray
         j = int(bad[0])
         k = int(rollout[j])
         after = f" after turn {ell[j] - 1} = [{s[j - 1]}, {e[j - 1]})" if ell[j] > 1 else ""
-        raise ValueError(
+        raise InputError(
             f"turn spans of rollout {k} must satisfy 0 <= start_1 <= stop_1 <= start_2 <= ... "
             f"<= stop_L <= n_tokens={n[k]}; got turn {ell[j]} = [{s[j]}, {e[j]}){after}"
         )

@@ -52,6 +52,7 @@ from collections.abc import Callable, Mapping
 from typing import Any
 
 from rescue.census import Bucket, Census
+from rescue.errors import InputError
 from rescue.gate import Arm, Gate
 from rescue.samples import GatedGroup, gate_group, group_id, is_aborted
 
@@ -199,7 +200,7 @@ class FifoStore:
 
     def __init__(self, capacity: int) -> None:
         if capacity < 1:
-            raise ValueError(f"capacity={capacity!r}; allowed: an integer >= 1")
+            raise InputError(f"capacity={capacity!r}; allowed: an integer >= 1")
         self._capacity = capacity
         self._queue: deque[Any] = deque()
         self._cond = asyncio.Condition()
@@ -253,5 +254,5 @@ def _import_dotted(path: str | None) -> Any:
         return None
     module, _, attr = path.rpartition(".")
     if not module:
-        raise ValueError(f"dynamic_sampling_filter_path={path!r}; allowed: a dotted pkg.mod.fn")
+        raise InputError(f"dynamic_sampling_filter_path={path!r}; allowed: a dotted pkg.mod.fn")
     return getattr(importlib.import_module(module), attr)

@@ -51,6 +51,7 @@ from typing import Any
 
 import numpy as np
 
+from rescue.errors import InputError
 from rescue.samples import WEIGHT_KEY, rollout_key
 
 #: Environment variable choosing the baseline population.
@@ -73,7 +74,7 @@ def baseline_from_env(env: Mapping[str, str] | None = None) -> str:
     env = os.environ if env is None else env
     value = (env.get(ENV_BASELINE) or BASELINES[0]).strip().lower()
     if value not in BASELINES:
-        raise ValueError(f"{ENV_BASELINE}={value!r}; allowed: {', '.join(BASELINES)}")
+        raise InputError(f"{ENV_BASELINE}={value!r}; allowed: {', '.join(BASELINES)}")
     return value
 
 
@@ -132,7 +133,7 @@ def normalize_rewards(
     from rescue.advantages import group_advantages
 
     if population not in BASELINES:
-        raise ValueError(f"{ENV_BASELINE}={population!r}; allowed: {', '.join(BASELINES)}")
+        raise InputError(f"{ENV_BASELINE}={population!r}; allowed: {', '.join(BASELINES)}")
     n = len(samples)
     if n == 0:
         return np.zeros(0)
@@ -153,7 +154,7 @@ def normalize_rewards(
             row_kept.append(False)
         elif rewards[i] != row_reward[r]:
             siblings = [*np.flatnonzero(rollout_of[:i] == r).tolist(), i]
-            raise ValueError(
+            raise InputError(
                 f"all samples of rollout {key[1]!r} in group {g!r} must share one reward; "
                 f"samples {siblings} have rewards {[float(rewards[j]) for j in siblings]}"
             )
@@ -195,7 +196,7 @@ def sample_weights(samples: Sequence[Any]) -> np.ndarray:
         except (TypeError, ValueError):
             w = math.nan
         if not (math.isfinite(w) and w > 0):
-            raise ValueError(
+            raise InputError(
                 f"sample {i}: metadata[{WEIGHT_KEY!r}]={metadata[WEIGHT_KEY]!r}; "
                 "allowed: a finite number > 0"
             )
@@ -206,14 +207,14 @@ def sample_weights(samples: Sequence[Any]) -> np.ndarray:
 def check_weighting_supported(args: Any) -> None:
     """Refuse settings under which a scaled reward is not a scaled policy-gradient loss."""
     if getattr(args, "normalize_advantages", False):
-        raise ValueError(
+        raise InputError(
             f"--normalize-advantages re-centers and rescales advantages across the batch and "
             f"would undo metadata[{WEIGHT_KEY!r}] != 1 (protected stale groups); remove the "
             "flag, or run an arm without weights (RESCUE_ARM=drop or never-drop)"
         )
     estimator = getattr(args, "advantage_estimator", None)
     if estimator not in WEIGHTED_ESTIMATORS:
-        raise ValueError(
+        raise InputError(
             f"--advantage-estimator {estimator} with metadata[{WEIGHT_KEY!r}] != 1 (protected "
             f"stale groups); allowed: {', '.join(sorted(WEIGHTED_ESTIMATORS))}"
         )
@@ -228,7 +229,7 @@ def _finite_rewards(raw_rewards: Sequence[Any], samples: Sequence[Any]) -> np.nd
             values[i] = math.nan
         if not math.isfinite(values[i]):
             g = getattr(samples[i], "group_index", None)
-            raise ValueError(
+            raise InputError(
                 f"sample {i} (group_index={g}): reward {r!r} is not a finite number "
                 "(set --reward-key when the reward is a dict)"
             )

@@ -43,6 +43,7 @@ from typing import Any
 import numpy as np
 
 from rescue.census import RolloutRecord
+from rescue.errors import InputError
 from rescue.samples import rollout_record
 
 #: Fields every sample dict must carry (``tokens`` is added when gradients are computed).
@@ -100,12 +101,12 @@ def expand_paths(patterns: Iterable[str]) -> list[str]:
         if glob.has_magic(pattern):
             found = sorted(glob.glob(pattern), key=_natural)
             if not found:
-                raise ValueError(f"dump glob {pattern!r} matches no file")
+                raise InputError(f"dump glob {pattern!r} matches no file")
             out.extend(found)
         elif os.path.isfile(pattern):
             out.append(pattern)
         else:
-            raise ValueError(f"dump {pattern!r} is not a file")
+            raise InputError(f"dump {pattern!r} is not a file")
     return out
 
 
@@ -142,23 +143,23 @@ def read_payload(path: str, *, unsafe_load: bool = False) -> Any:
                 path, map_location="cpu", weights_only=False, pickle_module=restricted
             )
         except _Refused as e:
-            raise ValueError(
+            raise InputError(
                 f"{path}: refusing to unpickle {e.args[0]}; pass --unsafe-load "
                 "(weights_only=False) only for a dump you trust"
             ) from None
         except (RuntimeError, EOFError, pickle.UnpicklingError) as e:
-            raise ValueError(f"{path}: not a torch.save file ({e})") from None
+            raise InputError(f"{path}: not a torch.save file ({e})") from None
     try:
         return torch.load(path, map_location="cpu", weights_only=True)
     except Exception as first:  # pickle.UnpicklingError; the message names the global
         try:
             names = torch.serialization.get_unsafe_globals_in_checkpoint(path)
         except Exception:
-            raise ValueError(f"{path}: not a torch.save file ({first})") from None
+            raise InputError(f"{path}: not a torch.save file ({first})") from None
         allowed = [_allowed_global(name) for name in names]
         refused = [n for n, obj in zip(names, allowed, strict=True) if obj is None]
         if refused:
-            raise ValueError(
+            raise InputError(
                 f"{path}: refusing to unpickle {', '.join(refused)} with weights_only=True; "
                 "pass --unsafe-load (weights_only=False) only for a dump you trust"
             ) from None
@@ -257,10 +258,10 @@ def parse_payload(
     ``step`` is the payload's ``rollout_id`` when it is an int, else ``ordinal``.
     """
     if not isinstance(payload, Mapping) or "samples" not in payload:
-        raise ValueError(f"{source}: not a debug rollout dump (no 'samples' list)")
+        raise InputError(f"{source}: not a debug rollout dump (no 'samples' list)")
     samples = payload["samples"]
     if not isinstance(samples, Sequence):
-        raise ValueError(f"{source}: 'samples' is a {type(samples).__name__}, expected a list")
+        raise InputError(f"{source}: 'samples' is a {type(samples).__name__}, expected a list")
     rid = payload.get("rollout_id")
     step = int(rid) if isinstance(rid, (int, np.integer)) else ordinal
     required = (*REQUIRED_FIELDS, "tokens") if need_tokens else REQUIRED_FIELDS
@@ -269,14 +270,14 @@ def parse_payload(
     members: dict[tuple[Any, Any], list[int]] = {}
     for pos, s in enumerate(samples):
         if not isinstance(s, Mapping):
-            raise ValueError(f"{source}: samples[{pos}] is a {type(s).__name__}, not a dict")
+            raise InputError(f"{source}: samples[{pos}] is a {type(s).__name__}, not a dict")
         for name in required:
             if name not in s:
-                raise ValueError(
+                raise InputError(
                     f"{source}: samples[{pos}] (index={s.get('index')}) has no field {name!r}"
                 )
         if s["group_index"] is None:
-            raise ValueError(
+            raise InputError(
                 f"{source}: samples[{pos}] (index={s.get('index')}) has group_index=None; "
                 "replay needs each sample's group"
             )
@@ -306,23 +307,23 @@ def reward_value(raw: Any, reward_key: str | None, where: str = "sample") -> flo
         return None
     if isinstance(raw, Mapping):
         if reward_key is None:
-            raise ValueError(
+            raise InputError(
                 f"{where}: reward is a dict with keys {sorted(map(str, raw))}; "
                 "pass --reward-key to choose one"
             )
         if reward_key not in raw:
-            raise ValueError(
+            raise InputError(
                 f"{where}: reward has no key {reward_key!r} (--reward-key); keys: {sorted(map(str, raw))}"
             )
         return reward_value(raw[reward_key], None, where)
     if reward_key is not None:
-        raise ValueError(
+        raise InputError(
             f"{where}: reward is a scalar ({raw!r}) but --reward-key={reward_key!r} was given"
         )
     try:
         return float(raw.item() if hasattr(raw, "item") else raw)
     except (TypeError, ValueError):
-        raise ValueError(f"{where}: reward {raw!r} is not a number or a dict") from None
+        raise InputError(f"{where}: reward {raw!r} is not a number or a dict") from None
 
 
 def token_turn_index(loss_mask: Any, response_length: int, first_turn: int = 1) -> np.ndarray:
@@ -348,7 +349,7 @@ def _trajectory(
         for p, s in zip(positions, samples, strict=True)
     ]
     if any(not _same(r, rewards[0]) for r in rewards[1:]):
-        raise ValueError(
+        raise InputError(
             f"{dump.path}: rollout {key!r} of group {group_index!r} has samples "
             f"{positions} with different rewards {rewards}; siblings must share one reward"
         )
@@ -356,12 +357,12 @@ def _trajectory(
     for p, s in zip(positions, samples, strict=True):
         md = s["metadata"]
         if md is not None and not isinstance(md, Mapping):
-            raise ValueError(
+            raise InputError(
                 f"{_where(dump, p)}: field 'metadata' is a {type(md).__name__}, expected a dict"
             )
         n = s["response_length"]
         if s["loss_mask"] is not None and len(s["loss_mask"]) != n:
-            raise ValueError(
+            raise InputError(
                 f"{_where(dump, p)}: field 'loss_mask' has {len(s['loss_mask'])} entries, "
                 f"response_length is {n}"
             )

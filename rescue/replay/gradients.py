@@ -46,6 +46,7 @@ from typing import Any
 import numpy as np
 
 from rescue.advantages import group_advantages
+from rescue.errors import InputError
 from rescue.replay.arms import (
     DEFAULT_RHOS,
     ArmBatch,
@@ -94,7 +95,7 @@ def build_model(
     import transformers
 
     if dtype not in DTYPES:
-        raise ValueError(f"--dtype={dtype!r}; allowed: {', '.join(DTYPES)}")
+        raise InputError(f"--dtype={dtype!r}; allowed: {', '.join(DTYPES)}")
     torch_dtype = getattr(torch, dtype)
     torch.manual_seed(seed)
     weights = (
@@ -113,11 +114,11 @@ def build_model(
         config = transformers.AutoConfig.from_pretrained(spec, local_files_only=True)
         model = transformers.AutoModelForCausalLM.from_config(config)
     else:
-        raise ValueError(
+        raise InputError(
             f"--model={spec!r}: not a local model directory, a config file or one of {', '.join(TINY_MODELS)}"
         )
     if model.config.vocab_size < vocab_size:
-        raise ValueError(
+        raise InputError(
             f"--model={spec!r} has vocab_size {model.config.vocab_size}; the dumps use token ids up to {vocab_size - 1}"
         )
     return model.to(device=device, dtype=torch_dtype).eval()
@@ -140,7 +141,7 @@ class Scorer:
         tokens, R = list(sample["tokens"]), int(sample["response_length"])
         P = len(tokens) - R
         if P < 1:
-            raise ValueError(
+            raise InputError(
                 f"{where}: {len(tokens)} tokens and response_length {R}; a response needs a prompt token before it"
             )
         ids = torch.as_tensor(tokens, dtype=torch.long, device=self.device)[None]
@@ -180,7 +181,7 @@ def _samples_of(batch: ArmBatch, dumps: Sequence[Dump]):
 def token_factors(batch: ArmBatch, reduction: str = "sum") -> np.ndarray:
     """``[N]`` ``f_i``: ``1/N`` (``sum``) or ``1/(N n_i)`` (``sample-mean``), from the unmasked batch."""
     if reduction not in REDUCTIONS:
-        raise ValueError(f"--reduction={reduction!r}; allowed: {', '.join(REDUCTIONS)}")
+        raise InputError(f"--reduction={reduction!r}; allowed: {', '.join(REDUCTIONS)}")
     N = max(batch.n, 1)
     if reduction == "sum":
         return np.full(batch.n, 1.0 / N)
@@ -296,7 +297,7 @@ def arm_gradients(
 
     edges = sorted({int(e) for e in turn_edges})
     if not edges or edges[0] != 1:
-        raise ValueError(f"--turn-edges={turn_edges!r} must start at 1 (increasing turn numbers)")
+        raise InputError(f"--turn-edges={turn_edges!r} must start at 1 (increasing turn numbers)")
     scorer = Scorer(model, device)
     batch = build_batch([t for d in dumps for t in d.trajectories])
     result: dict[str, Any] = {

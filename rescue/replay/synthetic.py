@@ -18,6 +18,8 @@ from typing import Any
 
 import numpy as np
 
+from rescue.errors import InputError
+
 #: Keys of Miles' ``Sample.to_dict()`` at HEAD 31f1ca961.
 MILES_SAMPLE_FIELDS: tuple[str, ...] = (
     "group_index", "index", "rollout_id", "prompt", "tokens", "multimodal_inputs",
@@ -46,7 +48,7 @@ def sample_dict(**fields: Any) -> dict[str, Any]:
     }  # fmt: skip
     unknown = set(fields) - set(d)
     if unknown:
-        raise ValueError(f"not Sample fields: {sorted(unknown)}")
+        raise InputError(f"not Sample fields: {sorted(unknown)}")
     d.update(fields)
     return d
 

@@ -15,6 +15,7 @@ import argparse
 import os
 from pathlib import Path
 
+from rescue.errors import InputError
 from rescue.sim.config import ARMS, DEFAULT_ARMS, SimConfig, parse_arms
 
 DEFAULT_SEEDS = 3
@@ -104,10 +105,10 @@ def main(args: argparse.Namespace) -> int:
 
     cfg = config_from_args(args)
     if not (0.0 < args.a <= 1.0):
-        raise ValueError(f"--a={args.a!r}; allowed: 0 < a <= 1")
+        raise InputError(f"--a={args.a!r}; allowed: 0 < a <= 1")
     arms = parse_arms(args.arm if args.arm else args.arms, default_a=args.a)
     if args.seeds < 1:
-        raise ValueError(f"--seeds={args.seeds}; allowed: an integer >= 1")
+        raise InputError(f"--seeds={args.seeds}; allowed: an integer >= 1")
     seeds = list(range(args.first_seed, args.first_seed + args.seeds))
     workers = args.workers if args.workers is not None else (os.cpu_count() or 1)
     out = Path(args.out)

@@ -30,6 +30,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field, fields
 
+from rescue.errors import InputError
 from rescue.gate import Arm
 
 #: Every arm name the simulator accepts.
@@ -70,10 +71,10 @@ class ArmSpec:
 
     def __post_init__(self) -> None:
         if self.name not in ARMS:
-            raise ValueError(f"arm={self.name!r} is not an arm; allowed: {', '.join(ARMS)}")
+            raise InputError(f"arm={self.name!r} is not an arm; allowed: {', '.join(ARMS)}")
         if self.name == "protect":
             if self.a is None or not (0.0 < float(self.a) <= 1.0):
-                raise ValueError(f"--a={self.a!r} for arm protect; allowed: 0 < a <= 1")
+                raise InputError(f"--a={self.a!r} for arm protect; allowed: 0 < a <= 1")
             object.__setattr__(self, "a", float(self.a))
         elif self.a is not None:
             object.__setattr__(self, "a", None)  # a is meaningful for protect only
@@ -84,7 +85,7 @@ class ArmSpec:
         name, _, a_text = text.strip().lower().partition(":")
         name = name.replace("_", "-")
         if a_text and name != "protect":
-            raise ValueError(
+            raise InputError(
                 f"arm {text!r}: only protect takes ':a'; allowed: protect:A with 0 < A <= 1"
             )
         if name != "protect":
@@ -92,7 +93,7 @@ class ArmSpec:
         try:
             a = float(a_text) if a_text else float(default_a)
         except ValueError:
-            raise ValueError(
+            raise InputError(
                 f"arm {text!r}: a={a_text!r} is not a number; allowed: 0 < a <= 1"
             ) from None
         return cls(name, a)
@@ -134,11 +135,11 @@ def parse_arms(text: str, *, default_a: float = 0.5) -> list[ArmSpec]:
     """A comma-separated list of arms (``--arms``); duplicates are an error."""
     specs = [ArmSpec.parse(t, default_a=default_a) for t in text.split(",") if t.strip()]
     if not specs:
-        raise ValueError(f"--arms={text!r} names no arm; allowed: {', '.join(ARMS)}")
+        raise InputError(f"--arms={text!r} names no arm; allowed: {', '.join(ARMS)}")
     labels = [s.label for s in specs]
     dup = sorted({x for x in labels if labels.count(x) > 1})
     if dup:
-        raise ValueError(f"--arms names {', '.join(dup)} more than once")
+        raise InputError(f"--arms names {', '.join(dup)} more than once")
     return specs
 
 
@@ -242,34 +243,34 @@ class SimConfig:
         for name in positive_ints:
             v = getattr(self, name)
             if isinstance(v, bool) or not isinstance(v, int) or v < 1:
-                raise ValueError(f"--{name.replace('_', '-')}={v!r}; allowed: an integer >= 1")
+                raise InputError(f"--{name.replace('_', '-')}={v!r}; allowed: an integer >= 1")
         if (
             isinstance(self.max_staleness, bool)
             or not isinstance(self.max_staleness, int)
             or self.max_staleness < 0
         ):
-            raise ValueError(f"--max-staleness={self.max_staleness!r}; allowed: an integer >= 0")
+            raise InputError(f"--max-staleness={self.max_staleness!r}; allowed: an integer >= 0")
         for name in ("train_time", "lr", "kappa", "context_growth", "time_noise"):
             if not (getattr(self, name) >= 0):
-                raise ValueError(
+                raise InputError(
                     f"--{name.replace('_', '-')}={getattr(self, name)!r}; allowed: a number >= 0"
                 )
         if not (0.0 <= self.infra_rate < 1.0):
-            raise ValueError(f"--infra-rate={self.infra_rate!r}; allowed: 0 <= rate < 1")
+            raise InputError(f"--infra-rate={self.infra_rate!r}; allowed: 0 <= rate < 1")
         ks = [k for k, _ in self.difficulty]
         ps = [p for _, p in self.difficulty]
         if not ks or min(ks) < 1 or min(ps) < 0 or abs(sum(ps) - 1) > 1e-9:
-            raise ValueError(
+            raise InputError(
                 f"difficulty={self.difficulty!r}; allowed: (k >= 1, probability) pairs summing to 1"
             )
         for name in ("blind_edit", "informed_edit"):
             q, r = getattr(self, name)
             if not (q >= 0 and r >= 0 and q + r <= 1):
-                raise ValueError(
+                raise InputError(
                     f"{name}={(q, r)!r}; allowed: progress, regress >= 0 with sum <= 1"
                 )
         if len(self.turn_time) != 3 or min(self.turn_time) <= 0:
-            raise ValueError(
+            raise InputError(
                 f"turn_time={self.turn_time!r}; allowed: three positive times (edit, test, submit)"
             )
 
@@ -278,7 +279,7 @@ class SimConfig:
         known = {f.name for f in fields(self)}
         unknown = sorted(set(changes) - known)
         if unknown:
-            raise ValueError(
+            raise InputError(
                 f"unknown simulator setting(s) {', '.join(unknown)}; allowed: {', '.join(sorted(known))}"
             )
         values = {f.name: getattr(self, f.name) for f in fields(self)}

@@ -24,6 +24,8 @@ from __future__ import annotations
 
 import numpy as np
 
+from rescue.errors import InputError
+
 #: Number of softmax rows and choices per row.
 ROWS, CHOICES = 13, 3
 STRATEGY_ROW = 0
@@ -53,7 +55,7 @@ class Policy:
     def __init__(self, theta: np.ndarray) -> None:
         theta = np.array(theta, dtype=np.float64)
         if theta.shape != (ROWS, CHOICES):
-            raise ValueError(
+            raise InputError(
                 f"policy logits must have shape ({ROWS}, {CHOICES}); got {theta.shape}"
             )
         self.available = available()

@@ -30,6 +30,7 @@ from concurrent.futures import ProcessPoolExecutor
 from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 
+from rescue.errors import InputError
 from rescue.sim.config import ArmSpec, SimConfig
 from rescue.sim.engine import Simulation
 
@@ -133,7 +134,7 @@ def run_arms(
             (default None: no wandb). Needs wandb installed (``wandb_available``).
     """
     if workers < 1:
-        raise ValueError(f"--workers={workers}; allowed: an integer >= 1")
+        raise InputError(f"--workers={workers}; allowed: an integer >= 1")
     unique: dict[tuple, ArmSpec] = {}
     labels: dict[tuple, list[str]] = {}
     for arm in arms:

@@ -55,6 +55,7 @@ from collections.abc import Callable, Mapping, Sequence
 from typing import Any, Protocol
 
 from rescue.census import PREFIX, Census
+from rescue.errors import InputError
 from rescue.gate import Arm, Gate
 from rescue.samples import (
     GatedGroup,
@@ -88,7 +89,7 @@ def max_staleness_from_env(env: Mapping[str, str] | None = None) -> int | None:
     except ValueError:
         k = -1
     if k < 0:
-        raise ValueError(f"{ENV_MAX_STALENESS}={text!r}; allowed: a non-negative integer, or unset")
+        raise InputError(f"{ENV_MAX_STALENESS}={text!r}; allowed: a non-negative integer, or unset")
     return k
 
 
@@ -260,12 +261,12 @@ def generate_rollout(args: Any, rollout_id: int, data_buffer: Any, evaluation: b
     died is replaced, keeping the census.
     """
     if evaluation:
-        raise ValueError(
+        raise InputError(
             "rescue.slime.rollout.generate_rollout does not evaluate (as slime's fully-async "
             "rollout); set --eval-function-path slime.rollout.sglang_rollout.generate_rollout"
         )
     if not getattr(args, "rollout_global_dataset", True):
-        raise ValueError(
+        raise InputError(
             "rescue.slime.rollout.generate_rollout pulls prompts from slime's global dataset; "
             "remove --disable-rollout-global-dataset"
         )
