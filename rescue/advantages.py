@@ -15,9 +15,14 @@ then ``× w_i``. The baseline population decides ``b_i``:
                so the estimator is unbiased). A group of one has no other member:
                ``b = 0`` (plain REINFORCE), which keeps it unbiased.
 
+``group_baseline`` returns ``b_i``; replay and the simulator's P7 statistic take their
+group-mean and leave-one-out baselines from it (or from ``group_advantages``).
+
 Std normalization (GRPO) divides by ``σ + eps`` with ``σ`` the unbiased (ddof=1) std of the
 population's rewards, only when that population has more than one member and ``σ > 0``:
-exactly Miles' ``_normalize_rewards_by_rollout``. Off (Dr. GRPO) leaves ``R_i - b_i``.
+exactly Miles' ``_normalize_rewards_by_rollout``. Off (Dr. GRPO) leaves ``R_i - b_i``. One
+function decides it (``_std_divisor``), for ``group_advantages``, ``std_scale`` and
+``per_token_advantages`` alike.
 Consequences: a group of one gets ``A = 0`` under ``all``/``survivors`` (``R - R``), and a
 group whose rewards are all equal gets ``A = 0`` under every population.
 
@@ -43,6 +48,7 @@ A NaN or infinite reward is an error naming the sample; no group or sample is dr
 from __future__ import annotations
 
 from collections.abc import Sequence
+from dataclasses import dataclass
 from typing import Literal
 
 import numpy as np
@@ -69,6 +75,103 @@ def _per_sample(name: str, x, n: int, dtype=np.float64) -> np.ndarray:
     if a.shape != (n,):
         raise InputError(f"{name} must have one entry per sample, shape ({n},); got {a.shape}")
     return a
+
+
+@dataclass(frozen=True)
+class _Votes:
+    """Flat groups and who votes in ``b`` and ``σ``, on rewards shifted per group.
+
+    ``X = R − R0`` with ``R0`` the group's first voter's reward, so that equal rewards
+    give exactly 0 (and σ exactly 0); ``n`` voters per group, ``S`` their sum of ``X``.
+    """
+
+    R: np.ndarray  # [N] rewards
+    g: np.ndarray  # [N] group code 0..n_groups-1
+    v: np.ndarray  # [N] 1.0 for a voter, else 0.0
+    R0: np.ndarray  # [n_groups]
+    X: np.ndarray  # [N] R - R0[g]
+    n: np.ndarray  # [n_groups] voters
+    S: np.ndarray  # [n_groups] Σ of the voters' X
+
+    @property
+    def mean(self) -> np.ndarray:
+        """``[n_groups]`` mean of the voters' ``X`` (0 without a voter)."""
+        return np.divide(self.S, self.n, out=np.zeros(self.n.shape), where=self.n > 0)
+
+
+def _votes(rewards, group_ids, population: str, kept) -> _Votes:
+    """Validate the inputs of ``group_advantages`` and count the population's voters."""
+    if population not in POPULATIONS:
+        raise InputError(f"population={population!r}; allowed: {', '.join(POPULATIONS)}")
+    R = np.asarray(rewards, dtype=np.float64)
+    if R.ndim != 1:
+        raise InputError(f"rewards must be 1-D (one reward per sample); got shape {R.shape}")
+    _finite("rewards", R)
+    N = R.shape[0]
+    gid = np.asarray(group_ids)
+    if gid.shape != (N,):
+        raise InputError(f"group_ids must have shape ({N},) like rewards; got {gid.shape}")
+    if population == "survivors":
+        if kept is None:
+            raise InputError('population="survivors" needs kept= (one bool per sample)')
+        voter = _per_sample("kept", kept, N, dtype=bool)
+    else:
+        voter = np.ones(N, dtype=bool)
+    if N == 0:
+        empty = np.zeros(0)
+        return _Votes(R, np.zeros(0, np.int64), empty, empty, empty, empty, empty)
+    _, g = np.unique(gid, return_inverse=True)
+    g = g.reshape(-1)
+    n_groups = int(g.max()) + 1
+    v = voter.astype(np.float64)
+    R0 = np.zeros(n_groups)
+    voters = np.flatnonzero(voter)
+    has_voter, first = np.unique(g[voters], return_index=True)
+    R0[has_voter] = R[voters[first]]
+    X = R - R0[g]
+    n = np.bincount(g, weights=v, minlength=n_groups)
+    S = np.bincount(g, weights=v * X, minlength=n_groups)
+    return _Votes(R, g, v, R0, X, n, S)
+
+
+def _baseline(votes: _Votes, population: str) -> np.ndarray:
+    """``[N]`` ``b_i`` of the population (module docstring); 0 where no one votes for it."""
+    g, R0 = votes.g, votes.R0
+    if population == "loo":
+        n_i = votes.n[g] - 1.0
+        b = np.divide(votes.S[g] - votes.X, n_i, out=np.zeros(g.shape), where=n_i > 0)
+        return np.where(n_i > 0, b + R0[g], 0.0)  # group of one: b = 0
+    return votes.mean[g] + R0[g]
+
+
+def _std_divisor(votes: _Votes, eps: float) -> np.ndarray:
+    """The GRPO std rule, per group: ``σ + eps`` where GRPO divides, else 1.
+
+    ``σ`` is the unbiased (ddof=1) std of the voters' rewards; GRPO divides only when the
+    group has more than one voter and ``σ > 0`` (Miles' ``_normalize_rewards_by_rollout``).
+    Every std normalization in rescue divides by this.
+    """
+    n, g = votes.n, votes.g
+    dev2 = votes.v * (votes.X - votes.mean[g]) ** 2
+    var = np.divide(
+        np.bincount(g, weights=dev2, minlength=n.shape[0]),
+        n - 1.0,
+        out=np.zeros(n.shape),
+        where=n > 1,
+    )
+    sigma = np.sqrt(var)
+    return np.where((n > 1) & (sigma > 0), sigma + eps, 1.0)
+
+
+def group_baseline(rewards, group_ids, *, population: Population = "all", kept=None) -> np.ndarray:
+    """``[N]`` the baseline ``b_i`` each sample's advantage subtracts (module docstring).
+
+    ``"all"``: the group mean; ``"survivors"``: the mean over ``kept`` members (0 in a
+    group without survivor); ``"loo"``: the mean of the other members (0 in a group of
+    one). Arguments as ``group_advantages``; ``group_advantages(..., std_normalize=False)``
+    is ``rewards - group_baseline(...)`` (times the weights).
+    """
+    return _baseline(_votes(rewards, group_ids, population, kept), population)
 
 
 def group_advantages(
@@ -101,77 +204,20 @@ def group_advantages(
     Returns:
         ``[N]`` float64 advantages, in the input order.
     """
-    if population not in POPULATIONS:
-        raise InputError(f"population={population!r}; allowed: {', '.join(POPULATIONS)}")
-    R = np.asarray(rewards, dtype=np.float64)
-    if R.ndim != 1:
-        raise InputError(f"rewards must be 1-D (one reward per sample); got shape {R.shape}")
-    _finite("rewards", R)
-    N = R.shape[0]
-    gid = np.asarray(group_ids)
-    if gid.shape != (N,):
-        raise InputError(f"group_ids must have shape ({N},) like rewards; got {gid.shape}")
+    votes = _votes(rewards, group_ids, population, kept)
+    N = votes.R.shape[0]
     if N == 0:
         return np.zeros(0)
-    _, g = np.unique(gid, return_inverse=True)
-    g = g.reshape(-1)
-    n_groups = int(g.max()) + 1
-
-    # Population membership: who votes in b and σ.
-    if population == "survivors":
-        if kept is None:
-            raise InputError('population="survivors" needs kept= (one bool per sample)')
-        voter = _per_sample("kept", kept, N, dtype=bool)
-    else:
-        voter = np.ones(N, dtype=bool)
-    v = voter.astype(np.float64)
-    # Work on R − R0, R0 = the group's first voter's reward: equal rewards give exactly 0.
-    R0 = np.zeros(n_groups)
-    voters = np.flatnonzero(voter)
-    has_voter, first = np.unique(g[voters], return_index=True)
-    R0[has_voter] = R[voters[first]]
-    X = R - R0[g]
-
-    n = np.bincount(g, weights=v, minlength=n_groups)  # voters per group
-    S = np.bincount(g, weights=v * X, minlength=n_groups)
-    mean = np.divide(S, n, out=np.zeros(n_groups), where=n > 0)  # mean of X
-
-    if population == "loo":
-        n_i = n[g] - 1.0
-        b = np.divide(S[g] - X, n_i, out=np.zeros(N), where=n_i > 0)
-        b = np.where(n_i > 0, b + R0[g], 0.0)  # group of one: b = 0
-    else:
-        b = mean[g] + R0[g]
-    A = R - b
-
+    A = votes.R - _baseline(votes, population)
     if std_normalize:
-        A = A * _std_scale(X, g, v, n, mean, eps)[g]
-
+        A = A * (1.0 / _std_divisor(votes, eps))[votes.g]
     if population == "survivors":
-        A = np.where((n > 0)[g], A, 0.0)  # no survivor: no baseline, no signal
+        A = np.where((votes.n > 0)[votes.g], A, 0.0)  # no survivor: no baseline, no signal
     if weights is not None:
         w = _per_sample("weights", weights, N)
         _finite("weights", w)
         A = A * w
     return A
-
-
-def _std_scale(X, g, v, n, mean, eps: float) -> np.ndarray:
-    """Per group: ``1/(σ + eps)`` where GRPO divides (> 1 voter and σ > 0), else 1.
-
-    ``σ`` is the unbiased std of the voters' ``X`` (rewards shifted per group), ``n`` the
-    voters per group and ``mean`` their mean of ``X``.
-    """
-    n_groups = n.shape[0]
-    dev2 = v * (X - mean[g]) ** 2
-    var = np.divide(
-        np.bincount(g, weights=dev2, minlength=n_groups),
-        n - 1.0,
-        out=np.zeros(n_groups),
-        where=n > 1,
-    )
-    sigma = np.sqrt(var)
-    return np.where((n > 1) & (sigma > 0), 1.0 / (sigma + eps), 1.0)
 
 
 def std_scale(rewards, group_ids, *, eps: float = 1e-6) -> np.ndarray:
@@ -181,19 +227,10 @@ def std_scale(rewards, group_ids, *, eps: float = 1e-6) -> np.ndarray:
     (unbiased σ; 1 for a group of one or with σ = 0), for callers that freeze σ and apply
     it to other centrings (offline replay).
     """
-    R = np.asarray(rewards, dtype=np.float64)
-    _finite("rewards", R)
-    if R.size == 0:
+    votes = _votes(rewards, group_ids, "all", None)
+    if votes.R.size == 0:
         return np.ones(0)
-    _, g = np.unique(np.asarray(group_ids), return_inverse=True)
-    g = g.reshape(-1)
-    n_groups = int(g.max()) + 1
-    first = np.unique(g, return_index=True)[1]
-    X = R - R[first][g]  # shifted per group, as group_advantages: equal rewards give σ = 0
-    v = np.ones(R.shape[0])
-    n = np.bincount(g, minlength=n_groups).astype(np.float64)
-    mean = np.bincount(g, weights=X, minlength=n_groups) / n
-    return _std_scale(X, g, v, n, mean, eps)[g]
+    return (1.0 / _std_divisor(votes, eps))[votes.g]
 
 
 # ---------------------------------------------------------------- turn-reached baseline
@@ -274,16 +311,6 @@ def turn_reached_baseline(rewards, lengths, *, kappa: float = 2.0, present=None)
     return b if batched else b[0]
 
 
-def _sigma(R: np.ndarray, P: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """Unbiased std per group over present members, and where Miles would divide by it."""
-    n = P.sum(axis=1)
-    X = np.where(P, R - R[np.arange(R.shape[0]), P.argmax(axis=1)][:, None], 0.0)  # R − R0
-    mean = np.divide(X.sum(axis=1), n, out=np.zeros(n.shape), where=n > 0)
-    ss = (np.where(P, X - mean[:, None], 0.0) ** 2).sum(axis=1)
-    sigma = np.sqrt(np.divide(ss, n - 1, out=np.zeros(n.shape), where=n > 1))
-    return sigma, (n > 1) & (sigma > 0)
-
-
 def per_token_advantages(
     rewards,
     lengths,
@@ -328,9 +355,10 @@ def per_token_advantages(
     # Column 0 is turn 0 (observation tokens): advantage 0.
     A = np.zeros((*b.shape[:2], b.shape[2] + 1))
     A[:, :, 1:] = R[:, :, None] - b
-    if std_normalize:
-        sigma, divide = _sigma(R, P)
-        A = np.where(divide[:, None, None], A / (sigma + eps)[:, None, None], A)
+    if std_normalize:  # σ over the whole group, R_i included, by the one std rule
+        B, G = R.shape
+        votes = _votes(R.ravel(), np.repeat(np.arange(B), G), "survivors", P.ravel())
+        A = A / _std_divisor(votes, eps)[:, None, None]
     if weights is not None:
         w = np.asarray(weights, dtype=np.float64)
         if w.shape != np.shape(rewards):

@@ -14,6 +14,7 @@ from hypothesis import strategies as st
 
 from rescue.advantages import (
     group_advantages,
+    group_baseline,
     per_token_advantages,
     std_scale,
     turn_reached_baseline,
@@ -548,3 +549,49 @@ def test_std_scale_is_the_factor_group_advantages_divides_by():
     centred = group_advantages(rewards, groups, std_normalize=False)
     np.testing.assert_allclose(centred * scale, group_advantages(rewards, groups), atol=1e-12)
     assert np.all(scale[groups == 0] == 1.0) and np.all(scale[groups == 2] == 1.0)
+
+
+def test_per_token_std_is_the_rule_std_scale_applies_on_a_padded_batch():
+    """One std rule: per-token normalization divides by std_scale's factor over the members."""
+    rng = np.random.default_rng(11)
+    r = rng.integers(0, 3, (4, 5)).astype(float)
+    r[1] = 0.25  # all equal: sigma = 0, not divided
+    present = np.ones((4, 5), dtype=bool)
+    present[2, 1:] = False  # a group of one
+    present[3, 3:] = False
+    lengths = np.ones((4, 5), np.int64)
+    turns = present[..., None].astype(np.int64)  # absent members reach no turn
+    kw = dict(present=present, dtype=np.float64)
+    plain = per_token_advantages(r, lengths, turns, **kw)[..., 0]
+    normed = per_token_advantages(r, lengths, turns, std_normalize=True, **kw)[..., 0]
+    scale = std_scale(r[present], np.nonzero(present)[0])
+    np.testing.assert_allclose(normed[present], plain[present] * scale, rtol=1e-12, atol=0)
+    assert np.all(scale[np.nonzero(present)[0] == 1] == 1.0)
+
+
+@pytest.mark.parametrize("population", ["all", "survivors", "loo"])
+def test_group_baseline_is_what_the_advantage_subtracts(population):
+    rng = np.random.default_rng(5)
+    g = np.repeat(np.arange(5), [1, 3, 4, 4, 2])
+    r = rng.normal(size=g.size)
+    kept = rng.random(g.size) < 0.6
+    kept[g == 3] = False  # a group without survivor
+    b = group_baseline(r, g, population=population, kept=kept)
+    A = group_advantages(r, g, population=population, kept=kept, std_normalize=False)
+    if population == "survivors":
+        none = ~np.isin(g, g[kept])  # groups without survivor: 3, and any other
+        assert none[g == 3].all() and np.all(A[none] == 0.0) and np.all(b[none] == 0.0)
+        np.testing.assert_array_equal(A[~none], (r - b)[~none])
+    else:
+        np.testing.assert_array_equal(A, r - b)
+    for x in range(5):
+        members = r[g == x]
+        if population == "all":
+            want = np.full(members.size, members.mean())
+        elif population == "loo":
+            want = (members.sum() - members) / max(members.size - 1, 1)
+            want = want if members.size > 1 else np.zeros(1)
+        else:
+            voters = members[kept[g == x]]
+            want = np.full(members.size, voters.mean() if voters.size else 0.0)
+        np.testing.assert_allclose(b[g == x], want, rtol=1e-12, atol=1e-15)

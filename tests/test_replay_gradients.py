@@ -12,12 +12,11 @@ from rescue.replay.arms import build_batch, scalar_arms  # noqa: E402
 from rescue.replay.dumps import parse_payload  # noqa: E402
 from rescue.replay.gradients import (  # noqa: E402
     IdentityCheckFailed,
-    Scorer,
     arm_gradients,
-    build_model,
     token_factors,
     two_outcome_check,
 )
+from rescue.replay.model import Scorer, build_model  # noqa: E402
 from rescue.replay.synthetic import synthetic_step  # noqa: E402
 
 VOCAB = 40

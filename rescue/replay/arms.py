@@ -40,7 +40,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from rescue.advantages import group_advantages, per_token_advantages, std_scale
+from rescue.advantages import group_advantages, group_baseline, per_token_advantages, std_scale
 from rescue.mask import mask_decision
 from rescue.outcomes import Classification, Outcome
 from rescue.replay.dumps import Trajectory
@@ -231,14 +231,7 @@ def variance_report(
     loss = batch.token_turns > 0
     l_t = batch.token_turns[loss]
     R_tok = np.repeat(batch.R0, batch.counts)[loss]
-    mean_x = (
-        np.bincount(batch.group, weights=batch.R0) / np.bincount(batch.group)
-        if batch.n
-        else np.zeros(0)
-    )
-    centred = (
-        np.repeat(batch.R0 - mean_x[batch.group], batch.counts)[loss] if batch.n else np.zeros(0)
-    )
+    centred = np.repeat(batch.R0 - group_baseline(batch.R0, batch.group), batch.counts)[loss]
     var_a = _var(tokens["a"], loss)
     var_e = _var(tokens["e"], loss)
     scale = frozen_scale(batch.R0, batch.group, std_normalize=std_normalize, eps=eps)

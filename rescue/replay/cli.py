@@ -160,7 +160,8 @@ def main(args: argparse.Namespace) -> int:
         _print(report, format_advantages(report), args.json)
         return 0
 
-    from rescue.replay.gradients import arm_gradients, build_model, format_gradients
+    from rescue.replay.gradients import arm_gradients, format_gradients
+    from rescue.replay.model import build_model
 
     vocab = 1 + max((max(s["tokens"], default=0) for d in dumps for s in d.samples), default=0)
     model = build_model(
@@ -172,7 +173,8 @@ def main(args: argparse.Namespace) -> int:
     )
     if args.check_only:
         from rescue.replay.arms import build_batch
-        from rescue.replay.gradients import Scorer, two_outcome_check
+        from rescue.replay.gradients import two_outcome_check
+        from rescue.replay.model import Scorer
 
         batch = build_batch([t for d in dumps for t in d.trajectories])
         report = two_outcome_check(

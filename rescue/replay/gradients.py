@@ -39,13 +39,12 @@ violation beyond ``rtol`` raises ``IdentityCheckFailed``.
 from __future__ import annotations
 
 import itertools
-import os
 from collections.abc import Sequence
 from typing import Any
 
 import numpy as np
 
-from rescue.advantages import group_advantages
+from rescue.advantages import group_advantages, group_baseline
 from rescue.errors import InputError
 from rescue.replay.arms import (
     DEFAULT_RHOS,
@@ -56,112 +55,15 @@ from rescue.replay.arms import (
     turn_reached_token_advantages,
 )
 from rescue.replay.dumps import Dump
+from rescue.replay.model import Scorer
 
 REDUCTIONS = ("sum", "sample-mean")
-DTYPES = ("float32", "float64")
 DEFAULT_TURN_EDGES: tuple[int, ...] = (1, 2, 4, 8, 16, 32)
 DIFFICULTY = ("J=0", "0<J<0.5", "0.5<=J<1", "J=1")
-#: Built-in randomly initialized models for tests: (transformers config class, kwargs).
-TINY_MODELS: dict[str, tuple[str, dict[str, Any]]] = {
-    "tiny-gpt2": ("GPT2Config", {"n_layer": 2, "n_head": 2, "n_embd": 32, "n_positions": 4096}),
-    "tiny-llama": (
-        "LlamaConfig",
-        {
-            "num_hidden_layers": 2,
-            "num_attention_heads": 2,
-            "num_key_value_heads": 2,
-            "hidden_size": 32,
-            "intermediate_size": 64,
-            "max_position_embeddings": 4096,
-        },
-    ),
-}
 
 
 class IdentityCheckFailed(RuntimeError):
     """The two-outcome identity does not hold: the gradients below it cannot be trusted."""
-
-
-def build_model(
-    spec: str, *, vocab_size: int, seed: int = 0, dtype: str = "float32", device: str = "cpu"
-):
-    """A causal LM in eval mode (no dropout) from a local path, a config, or a built-in name.
-
-    ``spec``: a directory with weights (``from_pretrained``, local files only); a config
-    JSON file or a directory with only ``config.json`` (randomly initialized with ``seed``);
-    or ``tiny-gpt2`` / ``tiny-llama`` (2 layers, width 32, vocabulary ``vocab_size``).
-    """
-    import torch
-    import transformers
-
-    if dtype not in DTYPES:
-        raise InputError(f"--dtype={dtype!r}; allowed: {', '.join(DTYPES)}")
-    torch_dtype = getattr(torch, dtype)
-    torch.manual_seed(seed)
-    weights = (
-        "model.safetensors",
-        "pytorch_model.bin",
-        "model.safetensors.index.json",
-        "pytorch_model.bin.index.json",
-    )
-    if spec in TINY_MODELS:
-        cls_name, kwargs = TINY_MODELS[spec]
-        config = getattr(transformers, cls_name)(vocab_size=vocab_size, **kwargs)
-        model = transformers.AutoModelForCausalLM.from_config(config)
-    elif os.path.isdir(spec) and any(os.path.exists(os.path.join(spec, w)) for w in weights):
-        model = transformers.AutoModelForCausalLM.from_pretrained(spec, local_files_only=True)
-    elif os.path.isfile(spec) or os.path.isfile(os.path.join(spec, "config.json")):
-        config = transformers.AutoConfig.from_pretrained(spec, local_files_only=True)
-        model = transformers.AutoModelForCausalLM.from_config(config)
-    else:
-        raise InputError(
-            f"--model={spec!r}: not a local model directory, a config file or one of {', '.join(TINY_MODELS)}"
-        )
-    if model.config.vocab_size < vocab_size:
-        raise InputError(
-            f"--model={spec!r} has vocab_size {model.config.vocab_size}; the dumps use token ids up to {vocab_size - 1}"
-        )
-    return model.to(device=device, dtype=torch_dtype).eval()
-
-
-class Scorer:
-    """Per-sample log-probabilities and flattened weighted score vectors of one model."""
-
-    def __init__(self, model, device: str = "cpu") -> None:
-        self.model, self.device = model, device
-        self.params = [p for p in model.parameters() if p.requires_grad]
-        self.size = sum(p.numel() for p in self.params)
-        self.dtype = self.params[0].dtype
-        self.param_device = self.params[0].device
-
-    def logprobs(self, sample: dict, where: str):
-        """``log π(y_t | y_<t)`` of each response token, with its graph."""
-        import torch
-
-        tokens, R = list(sample["tokens"]), int(sample["response_length"])
-        P = len(tokens) - R
-        if P < 1:
-            raise InputError(
-                f"{where}: {len(tokens)} tokens and response_length {R}; a response needs a prompt token before it"
-            )
-        ids = torch.as_tensor(tokens, dtype=torch.long, device=self.device)[None]
-        logits = self.model(input_ids=ids).logits[0, P - 1 : -1]
-        return torch.log_softmax(logits, dim=-1).gather(1, ids[0, P:, None])[:, 0]
-
-    def grad(self, logp, weights: np.ndarray):
-        """``∇ Σ_t weights_t log π_t`` flattened (keeps the graph for the next call)."""
-        import torch
-
-        w = torch.as_tensor(weights, dtype=logp.dtype, device=logp.device)
-        gs = torch.autograd.grad(
-            (w * logp).sum(), self.params, retain_graph=True, allow_unused=True
-        )
-        return torch.cat(
-            [
-                (g if g is not None else torch.zeros_like(p)).reshape(-1)
-                for g, p in zip(gs, self.params, strict=True)
-            ]
-        )
 
 
 def _samples_of(batch: ArmBatch, dumps: Sequence[Dump]):
@@ -215,7 +117,7 @@ def two_outcome_check(
     relabelled = ArmBatch(**{**batch.__dict__, "R0": R, "solved": ~batch.capped})
     arms = scalar_arms(relabelled, rhos=(), std_normalize=std_normalize, eps=eps)
     c = frozen_scale(R, batch.group, std_normalize=std_normalize, eps=eps)
-    J = (np.bincount(batch.group, weights=R) / np.bincount(batch.group))[batch.group]
+    J = group_baseline(R, batch.group)  # the group's solved fraction J̄_x
     f = token_factors(batch, reduction)
     keys = ("a", "b", "c", "J", "C")
     coef = {"a": arms["a"], "b": arms["b"], "c": arms["c"], "J": R, "C": 1.0 - R}
@@ -274,6 +176,16 @@ def difficulty_bin(J: np.ndarray) -> np.ndarray:
     return np.select([J <= 0, J < 0.5, J < 1], [0, 1, 2], 3)
 
 
+def bucket_labels(edges: Sequence[int]) -> list[str]:
+    """Row labels of the gradient table: ``all``, one per turn bucket, one per difficulty."""
+    labels = ["all"]
+    labels += [
+        f"turns {lo}-{hi - 1}" if hi - 1 > lo else f"turns {lo}"
+        for lo, hi in itertools.pairwise(edges)
+    ]
+    return [*labels, f"turns {edges[-1]}+", *(f"prompts {d}" for d in DIFFICULTY)]
+
+
 def arm_gradients(
     dumps: Sequence[Dump],
     model,
@@ -293,8 +205,6 @@ def arm_gradients(
     Defaults: rhos (0.3, 0.6, 1.0), coin seed 0, κ 2, GRPO std normalization, ``sum``
     reduction, turn edges 1,2,4,8,16,32, check on.
     """
-    import torch
-
     edges = sorted({int(e) for e in turn_edges})
     if not edges or edges[0] != 1:
         raise InputError(f"--turn-edges={turn_edges!r} must start at 1 (increasing turn numbers)")
@@ -309,33 +219,53 @@ def arm_gradients(
         result["check"] = two_outcome_check(
             scorer, batch, dumps, std_normalize=std_normalize, reduction=reduction, eps=eps
         )
-
     arms = scalar_arms(batch, rhos=rhos, seed=seed, std_normalize=std_normalize, eps=eps)
     arms["cap"] = group_advantages(
         batch.capped.astype(np.float64), batch.group, std_normalize=False
     )
     e_tok = turn_reached_token_advantages(batch, kappa=kappa, std_normalize=std_normalize, eps=eps)
-    bounds = np.concatenate(([0], np.cumsum(batch.counts)))
-    f = token_factors(batch, reduction)
-    J = (
-        np.bincount(batch.group, weights=batch.solved) / np.bincount(batch.group)
-        if batch.n
-        else np.zeros(0)
+    labels = bucket_labels(edges)
+    acc, used = _accumulate(
+        scorer, batch, dumps, arms, e_tok, edges, token_factors(batch, reduction)
     )
-    diff = difficulty_bin(J)[batch.group] if batch.n else np.zeros(0, np.int64)
-    labels = ["all"]
-    labels += [
-        f"turns {lo}-{hi - 1}" if hi - 1 > lo else f"turns {lo}"
-        for lo, hi in itertools.pairwise(edges)
+    result["buckets"] = [
+        _bucket_report(label, {k: g[r] for k, g in acc.items()})
+        for r, label in enumerate(labels)
+        if r in used
     ]
-    labels += [f"turns {edges[-1]}+", *(f"prompts {d}" for d in DIFFICULTY)]
-    n_turn, names = len(edges), [*arms, "e"]
+    scale = frozen_scale(batch.R0, batch.group, std_normalize=std_normalize, eps=eps)
+    b = group_baseline(batch.R0, batch.group)
+    result["baseline_paid"] = float(np.mean(scale * b)) if batch.n else float("nan")
+    return result
+
+
+def _accumulate(
+    scorer: Scorer,
+    batch: ArmBatch,
+    dumps: Sequence[Dump],
+    arms: dict[str, np.ndarray],
+    e_tok: np.ndarray,
+    edges: Sequence[int],
+    f: np.ndarray,
+) -> tuple[dict[str, Any], set[int]]:
+    """Every arm's gradient per row of ``bucket_labels``, one backward pass per bucket.
+
+    A sample's tokens in turn bucket ``b`` add to rows 0 (all), ``1 + b`` (the bucket) and
+    ``1 + len(edges) + d`` (its prompt's difficulty ``d``). Returns ``{arm: [rows, P]}``
+    and the rows that received a token.
+    """
+    import torch
+
+    n_turn = len(edges)
+    n_rows = 1 + n_turn + len(DIFFICULTY)
+    diff = difficulty_bin(group_baseline(batch.solved.astype(np.float64), batch.group))
+    names = [*arms, "e"]
     acc = {
-        k: torch.zeros(len(labels), scorer.size, dtype=scorer.dtype, device=scorer.param_device)
+        k: torch.zeros(n_rows, scorer.size, dtype=scorer.dtype, device=scorer.param_device)
         for k in names
     }
-    used = np.zeros(len(labels), dtype=bool)
-
+    used: set[int] = set()
+    bounds = np.concatenate(([0], np.cumsum(batch.counts)))
     for i, parts in _samples_of(batch, dumps):
         e_i = e_tok[bounds[i] : bounds[i + 1]]
         offset = 0
@@ -348,45 +278,34 @@ def arm_gradients(
             for b in np.unique(tb[tb >= 0]):
                 sel = tb == b
                 idx = [0, 1 + int(b), 1 + n_turn + int(diff[i])]
-                used[idx] = True
+                used.update(idx)
                 rows = torch.tensor(idx, device=scorer.param_device)
                 v = scorer.grad(logp, f[i] * sel)
                 for k in arms:
                     acc[k].index_add_(0, rows, (arms[k][i] * v).expand(3, -1))
                 acc["e"].index_add_(0, rows, scorer.grad(logp, f[i] * e_s * sel).expand(3, -1))
+    return acc, used
 
-    buckets = []
-    for r, label in enumerate(labels):
-        if not used[r]:
-            continue
-        ga, cap = acc["a"][r], acc["cap"][r]
-        entry: dict[str, Any] = {"bucket": label, "arms": {}}
-        for k in names:
-            g = acc[k][r]
-            entry["arms"][k] = {
-                "norm": float(g.norm()),
-                "cos_a": _cos(g, ga),
-                "norm_ratio": _ratio(g, ga),
-            }
-        diff_ba = acc["b"][r] - ga
-        cap2 = float(cap.dot(cap))
-        entry["b_minus_a"] = {
-            "norm": float(diff_ba.norm()),
-            "cos_cap": _cos(diff_ba, cap),
-            "beta": float(diff_ba.dot(cap)) / cap2 if cap2 > 0 else float("nan"),
+
+def _bucket_report(label: str, g: dict[str, Any]) -> dict[str, Any]:
+    """One row of the table: each arm's norm and its cosine and norm ratio to (a); (b) − (a)
+    against the cap gradient, and its projection ``β`` on it."""
+    ga, cap = g["a"], g["cap"]
+    entry: dict[str, Any] = {"bucket": label, "arms": {}}
+    for k, gk in g.items():
+        entry["arms"][k] = {
+            "norm": float(gk.norm()),
+            "cos_a": _cos(gk, ga),
+            "norm_ratio": _ratio(gk, ga),
         }
-        buckets.append(entry)
-    scale = frozen_scale(batch.R0, batch.group, std_normalize=std_normalize, eps=eps)
-    mean_x = (
-        np.bincount(batch.group, weights=batch.R0) / np.bincount(batch.group)
-        if batch.n
-        else np.zeros(0)
-    )
-    result["baseline_paid"] = (
-        float(np.mean(scale * mean_x[batch.group])) if batch.n else float("nan")
-    )
-    result["buckets"] = buckets
-    return result
+    diff_ba = g["b"] - ga
+    cap2 = float(cap.dot(cap))
+    entry["b_minus_a"] = {
+        "norm": float(diff_ba.norm()),
+        "cos_cap": _cos(diff_ba, cap),
+        "beta": float(diff_ba.dot(cap)) / cap2 if cap2 > 0 else float("nan"),
+    }
+    return entry
 
 
 def _cos(u, v) -> float:
