@@ -42,6 +42,7 @@ Rules (each equal to Miles' own where Miles has one):
 
 from __future__ import annotations
 
+import functools
 import hashlib
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
@@ -56,11 +57,6 @@ from rescue.outcomes import status_value
 WEIGHT_KEY = "rescue_weight"
 
 _MISSING = object()
-#: The record of a sample without metadata depends on (status, reward, remove_sample,
-#: generation calls) only; those records are memoized (classification is pure, records
-#: are frozen), up to this many distinct keys.
-_PLAIN_CACHE_SIZE = 4096
-_PLAIN: dict[tuple[Any, Any, bool, int | None], RolloutRecord] = {}
 
 
 def field(sample: Any, name: str, default: Any = None) -> Any:
@@ -181,45 +177,46 @@ def rollout_record(trajectory: Any, *, reward_key: str | None = None) -> Rollout
     samples = trajectory_samples(trajectory)
     if not samples:
         raise InputError("trajectory is empty: a trajectory needs at least one sample")
-    if len(samples) == 1:
+    if len(samples) == 1 and not field(samples[0], "metadata"):
         s = samples[0]
-        if isinstance(s, dict):
-            status, metadata, reward = s.get("status"), s.get("metadata"), s.get("reward")
-            masked, versions = s.get("remove_sample", False), s.get("weight_versions")
-        else:
-            status, metadata = getattr(s, "status", None), getattr(s, "metadata", None)
-            reward, masked = getattr(s, "reward", None), getattr(s, "remove_sample", False)
-            versions = getattr(s, "weight_versions", None)
-        calls = len(versions) if versions else None
-        plain = not metadata and (reward is None or reward.__class__ in (float, int))
-        if plain and (record := _PLAIN.get(key := (status, reward, bool(masked), calls))):
-            return record
-        status, reward, metadata = status_value(status), reward_value(s, reward_key), metadata or {}
-        if plain:
-            record = RolloutRecord.from_sample_fields(
-                status=status, reward=reward, metadata={}, remove_sample=bool(masked), turns=calls
-            )
-            if len(_PLAIN) < _PLAIN_CACHE_SIZE:
-                _PLAIN[key] = record
-            return record
-        masked = bool(masked)
-    else:
-        statuses = [_sample_status(s) for s in samples]
-        status = "aborted" if "aborted" in statuses else statuses[-1]
-        reward = None
-        for s in reversed(samples):
-            if (reward := reward_value(s, reward_key)) is not None:
-                break
-        metadata = {}
-        for s in samples:
-            metadata.update(field(s, "metadata") or {})
-        masked = all(bool(field(s, "remove_sample", False)) for s in samples)
-        calls = sum(len(field(s, "weight_versions") or ()) for s in samples)
+        return _plain_record(
+            _sample_status(s),
+            reward_value(s, reward_key),
+            bool(field(s, "remove_sample", False)),
+            len(field(s, "weight_versions") or ()) or None,
+        )
+    statuses = [_sample_status(s) for s in samples]
+    status = "aborted" if "aborted" in statuses else statuses[-1]
+    reward = None
+    for s in reversed(samples):
+        if (reward := reward_value(s, reward_key)) is not None:
+            break
+    metadata: dict[str, Any] = {}
+    for s in samples:
+        metadata.update(field(s, "metadata") or {})
     turns = None
     if "turns" not in metadata and "turns" not in (metadata.get("agent_metrics") or {}):
-        turns = calls or None
+        turns = sum(len(field(s, "weight_versions") or ()) for s in samples) or None
     return RolloutRecord.from_sample_fields(
-        status=status, reward=reward, metadata=metadata, remove_sample=masked, turns=turns
+        status=status,
+        reward=reward,
+        metadata=metadata,
+        remove_sample=all(bool(field(s, "remove_sample", False)) for s in samples),
+        turns=turns,
+    )
+
+
+@functools.lru_cache(maxsize=4096)
+def _plain_record(
+    status: str | None, reward: float | None, masked: bool, turns: int | None
+) -> RolloutRecord:
+    """The record of a single sample without metadata: a pure function of these fields.
+
+    Memoized (records are frozen), the least recently used of 4096 keys evicted: a math-RL
+    batch has a handful of distinct keys, and the buffer settles every sample every step.
+    """
+    return RolloutRecord.from_sample_fields(
+        status=status, reward=reward, metadata={}, remove_sample=masked, turns=turns
     )
 
 
