@@ -2,7 +2,8 @@
 
 With Miles importable (``MILES_SRC=/path/to/miles`` or Miles installed) the baseline is
 Miles' ``DefaultDataBuffer`` and ours wraps it; otherwise the baseline is a plain FIFO
-(``FifoStore``) and ours wraps that. Both sides see the same stream in the same run: steps
+(``FifoStore`` from ``tests/buffer_store.py``, on the tests' ``Sample``) and ours wraps
+that. Both sides see the same stream in the same run: steps
 of ``--batch`` groups of ``--group-size`` samples, each step put, then got, then
 ``get_metrics()`` (where our census settles and reports). Scenarios:
 
@@ -23,27 +24,17 @@ import asyncio
 import os
 import sys
 import time
-from dataclasses import dataclass, field
 from types import SimpleNamespace
 from typing import Any
 
 from rescue.gate import Gate
-from rescue.miles.buffer import FifoStore, RescueDataBuffer
+from rescue.miles.buffer import RescueDataBuffer
 from rescue.samples import group_staleness
 
-
-@dataclass
-class PlainSample:
-    """The fields of Miles' ``Sample`` the buffer reads (used when Miles is absent)."""
-
-    group_index: int | None = None
-    index: int | None = None
-    rollout_id: int | None = None
-    status: str = "completed"
-    reward: Any = None
-    weight_versions: list[str] = field(default_factory=list)
-    metadata: dict = field(default_factory=dict)
-    remove_sample: bool = False
+# Without Miles, the tests' stand-ins: the FIFO store and Sample (tests/).
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "tests"))
+from buffer_store import FifoStore
+from fake_sample import Sample
 
 
 def miles_parts() -> Any:
@@ -117,7 +108,9 @@ def kept_counts(stream: list, batch: int, gate: Gate) -> list[int]:
 
 
 def measure(scenario: str, args: argparse.Namespace, miles: Any) -> tuple[float, float]:
-    make_sample = miles.sample if miles else (lambda status, **kw: PlainSample(status=status, **kw))
+    make_sample = (
+        miles.sample if miles else (lambda status, **kw: Sample(status=Sample.Status(status), **kw))
+    )
     buffer_args = SimpleNamespace(
         rollout_batch_size=args.batch,
         async_data_buffer_capacity_factor=2.0,

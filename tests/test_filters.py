@@ -6,12 +6,12 @@ import math
 import os
 import subprocess
 import sys
-from dataclasses import dataclass, field
 from types import SimpleNamespace
 from typing import Any
 
 import numpy as np
 import pytest
+from fake_sample import Sample
 from miles_env import require_miles
 
 import filters
@@ -22,17 +22,12 @@ from rescue.outcomes import Classification, Outcome, classify, is_capped
 ARGS = SimpleNamespace(reward_key=None)
 
 
-@dataclass
-class FakeSample:
-    """The fields of a Miles/slime ``Sample`` the filters read."""
+S = Sample.Status
 
-    status: str = "completed"
-    reward: Any = 0.0
-    metadata: dict = field(default_factory=dict)
-    remove_sample: bool = False
-    group_index: int | None = 0
-    index: int | None = None
-    rollout_id: int | None = None
+
+def graded(reward: Any = 0.0, status: Any = S.COMPLETED, **fields: Any) -> Sample:
+    """A finished sample of group 0 with a grade (the filters see finished samples)."""
+    return Sample(reward=reward, status=status, **{"group_index": 0, **fields})
 
 
 CAPPED = Classification(Outcome.BUDGET_FAILURE, "turn_cap")
@@ -47,14 +42,14 @@ def _clean_env(monkeypatch):
 def one_of_each():
     """One trajectory per kind; the first two are capped."""
     return [
-        FakeSample(status="truncated", reward=0.0, index=0),  # length limit
-        FakeSample(reward=0.0, metadata={"exit_status": "LimitsExceeded"}, index=1),  # turn cap
-        FakeSample(reward=0.0, metadata={"end_reason": "max_turns"}, index=2),  # OpenEnv turn cap
-        FakeSample(reward=0.0, metadata={"exit_status": "RepeatedFormatError"}, index=3),
-        FakeSample(reward=1.0, index=4),  # solved
-        FakeSample(reward=0.0, index=5),  # submitted failure
-        FakeSample(reward=0.0, metadata={"instance_id": "x"}, index=6),  # agent returned nothing
-        FakeSample(status="aborted", reward=None, index=7),
+        graded(status=S.TRUNCATED, reward=0.0, index=0),  # length limit
+        graded(reward=0.0, metadata={"exit_status": "LimitsExceeded"}, index=1),  # turn cap
+        graded(reward=0.0, metadata={"end_reason": "max_turns"}, index=2),  # OpenEnv turn cap
+        graded(reward=0.0, metadata={"exit_status": "RepeatedFormatError"}, index=3),
+        graded(reward=1.0, index=4),  # solved
+        graded(reward=0.0, index=5),  # submitted failure
+        graded(reward=0.0, metadata={"instance_id": "x"}, index=6),  # agent returned nothing
+        graded(status=S.ABORTED, reward=None, index=7),
     ]
 
 
@@ -80,10 +75,10 @@ def test_capped_means_what_the_classifier_says():
 
 
 def test_a_list_of_samples_trajectory_is_masked_as_one():
-    capped = [FakeSample(index=10 + k, rollout_id=10) for k in range(3)]
-    capped[-1].status = "truncated"  # the merged status is the last turn's
-    finished = [FakeSample(index=20 + k, rollout_id=20, reward=1.0) for k in range(2)]
-    group = [capped, finished, FakeSample(status="truncated", index=30)]
+    capped = [graded(index=10 + k, rollout_id=10) for k in range(3)]
+    capped[-1].status = S.TRUNCATED  # the merged status is the last turn's
+    finished = [graded(index=20 + k, rollout_id=20, reward=1.0) for k in range(2)]
+    group = [capped, finished, graded(status=S.TRUNCATED, index=30)]
     filters.mask_truncated_zero_reward(ARGS, [group])
     assert [s.remove_sample for s in capped] == [True, True, True]
     assert [s.remove_sample for s in finished] == [False, False]
@@ -91,14 +86,14 @@ def test_a_list_of_samples_trajectory_is_masked_as_one():
 
 
 def test_filters_never_unmask():
-    already = FakeSample(reward=1.0, index=0, remove_sample=True)
+    already = graded(reward=1.0, index=0, remove_sample=True)
     filters.mask_truncated_zero_reward(ARGS, [[already]])
     filters.mask_random_fraction(ARGS, [[already]])
     assert already.remove_sample
 
 
 def test_a_dict_reward_needs_reward_key():
-    s = FakeSample(reward={"acc": 0.0}, status="truncated", index=0)
+    s = graded(reward={"acc": 0.0}, status=S.TRUNCATED, index=0)
     filters.mask_truncated_zero_reward(SimpleNamespace(reward_key="acc"), [[s]])
     assert s.remove_sample
     with pytest.raises(ValueError, match="--reward-key"):
@@ -106,15 +101,15 @@ def test_a_dict_reward_needs_reward_key():
 
 
 def test_a_group_that_is_not_a_list_is_an_error():
-    with pytest.raises(ValueError, match=r"groups\[0\] is a FakeSample"):
-        filters.mask_truncated_zero_reward(ARGS, [FakeSample()])
+    with pytest.raises(ValueError, match=r"groups\[0\] is a Sample"):
+        filters.mask_truncated_zero_reward(ARGS, [graded()])
 
 
 # ---------------------------------------------------------------- random fraction
 
 
 def capped_group(n, start=0):
-    return [FakeSample(status="truncated", index=start + k) for k in range(n)]
+    return [graded(status=S.TRUNCATED, index=start + k) for k in range(n)]
 
 
 def test_random_fraction_rate_converges_to_rho(monkeypatch):
@@ -155,7 +150,7 @@ def test_random_fraction_is_deterministic_and_matches_mask_decision(monkeypatch)
 def test_random_fraction_keys_a_trajectory_on_its_rollout_id(monkeypatch):
     monkeypatch.setenv(ENV_MASK_RHO, "0.5")
     trajectories = [
-        [FakeSample(index=1000 + 2 * r + k, rollout_id=r, status="truncated") for k in range(2)]
+        [graded(index=1000 + 2 * r + k, rollout_id=r, status=S.TRUNCATED) for k in range(2)]
         for r in range(100)
     ]
     filters.mask_random_fraction(ARGS, [trajectories])

@@ -1,7 +1,8 @@
 """The Miles buffer: Miles' behaviour for fresh groups, the gate for stale ones, the census.
 
-Unit tests run without Miles on small Sample-like objects and ``FifoStore``; the tests
-marked ``miles`` run the buffer inside real Miles code (set ``MILES_SRC``).
+Unit tests run without Miles on the tests' ``Sample`` (``fake_sample``) and a FIFO store
+(``buffer_store``); the tests that call ``require_miles`` run the buffer inside real Miles
+code (set ``MILES_SRC``). The sample model itself is tested in ``test_samples.py``.
 """
 
 from __future__ import annotations
@@ -10,58 +11,44 @@ import asyncio
 import copy
 import subprocess
 import sys
-from dataclasses import dataclass, field
 from types import SimpleNamespace
 from typing import Any
 
 import numpy as np
 import pytest
+from buffer_store import FifoStore, load_function
+from fake_sample import Sample, check_against
 from miles_env import require_miles
 
 from rescue.census import Bucket
-from rescue.gate import Gate, coin
-from rescue.miles.buffer import QUEUE_SIZE_KEY, FifoStore, RescueDataBuffer
-from rescue.outcomes import Outcome
+from rescue.gate import coin
+from rescue.miles.buffer import QUEUE_SIZE_KEY, RescueDataBuffer
 from rescue.samples import (
     WEIGHT_KEY,
-    gate_group,
     group_id,
-    group_newest_weight_version,
     group_oldest_weight_version,
-    group_staleness,
     is_aborted,
-    rollout_key,
     rollout_record,
-    trajectories_of,
 )
 
 P = "rollout/census/"
 N = 3  # samples per group
 
 
-@dataclass
-class FakeSample:
-    """The fields of Miles' ``Sample`` the adapter reads."""
-
-    group_index: int | None = None
-    index: int | None = None
-    rollout_id: int | None = None
-    prompt: str = ""
-    status: str = "completed"
-    reward: Any = 1.0
-    weight_versions: list[str] = field(default_factory=list)
-    metadata: dict = field(default_factory=dict)
-    remove_sample: bool = False
-
-
-def fake_group(gid: int, version: int | None = 0, status: str = "completed", nested: bool = False):
+def fake_group(
+    gid: int, version: int | None = 0, status: Any = None, nested: bool = False, cls: Any = Sample
+):
+    """N completed samples of group ``gid`` with rewards 0, 1, 0, ... (``cls``: the Sample class)."""
     versions = [] if version is None else [str(version)]
     samples = [
-        FakeSample(
+        cls(
             group_index=gid,
             index=gid * 10 + i,
+            prompt=f"prompt {gid}",
+            response="ok",
+            response_length=1,
             reward=float(i % 2),
-            status=status,
+            status=status or cls.Status.COMPLETED,
             weight_versions=list(versions),
         )
         for i in range(N)
@@ -79,7 +66,9 @@ def make_buffer(env=None, max_staleness=None, capacity=1000, filter_path=None, r
         reward_key=reward_key,
     )
     ctor = SimpleNamespace(args=args, unused_handler_fn=unused.append)
-    buffer = RescueDataBuffer(ctor, env=env or {}, store=FifoStore(capacity))
+    buffer = RescueDataBuffer(
+        ctor, env=env or {}, store=FifoStore(capacity), load_function=load_function
+    )
     return buffer, unused
 
 
@@ -137,7 +126,7 @@ def test_aborted_group_goes_to_the_handler_and_settles_aborted():
     async def go():
         buffer, unused = make_buffer()
         group = fake_group(1)
-        group[1].status = "aborted"
+        group[1].status = Sample.Status.ABORTED
         await buffer.put(entry(group))
         await buffer.put(entry(fake_group(2)))
         got = await buffer.get(current_version=0)
@@ -343,12 +332,12 @@ def test_protect_with_the_retry_handler_warns_that_it_reweights_prompts(caplog):
     args = SimpleNamespace(max_weight_staleness=1, async_unused_samples_handler="retry")
     ctor = SimpleNamespace(args=args, unused_handler_fn=lambda group: None)
     with caplog.at_level("WARNING", logger="rescue.miles.buffer"):
-        RescueDataBuffer(ctor, env=protect, store=FifoStore(10))
+        RescueDataBuffer(ctor, env=protect, store=FifoStore(10), load_function=load_function)
     assert "1 + (1 - a) times" in caplog.text
     caplog.clear()
     args.async_unused_samples_handler = "drop"
     with caplog.at_level("WARNING", logger="rescue.miles.buffer"):
-        RescueDataBuffer(ctor, env=protect, store=FifoStore(10))
+        RescueDataBuffer(ctor, env=protect, store=FifoStore(10), load_function=load_function)
     assert "retry" not in caplog.text
 
 
@@ -386,7 +375,10 @@ def test_conservation_under_random_aborts_staleness_filters_and_retries():
         reward_key=None,
     )
     buffer = RescueDataBuffer(
-        SimpleNamespace(args=args, unused_handler_fn=retry.append), env=env, store=FifoStore(8)
+        SimpleNamespace(args=args, unused_handler_fn=retry.append),
+        env=env,
+        store=FifoStore(8),
+        load_function=load_function,
     )
     totals = {b.value: 0 for b in Bucket}
 
@@ -401,7 +393,7 @@ def test_conservation_under_random_aborts_staleness_filters_and_retries():
                     gid, next_id = (1 if rng.random() < 0.05 else next_id), next_id + 1
                 g = fake_group(gid, version=version - int(rng.integers(0, 4)))
                 if rng.random() < 0.1:
-                    g[int(rng.integers(0, N))].status = "aborted"
+                    g[int(rng.integers(0, N))].status = Sample.Status.ABORTED
                 producers.add(asyncio.create_task(buffer.put(entry(g))))
             await asyncio.sleep(0)
             for _ in range(int(rng.integers(0, 5))):
@@ -428,133 +420,14 @@ def test_conservation_under_random_aborts_staleness_filters_and_retries():
         assert totals[b.value] > 0, b
 
 
-# ── the converter ────────────────────────────────────────────────────────────
+# ── the tests' Sample is Miles' Sample ───────────────────────────────────────
 
 
-def test_group_id_falls_back_to_index_then_prompt_hash():
-    assert group_id([FakeSample(group_index=4, index=40)]) == 4
-    assert group_id([FakeSample(index=40)]) == "index:40"
-    a = group_id([FakeSample(prompt="fix the bug")])
-    assert a.startswith("prompt:") and a == group_id([{"prompt": "fix the bug"}])
-    with pytest.raises(ValueError, match="empty"):
-        group_id([])
+def test_the_fake_sample_has_miles_fields_defaults_and_statuses():
+    require_miles()
+    from miles.utils.types import Sample as MilesSample
 
-
-def test_staleness_is_the_oldest_numeric_version_over_samples_and_turns():
-    group = [
-        [FakeSample(weight_versions=["7", "9"]), FakeSample(weight_versions=["8"])],
-        FakeSample(weight_versions=["default", "6"]),
-    ]
-    assert group_oldest_weight_version(group) == 6
-    assert group_staleness(group, 10) == 4
-    assert group_staleness(group, None) is None
-    assert group_staleness([FakeSample(weight_versions=["x"])], 10) is None
-
-
-def test_newest_version_is_the_highest_numeric_version_over_samples_turns_and_dicts():
-    group = [
-        [FakeSample(weight_versions=["7", "9"]), FakeSample(weight_versions=["8"])],
-        {"weight_versions": ["default", "11"]},
-    ]
-    assert group_newest_weight_version(group) == 11
-    assert group_newest_weight_version([FakeSample(weight_versions=["x"])]) is None
-
-
-def test_rollout_key_is_the_rollout_id_else_the_index():
-    assert rollout_key(FakeSample(rollout_id=7, index=3)) == 7
-    assert rollout_key({"index": 3}) == 3
-    assert rollout_key(FakeSample()) is None
-
-
-def test_gate_group_buckets_and_weights_a_group_as_the_gate_decides():
-    gate = Gate(arm="protect", a=0.5, seed=0, max_staleness=0)
-    won = next(g for g in range(100) if coin(0, g) < 0.5)
-    lost = next(g for g in range(100) if coin(0, g) >= 0.5)
-    fresh = fake_group(lost, version=3)
-    fresh[0].metadata[WEIGHT_KEY] = 2.0  # a leftover weight is removed
-    gated = gate_group(gate, fresh, 3)
-    assert (gated.gid, gated.bucket, gated.staleness, gated.weight) == (
-        lost,
-        Bucket.TRAINED_FRESH,
-        0,
-        1.0,
-    )
-    assert gated.kept and all(WEIGHT_KEY not in s.metadata for s in fresh)
-    protected = fake_group(won, version=1, nested=True)
-    gated = gate_group(gate, protected, 3)
-    assert gated.bucket is Bucket.TRAINED_PROTECTED and gated.weight == 2.0
-    assert all(s.metadata[WEIGHT_KEY] == 2.0 for t in protected for s in t)
-    dropped = fake_group(lost, version=1)
-    gated = gate_group(gate, dropped, 3)
-    assert gated.bucket is Bucket.DROPPED_STALE and not gated.kept
-    assert all(WEIGHT_KEY not in s.metadata for s in dropped)
-    stale = gate_group(Gate(arm="never-drop", max_staleness=0), fake_group(lost, version=1), 3)
-    assert stale.bucket is Bucket.TRAINED_STALE and stale.weight == 1.0
-
-
-def test_abort_is_detected_in_nested_trajectories_and_sample_dicts():
-    assert is_aborted([[FakeSample(), FakeSample(status="aborted")]])
-    assert is_aborted([{"status": "aborted"}])
-    assert not is_aborted([FakeSample(status="truncated"), {"status": "completed"}])
-
-
-def test_record_of_a_list_of_samples_trajectory():
-    turn1 = FakeSample(status="completed", reward=None, weight_versions=["1"], metadata={"a": 1})
-    turn2 = FakeSample(status="truncated", reward=0.0, weight_versions=["2"], remove_sample=True)
-    r = rollout_record([turn1, turn2])
-    assert r.outcome is Outcome.BUDGET_FAILURE and r.capped
-    assert r.turns == 2 and r.reward == 0.0
-    assert not r.masked  # turn 1 still trains
-    turn1.remove_sample = True
-    assert rollout_record([turn1, turn2]).masked
-    turn1.status = "aborted"
-    assert rollout_record([turn1, turn2]).outcome is Outcome.INFRA_NO_RESULT
-
-
-def test_record_of_a_sample_dict_reads_agent_metadata():
-    d = {
-        "status": "completed",
-        "reward": 1.0,
-        "weight_versions": ["3"],
-        "metadata": {
-            "exit_status": "Submitted",
-            "agent_metrics": {"turns": 12},
-            "ran_repo_tests": True,
-        },
-    }
-    r = rollout_record(d)
-    assert (r.outcome, r.turns, r.ran_tests) == (Outcome.SOLVED, 12, True)
-    agentic_without_exit = dict(d, metadata={"instance_id": "x"})
-    assert rollout_record(agentic_without_exit).outcome is Outcome.INFRA_NO_RESULT
-
-
-def test_plain_sample_records_equal_the_uncached_classification():
-    from rescue.census import RolloutRecord
-
-    for status in ("completed", "truncated", "failed"):
-        for reward in (None, 0.0, 1.0, 0.7):
-            s = FakeSample(status=status, reward=reward, weight_versions=["1", "1"])
-            expect = RolloutRecord.from_sample_fields(status=status, reward=reward, turns=2)
-            assert rollout_record(s) == expect
-            assert rollout_record(s) == expect  # second call: memoized
-
-
-def test_a_dict_reward_needs_the_reward_key():
-    s = FakeSample(reward={"score": 1.0, "acc": 0.0})
-    assert rollout_record(s, reward_key="acc").reward == 0.0
-    with pytest.raises(ValueError, match="--reward-key"):
-        rollout_record(s)
-    with pytest.raises(
-        ValueError, match=r"no key 'pass' \(--reward-key\); its keys: \['acc', 'score'\]"
-    ):
-        rollout_record(s, reward_key="pass")
-
-
-def test_trajectories_of_a_flat_batch_group_siblings_by_rollout_id():
-    a = [FakeSample(group_index=1, index=i, rollout_id=7) for i in range(3)]
-    b = [FakeSample(group_index=1, index=10), FakeSample(group_index=1, index=11)]
-    c = [FakeSample(group_index=2, index=20, rollout_id=7)]
-    assert [len(t) for t in trajectories_of([*a, *b, *c])] == [3, 1, 1, 1]
+    assert check_against(MilesSample) == []
 
 
 # ── packaging ────────────────────────────────────────────────────────────────
@@ -607,22 +480,10 @@ def miles_args(**overrides):
 
 
 def miles_group(gid: int, version: int, status=None, nested: bool = False):
-    from miles.utils.types import Sample
+    """``fake_group`` with Miles' own ``Sample``."""
+    from miles.utils.types import Sample as MilesSample
 
-    samples = [
-        Sample(
-            group_index=gid,
-            index=gid * 10 + i,
-            prompt=f"prompt {gid}",
-            response="ok",
-            response_length=1,
-            reward=float(i % 2),
-            status=status or Sample.Status.COMPLETED,
-            weight_versions=[str(version)],
-        )
-        for i in range(N)
-    ]
-    return [[s, copy.deepcopy(s)] for s in samples] if nested else samples
+    return fake_group(gid, version, status, nested, cls=MilesSample)
 
 
 def mask_first_sample(args, data):
@@ -633,7 +494,6 @@ def mask_first_sample(args, data):
             s.remove_sample = True
 
 
-@pytest.mark.miles
 def test_miles_fully_async_rollout_trains_protected_groups_weighted(monkeypatch):
     require_miles()
     import miles.rollout.fully_async_rollout as fully_async
@@ -729,7 +589,6 @@ def miles_reject_odd(args, group, **kw):
     return DynamicFilterOutput(keep=keep, reason=None if keep else "odd")
 
 
-@pytest.mark.miles
 @pytest.mark.parametrize("arm_env", [{}, {"RESCUE_ARM": "drop"}], ids=["default", "drop"])
 def test_miles_default_buffer_and_ours_agree_on_fresh_aborted_filtered_and_dropped(arm_env):
     """The same stream through Miles' DefaultDataBuffer and ours: same groups out in the
@@ -781,7 +640,6 @@ def test_miles_default_buffer_and_ours_agree_on_fresh_aborted_filtered_and_dropp
     )
 
 
-@pytest.mark.miles
 def test_miles_sample_helpers_agree_with_ours():
     require_miles()
     from miles.rollout import fully_async_data_buffer as mb

@@ -1,18 +1,18 @@
 """The Miles log function: the sample-level census at ``rollout/step``, Miles' logging kept.
 
-Unit tests run without Miles (fake tracking modules); the ``miles`` test runs Miles'
-``log_rollout_data`` with the function configured (set ``MILES_SRC``).
+Unit tests run without Miles (fake tracking modules, the tests' ``Sample``); one test runs
+Miles' ``log_rollout_data`` with the function configured (set ``MILES_SRC``).
 """
 
 from __future__ import annotations
 
 import sys
 import types
-from dataclasses import dataclass, field
 from types import SimpleNamespace
 from typing import Any
 
 import pytest
+from fake_sample import Sample
 from miles_env import require_miles
 
 from rescue.miles.log import PREFIX, STEP_KEY, log_rollout, sample_census
@@ -21,26 +21,19 @@ from rescue.samples import WEIGHT_KEY
 S = PREFIX  # "rollout/census/samples/"
 
 
-@dataclass
-class FakeSample:
-    group_index: int | None = None
-    index: int | None = None
-    rollout_id: int | None = None
-    status: str = "completed"
-    reward: Any = 0.0
-    weight_versions: list[str] = field(default_factory=lambda: ["1"])
-    metadata: dict = field(default_factory=dict)
-    remove_sample: bool = False
+def done(**fields: Any) -> Sample:
+    """A completed sample generated with weight version 1."""
+    return Sample(**{"status": Sample.Status.COMPLETED, "weight_versions": ["1"], **fields})
 
 
 def batch():
     """Two groups of two trajectories; trajectory (1, 7) has two samples (turns)."""
     return [
-        FakeSample(group_index=1, index=10, rollout_id=7, reward=1.0),
-        FakeSample(group_index=1, index=11, rollout_id=7, reward=1.0),
-        FakeSample(group_index=1, index=12, status="truncated", remove_sample=True),
-        FakeSample(group_index=2, index=20, reward=0.0, metadata={WEIGHT_KEY: 2.0}),
-        FakeSample(group_index=2, index=21, reward=1.0, metadata={WEIGHT_KEY: 2.0}),
+        done(group_index=1, index=10, rollout_id=7, reward=1.0),
+        done(group_index=1, index=11, rollout_id=7, reward=1.0),
+        done(group_index=1, index=12, status=Sample.Status.TRUNCATED, remove_sample=True),
+        done(group_index=2, index=20, reward=0.0, metadata={WEIGHT_KEY: 2.0}),
+        done(group_index=2, index=21, reward=1.0, metadata={WEIGHT_KEY: 2.0}),
     ]
 
 
@@ -103,7 +96,6 @@ def test_log_rollout_runs_on_replay_without_buffer_metrics(fake_miles_tracking):
     assert len(fake_miles_tracking) == 1
 
 
-@pytest.mark.miles
 def test_miles_log_rollout_data_keeps_its_own_logging(monkeypatch):
     require_miles()
     from miles.ray.rollout import metrics as miles_metrics

@@ -3,30 +3,14 @@
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, field
 from types import SimpleNamespace
-from typing import Any
 
 import numpy as np
 import pytest
+from fake_sample import Sample
 from miles_env import require_miles
 
 from rescue.miles.reward import ENV_BASELINE, post_process_rewards
-
-
-@dataclass
-class FakeSample:
-    """The fields of a Miles/slime ``Sample`` the hook reads."""
-
-    reward: Any
-    group_index: int | None = None
-    index: int | None = None
-    rollout_id: int | None = None
-    remove_sample: bool = False
-    metadata: dict = field(default_factory=dict)
-
-    def get_reward_value(self, args):
-        return self.reward if not args.reward_key else self.reward[args.reward_key]
 
 
 def make_args(**overrides):
@@ -48,7 +32,7 @@ _UNSET = object()
 def group(rewards, g, *, start=0, removed=(), weight=_UNSET):
     out = []
     for k, r in enumerate(rewards):
-        s = FakeSample(reward=r, group_index=g, index=start + k, remove_sample=k in removed)
+        s = Sample(reward=r, group_index=g, index=start + k, remove_sample=k in removed)
         if weight is not _UNSET:
             s.metadata["rescue_weight"] = weight
         out.append(s)
@@ -83,7 +67,7 @@ def test_interleaved_group_members_are_grouped_by_group_index_not_position():
 
 
 def test_siblings_sharing_a_rollout_id_count_as_one_rollout():
-    turns = [FakeSample(reward=1.0, group_index=0, index=10 + k, rollout_id=7) for k in range(3)]
+    turns = [Sample(reward=1.0, group_index=0, index=10 + k, rollout_id=7) for k in range(3)]
     others = group([0.0, 0.0], g=0, start=20)
     _, rewards = post_process_rewards(make_args(), turns + others)
     expected = grpo([1.0, 0.0, 0.0])  # three rollouts, not five samples
@@ -91,9 +75,7 @@ def test_siblings_sharing_a_rollout_id_count_as_one_rollout():
 
 
 def test_siblings_with_different_rewards_are_an_error():
-    bad = [
-        FakeSample(reward=r, group_index=0, index=k, rollout_id=3) for k, r in enumerate([1.0, 0.0])
-    ]
+    bad = [Sample(reward=r, group_index=0, index=k, rollout_id=3) for k, r in enumerate([1.0, 0.0])]
     with pytest.raises(ValueError, match="must share one reward"):
         post_process_rewards(make_args(), bad + group([0.0], g=0, start=5))
 
@@ -135,7 +117,7 @@ def test_a_single_rollout_or_equal_rewards_give_zero():
 
 
 def test_without_group_index_a_full_batch_is_split_into_fixed_fanout_groups():
-    samples = [FakeSample(reward=r, index=k) for k, r in enumerate([1, 0, 0, 0, 1, 1, 1, 0])]
+    samples = [Sample(reward=r, index=k) for k, r in enumerate([1, 0, 0, 0, 1, 1, 1, 0])]
     _, rewards = post_process_rewards(
         make_args(n_samples_per_prompt=4, rollout_batch_size=2), samples
     )
@@ -143,7 +125,7 @@ def test_without_group_index_a_full_batch_is_split_into_fixed_fanout_groups():
 
 
 def test_without_group_index_a_partial_batch_is_one_group():
-    samples = [FakeSample(reward=r, index=k) for k, r in enumerate([1, 0, 0, 0, 1])]
+    samples = [Sample(reward=r, index=k) for k, r in enumerate([1, 0, 0, 0, 1])]
     _, rewards = post_process_rewards(
         make_args(n_samples_per_prompt=4, rollout_batch_size=2), samples
     )
@@ -152,7 +134,7 @@ def test_without_group_index_a_partial_batch_is_one_group():
 
 def test_reward_key_selects_from_dict_rewards():
     samples = [
-        FakeSample(reward={"acc": r, "fmt": 1.0}, group_index=0, index=k)
+        Sample(reward={"acc": r, "fmt": 1.0}, group_index=0, index=k)
         for k, r in enumerate([1.0, 0.0])
     ]
     raw, rewards = post_process_rewards(make_args(reward_key="acc"), samples)
@@ -192,7 +174,7 @@ def test_survivor_population_gives_zero_to_a_group_with_no_survivor(monkeypatch)
 def test_a_rollout_survives_when_any_of_its_siblings_is_unmasked(monkeypatch):
     monkeypatch.setenv(ENV_BASELINE, "survivors")
     turns = [
-        FakeSample(reward=1.0, group_index=0, index=k, rollout_id=9, remove_sample=k == 0)
+        Sample(reward=1.0, group_index=0, index=k, rollout_id=9, remove_sample=k == 0)
         for k in range(2)
     ]
     masked = group([0.0], g=0, start=5, removed={0})

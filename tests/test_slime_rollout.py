@@ -7,12 +7,12 @@ import sys
 import threading
 import types
 from collections import deque
-from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, HTTPServer
 from types import SimpleNamespace
-from typing import Any, ClassVar
+from typing import ClassVar
 
 import pytest
+from fake_sample import Sample, check_against
 from miles_env import require_slime
 
 import filters
@@ -25,24 +25,10 @@ P = "rollout/census/"
 ARGS = SimpleNamespace(reward_key=None)
 
 
-@dataclass
-class FakeSample:
-    """The fields of a slime ``Sample`` the drain reads."""
-
-    group_index: int | None = None
-    index: int | None = None
-    rollout_id: int | None = None
-    status: str = "completed"
-    reward: Any = 0.0
-    weight_versions: list = field(default_factory=list)
-    metadata: dict = field(default_factory=dict)
-    remove_sample: bool = False
-
-
-def make_group(g, version, n=2, *, rewards=None, status="completed"):
+def make_group(g, version, n=2, *, rewards=None, status=Sample.Status.COMPLETED):
     rewards = rewards or [float(k % 2) for k in range(n)]
     return [
-        FakeSample(
+        Sample(
             group_index=g,
             index=g * n + k,
             status=status,
@@ -155,7 +141,7 @@ def test_current_version_is_the_engine_version_or_the_newest_seen():
 def test_the_sample_filter_runs_on_the_kept_groups_and_the_census_counts_the_masks():
     groups = [make_group(g, 1, n=4, rewards=[1.0, 0.0, 0.0, 0.0]) for g in range(3)]
     for g in groups:
-        g[2].status = g[3].status = "truncated"
+        g[2].status = g[3].status = Sample.Status.TRUNCATED
     seen = []
 
     def spy(args, batch):
@@ -369,3 +355,10 @@ def test_generate_rollout_with_slimes_worker(monkeypatch):
     assert any(g < 6 for kept, _ in expected for g in kept)  # the scenario protects some
     assert any(len(p) > len(k) for k, p in expected)  # and drops some
     assert [g[0].group_index for g in source.requeued] == [6]  # aborted: back to the source
+
+
+def test_the_fake_sample_has_slime_fields_defaults_and_statuses():
+    require_slime()
+    from slime.utils.types import Sample as SlimeSample
+
+    assert check_against(SlimeSample) == []

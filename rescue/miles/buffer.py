@@ -43,8 +43,6 @@ checks conservation against the queue: open entries = queued groups + blocked pu
 
 from __future__ import annotations
 
-import asyncio
-import importlib
 import logging
 from argparse import Namespace
 from collections import Counter, deque
@@ -52,7 +50,6 @@ from collections.abc import Callable, Mapping
 from typing import Any
 
 from rescue.census import Bucket, Census
-from rescue.errors import InputError
 from rescue.gate import Arm, Gate
 from rescue.samples import GatedGroup, gate_group, group_id, is_aborted
 
@@ -76,9 +73,15 @@ class RescueDataBuffer:
         env: where ``RESCUE_ARM`` / ``RESCUE_A`` / ``RESCUE_SEED`` are read (default
             ``os.environ``; the launchers set them in the Ray runtime env).
         store: the FIFO store of accepted groups (default: Miles' ``DefaultDataBuffer``
-            with staleness and the dynamic filter off, which imports Miles). Anything
-            with Miles' ``put`` / ``get(current_version=...)`` / ``get_metrics()``
-            contract reporting ``QUEUE_SIZE_KEY``, e.g. ``FifoStore`` without Miles.
+            with staleness and the dynamic filter off). Anything with Miles' ``put`` /
+            ``get(current_version=...)`` / ``get_metrics()`` contract that reports
+            ``QUEUE_SIZE_KEY``.
+        load_function: loads ``--dynamic-sampling-filter-path`` from its dotted path
+            (default: Miles' ``miles.utils.misc.load_function``, imported only when the
+            path is set).
+
+    The two defaults are what import Miles; a caller that passes both runs the buffer
+    without Miles (the unit tests do).
     """
 
     def __init__(
@@ -87,6 +90,7 @@ class RescueDataBuffer:
         *,
         env: Mapping[str, str] | None = None,
         store: Any = None,
+        load_function: Callable[[str], Any] | None = None,
     ) -> None:
         args = input.args
         self._args = args
@@ -111,12 +115,10 @@ class RescueDataBuffer:
         self._reward_key = getattr(args, "reward_key", None)
         self._unused_handler_fn: Callable[[list[Any]], None] = input.unused_handler_fn
         filter_path = getattr(args, "dynamic_sampling_filter_path", None)
-        if store is None:
-            store, load_function = _miles_store(input)
-            self._dynamic_filter = load_function(filter_path)
-        else:
-            self._dynamic_filter = _import_dotted(filter_path)
-        self._store = store
+        self._dynamic_filter = None
+        if filter_path:
+            self._dynamic_filter = (load_function or _miles("load_function"))(filter_path)
+        self._store = _miles_store(input) if store is None else store
         self.census = Census()
         self._trained: deque[GatedGroup] = deque()  # settled at the next get_metrics()
         self._blocked_puts = 0
@@ -187,72 +189,27 @@ class RescueDataBuffer:
         return metrics
 
 
-class FifoStore:
-    """The store without Miles: FIFO with capacity and back-pressure, and its queue metric.
-
-    The same contract as Miles' ``DefaultDataBuffer`` with staleness and the dynamic
-    filter off (``put`` waits while ``capacity`` groups are queued); used by tests and
-    benchmarks that run without Miles.
-
-    Args:
-        capacity: most groups queued at once (>= 1).
-    """
-
-    def __init__(self, capacity: int) -> None:
-        if capacity < 1:
-            raise InputError(f"capacity={capacity!r}; allowed: an integer >= 1")
-        self._capacity = capacity
-        self._queue: deque[Any] = deque()
-        self._cond = asyncio.Condition()
-
-    async def put(self, input: Any) -> None:
-        async with self._cond:
-            while len(self._queue) >= self._capacity:
-                await self._cond.wait()
-            self._queue.append(input)
-            self._cond.notify_all()
-
-    async def get(self, current_version: int | None = None, **_: Any) -> Any:
-        async with self._cond:
-            while not self._queue:
-                await self._cond.wait()
-            entry = self._queue.popleft()
-            self._cond.notify_all()
-            return entry
-
-    def get_metrics(self) -> dict[str, float]:
-        return {QUEUE_SIZE_KEY: len(self._queue)}
-
-
-def _miles_store(input: Any) -> tuple[Any, Callable[[str | None], Any]]:
-    """Miles' ``DefaultDataBuffer`` as the store, and Miles' ``load_function``."""
+def _miles(name: str) -> Any:
+    """``DataBuffer``, ``DataBufferConstructorInput``, ``DefaultDataBuffer`` or
+    ``load_function`` from Miles, with a clear error when Miles is not importable."""
     try:
-        from miles.rollout.fully_async_data_buffer import (
-            DataBuffer,
-            DataBufferConstructorInput,
-            DefaultDataBuffer,
-        )
-        from miles.utils.misc import load_function
+        from miles.rollout import fully_async_data_buffer
+        from miles.utils import misc
     except ImportError as e:
         raise ImportError(
             "rescue.miles.buffer.RescueDataBuffer needs Miles importable (put the Miles "
             f"sources on PYTHONPATH, e.g. the Ray runtime env): {e}"
         ) from e
-    DataBuffer.register(RescueDataBuffer)  # it implements Miles' DataBuffer contract
+    return getattr(misc if name == "load_function" else fully_async_data_buffer, name)
+
+
+def _miles_store(input: Any) -> Any:
+    """Miles' ``DefaultDataBuffer`` with staleness and the dynamic filter off, as the store."""
+    _miles("DataBuffer").register(RescueDataBuffer)  # it implements Miles' DataBuffer contract
     store_args = Namespace(**vars(input.args))
     store_args.max_weight_staleness = None  # the gate decides staleness
     store_args.dynamic_sampling_filter_path = None  # applied in put, before the store
-    store = DefaultDataBuffer(
-        DataBufferConstructorInput(args=store_args, unused_handler_fn=input.unused_handler_fn)
+    ctor = _miles("DataBufferConstructorInput")
+    return _miles("DefaultDataBuffer")(
+        ctor(args=store_args, unused_handler_fn=input.unused_handler_fn)
     )
-    return store, load_function
-
-
-def _import_dotted(path: str | None) -> Any:
-    """``pkg.mod.attr`` → the attribute (``None`` for an empty path)."""
-    if not path:
-        return None
-    module, _, attr = path.rpartition(".")
-    if not module:
-        raise InputError(f"dynamic_sampling_filter_path={path!r}; allowed: a dotted pkg.mod.fn")
-    return getattr(importlib.import_module(module), attr)
