@@ -411,9 +411,15 @@ def _check_turns(T: np.ndarray, L: np.ndarray, first: int = 0) -> None:
         return
     if not np.issubdtype(T.dtype, np.integer):
         raise InputError(f"token_turns must be integers; got dtype {T.dtype}")
-    # Viewed as unsigned, a negative index is huge: one max per rollout catches both ends.
-    unsigned = T.view(np.dtype(f"u{T.dtype.itemsize}")) if T.dtype.kind == "i" else T
-    bad = np.flatnonzero(unsigned.max(axis=1) > L)
+    if T.dtype.kind == "i" and int(L.max(initial=0)) > np.iinfo(T.dtype).max:
+        # A negative index viewed as unsigned (>= iinfo.max + 1) could fall inside 0..L:
+        # compare the signed values at both ends.
+        outside = (T.min(axis=1) < 0) | (T.max(axis=1) > L)
+    else:
+        # Viewed as unsigned, a negative index exceeds every length: one max per rollout.
+        unsigned = T.view(np.dtype(f"u{T.dtype.itemsize}")) if T.dtype.kind == "i" else T
+        outside = unsigned.max(axis=1) > L
+    bad = np.flatnonzero(outside)
     if bad.size:
         k = int(bad[0])
         row = T[k]

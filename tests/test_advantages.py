@@ -351,6 +351,17 @@ def test_per_token_turn_outside_the_rollout_is_an_error(bad_turn):
         per_token_advantages([1.0, 0.0], [2, 2], turns)
 
 
+@pytest.mark.parametrize("dtype", [np.int8, np.int16])
+def test_a_negative_turn_in_a_small_integer_type_is_an_error_at_any_length(dtype):
+    """-1 as uint8/uint16 is 255/65535: with longer rollouts it must not pass as a turn."""
+    length = int(np.iinfo(dtype).max) * 2 + 10  # the unsigned -1 lies inside 0..length
+    turns = np.array([[0, 1, 2], [0, 1, -1]], dtype=dtype)
+    with pytest.raises(ValueError, match="rollout 1 holds turn -1"):
+        per_token_advantages([1.0, 0.0], [length, length], turns)
+    with pytest.raises(ValueError, match="rollout 1 holds turn -1"):
+        per_token_advantages([1.0, 0.0], [length, length], list(turns))
+
+
 def test_per_token_turns_must_be_integers_of_the_right_shape():
     with pytest.raises(ValueError, match="integers"):
         per_token_advantages([1.0, 0.0], [1, 1], np.zeros((2, 3)))
