@@ -32,7 +32,8 @@ prompt, each with its own ``θ``)::
      "actions": ["fast", "thorough"],          optional names, default "0", "1", ...
      "theta": [0.0, 0.0],                      logits, one per action
      "rows": [{"action": "fast", "q": 0.6, "reward": 1, "keep": 1, "name": "fast solves"},
-              ...]}                            action: name or index; q default 1;
+              ...]}                            action: a name (string) or an index
+                                               (integer); q default 1;
                                                keep default 1; name optional
 """
 
@@ -82,8 +83,9 @@ class Table:
             if not isinstance(row, dict):
                 raise InputError(f"rows[{k}] must be an object with action, q, reward, keep")
             a = row.get("action", k)
-            idx = names.index(str(a)) if str(a) in names else a
-            if not isinstance(idx, int) or not 0 <= idx < theta.size:
+            # An integer is an index, a string a name: never the one read as the other.
+            idx = names.index(a) if isinstance(a, str) and a in names else a
+            if isinstance(idx, bool) or not isinstance(idx, int) or not 0 <= idx < theta.size:
                 raise InputError(
                     f"rows[{k}].action={a!r}; allowed: {', '.join(names)} or 0..{theta.size - 1}"
                 )
