@@ -28,6 +28,7 @@ and on the cluster):
 
 from __future__ import annotations
 
+import math
 from collections import Counter
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
@@ -80,7 +81,9 @@ class RolloutRecord:
 
     Attributes:
         outcome: its class (``rescue.outcomes``).
-        reward: scalar reward, ``None`` when there is none.
+        reward: scalar reward, ``None`` when there is none; a NaN or infinite reward is
+            stored as ``None`` (``classify`` calls it ``infra_no_result``), so it never
+            enters a mean such as ``b_realized``.
         turns: number of turns (model calls), ``None`` when unknown.
         capped: hit the turn cap or a length/context limit (``outcomes.is_capped``).
         masked: excluded from the loss by a filter (Miles ``remove_sample``).
@@ -95,6 +98,10 @@ class RolloutRecord:
     masked: bool = False
     ran_tests: bool | None = None
     reason: str = ""
+
+    def __post_init__(self) -> None:
+        if self.reward is not None and not math.isfinite(self.reward):
+            object.__setattr__(self, "reward", None)
 
     @classmethod
     def from_sample_fields(

@@ -182,3 +182,17 @@ def test_turn_quantiles_match_numpy_percentile():
         values = sorted(rng.integers(1, 41, n).tolist())
         for q in (0.5, 0.9):
             assert quantile(values, q) == pytest.approx(np.percentile(values, 100 * q), abs=1e-12)
+
+
+@pytest.mark.parametrize("bad", [float("nan"), float("inf"), float("-inf")])
+def test_a_non_finite_reward_is_no_result_and_stays_out_of_b_realized(bad):
+    records = [
+        RolloutRecord.from_sample_fields(status="completed", reward=r) for r in (1.0, 0.0, bad)
+    ]
+    assert records[2].outcome is Outcome.INFRA_NO_RESULT and records[2].reward is None
+    m = outcome_metrics(records)
+    assert m["rollout/census/b_realized"] == 0.5
+    census = Census()
+    census.enter(1)
+    census.settle(1, Bucket.TRAINED_FRESH, records)
+    assert census.step_metrics()["rollout/census/b_realized"] == 0.5
