@@ -1,10 +1,15 @@
 """`rescue replay census` and `advantages`: per-step and total outcome counts, the regime."""
 
 import json
+import math
+import statistics
 
+import numpy as np
 import pytest
 
 torch = pytest.importorskip("torch")
+
+from test_advantages import reference_turn_reached  # noqa: E402
 
 from rescue.cli import main  # noqa: E402
 from rescue.replay.census import census_report, dominant_regime  # noqa: E402
@@ -60,10 +65,38 @@ def test_cli_census_prints_table_and_regime(dumps, capsys):
     assert report["total"]["metrics"]["rollouts"] == 48
 
 
+def arm_variances_by_hand(pattern: str, kappa: float = 2.0, eps: float = 1e-6):
+    """Var over loss tokens of arm (a) and arm (e), GRPO std on, written as loops."""
+    a_values, e_values = [], []
+    for d in load_dumps([pattern]):
+        groups: dict = {}
+        for t in d.trajectories:
+            if t.reward is not None and math.isfinite(t.reward):
+                groups.setdefault(t.group, []).append(t)
+        for members in groups.values():
+            R0 = [0.0 if t.capped else t.reward for t in members]
+            sigma = statistics.stdev(R0) if len(R0) > 1 else 0.0
+            c = 1.0 / (sigma + eps) if sigma > 0 else 1.0
+            mean = sum(R0) / len(R0)
+            b = reference_turn_reached(R0, [t.turns for t in members], kappa)
+            for i, t in enumerate(members):
+                for ell in np.concatenate(t.token_turns):
+                    if ell > 0:
+                        a_values.append((R0[i] - mean) * c)
+                        e_values.append((R0[i] - b[i, ell - 1]) * c)
+    return float(np.var(a_values)), float(np.var(e_values))
+
+
 def test_cli_advantages_prints_verdict_and_honours_flags(dumps, capsys):
     assert main(["replay", "advantages", dumps, "--json"]) == 0
     default = json.loads(capsys.readouterr().out)
-    assert default["total"]["verdict"] in ("supports", "falsifies", "inconclusive")
+    total = default["total"]
+    var_a, var_e = arm_variances_by_hand(dumps)
+    assert total["var_a"] == pytest.approx(var_a, rel=1e-6)
+    assert total["var_e"] == pytest.approx(var_e, rel=1e-6)
+    assert total["reduction"] == pytest.approx(1 - var_e / var_a, rel=1e-6)
+    # On these dumps the turn-reached baseline raises the variance: P7 is falsified.
+    assert 1 - var_e / var_a < 0 and total["verdict"] == "falsifies"
     assert set(default["arms"]) == {"a", "b", "c", "d0.3", "d0.6", "d1", "e"}
     assert main(["replay", "advantages", dumps, "--json", "--no-std-normalize", "--kappa", "0",
                  "--rho", "0.5", "--seed", "3"]) == 0  # fmt: skip

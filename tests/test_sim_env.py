@@ -78,7 +78,12 @@ def test_the_turn_cap_ends_an_episode_as_a_budget_failure():
     capped = ep.kind == env.CAPPED
     assert capped.any()
     assert np.all(ep.turns[capped] == 6) and np.all(ep.turns <= 6)
-    assert np.all(ep.rows[:, 7:] == -1) if ep.rows.shape[1] > 7 else True
+    # column ℓ is turn ℓ (column 0 the strategy): reached turns hold a decision, the rest -1
+    assert ep.rows.shape == ep.choices.shape == (ep.turns.size, cfg.max_turns + 1)
+    after = np.arange(cfg.max_turns + 1)[None, :] > ep.turns[:, None]
+    assert after.any()  # most episodes end before the cap
+    assert np.all(ep.rows[after] == -1) and np.all(ep.choices[after] == -1)
+    assert np.all(ep.rows[~after] >= 0) and np.all(ep.choices[~after] >= 0)
     submitted = (ep.kind == env.SOLVED) | (ep.kind == env.FAILED)
     last = ep.choices[np.arange(ep.turns.size), ep.turns]
     assert np.all(last[submitted] == P.SUBMIT)
