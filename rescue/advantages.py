@@ -54,7 +54,7 @@ from typing import Literal
 import numpy as np
 
 from rescue.errors import InputError
-from rescue.turns import TurnSpans, broadcast
+from rescue.turns import TurnSpans, broadcast, check_turn_indices
 
 Population = Literal["all", "survivors", "loo"]
 POPULATIONS: tuple[str, ...] = ("all", "survivors", "loo")
@@ -379,7 +379,7 @@ def per_token_advantages(
                 f"got {token_turns.shape}"
             )
         T = token_turns.reshape(table.shape[0], -1)
-        _check_turns(T, Ls)
+        check_turn_indices(T, Ls)
         out = np.empty(T.shape, dtype=table.dtype)
         for k in range(T.shape[0]):  # one gather per rollout from its small [L_max + 1] row
             np.take(table[k], T[k], out=out[k], mode="wrap")  # indices checked above
@@ -400,31 +400,6 @@ def per_token_advantages(
         t = np.asarray(t)
         if t.ndim != 1:
             raise InputError(f"token_turns[{k}] must be 1-D (one turn index per token)")
-        _check_turns(t[None], Ls[k : k + 1], first=k)
+        check_turn_indices(t[None], Ls[k : k + 1], first=k)
         out_list.append(table[k].take(t, mode="wrap"))
     return out_list
-
-
-def _check_turns(T: np.ndarray, L: np.ndarray, first: int = 0) -> None:
-    """Every turn index of rollout k lies in 0..L[k]; one pass over the tokens."""
-    if T.size == 0:
-        return
-    if not np.issubdtype(T.dtype, np.integer):
-        raise InputError(f"token_turns must be integers; got dtype {T.dtype}")
-    if T.dtype.kind == "i" and int(L.max(initial=0)) > np.iinfo(T.dtype).max:
-        # A negative index viewed as unsigned (>= iinfo.max + 1) could fall inside 0..L:
-        # compare the signed values at both ends.
-        outside = (T.min(axis=1) < 0) | (T.max(axis=1) > L)
-    else:
-        # Viewed as unsigned, a negative index exceeds every length: one max per rollout.
-        unsigned = T.view(np.dtype(f"u{T.dtype.itemsize}")) if T.dtype.kind == "i" else T
-        outside = unsigned.max(axis=1) > L
-    bad = np.flatnonzero(outside)
-    if bad.size:
-        k = int(bad[0])
-        row = T[k]
-        v = int(row[(row < 0) | (row > L[k])][0])
-        raise InputError(
-            f"token_turns of rollout {first + k} holds turn {v} outside 0..{int(L[k])} "
-            "(0 = observation tokens, 1..length = its turns)"
-        )

@@ -17,6 +17,9 @@ lengths: the same numbers a per-token turn index ``ℓ_t`` (0 on observations) g
 ``broadcast`` does this for a whole batch at once: the rollouts are laid end to end in one
 token stream, so the stream is again ``gap, turn, gap, ..., turn, gap`` and one ``np.repeat``
 writes every token. Invalid spans are an error naming the rollout and the turn.
+
+``check_turn_indices`` checks the other form, one turn index per token (0 on observation
+tokens): every index of a rollout lies in ``0..length``, whatever its integer type.
 """
 
 from __future__ import annotations
@@ -155,3 +158,31 @@ def broadcast(table: np.ndarray, spans: Sequence[TurnSpans], lengths: np.ndarray
     value[1::2] = table[rollout, ell]
     stream = np.repeat(value, count)
     return [stream[a : a + m] for a, m in zip(first_token.tolist(), n.tolist(), strict=True)]
+
+
+def check_turn_indices(T: np.ndarray, L: np.ndarray, first: int = 0) -> None:
+    """Every turn index of rollout ``first + k`` (row ``k`` of ``T``) lies in ``0..L[k]``.
+
+    An error names the rollout and the index; one pass over the tokens.
+    """
+    if T.size == 0:
+        return
+    if not np.issubdtype(T.dtype, np.integer):
+        raise InputError(f"token_turns must be integers; got dtype {T.dtype}")
+    if T.dtype.kind == "i" and int(L.max(initial=0)) > np.iinfo(T.dtype).max:
+        # A negative index viewed as unsigned (>= iinfo.max + 1) could fall inside 0..L:
+        # compare the signed values at both ends.
+        outside = (T.min(axis=1) < 0) | (T.max(axis=1) > L)
+    else:
+        # Viewed as unsigned, a negative index exceeds every length: one max per rollout.
+        unsigned = T.view(np.dtype(f"u{T.dtype.itemsize}")) if T.dtype.kind == "i" else T
+        outside = unsigned.max(axis=1) > L
+    bad = np.flatnonzero(outside)
+    if bad.size:
+        k = int(bad[0])
+        row = T[k]
+        v = int(row[(row < 0) | (row > L[k])][0])
+        raise InputError(
+            f"token_turns of rollout {first + k} holds turn {v} outside 0..{int(L[k])} "
+            "(0 = observation tokens, 1..length = its turns)"
+        )

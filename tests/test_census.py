@@ -196,3 +196,16 @@ def test_a_non_finite_reward_is_no_result_and_stays_out_of_b_realized(bad):
     census.enter(1)
     census.settle(1, Bucket.TRAINED_FRESH, records)
     assert census.step_metrics()["rollout/census/b_realized"] == 0.5
+
+
+def test_the_gate_decision_names_the_bucket():
+    from rescue.gate import Decision
+
+    cases = {
+        (True, 1.0, False): Bucket.TRAINED_FRESH,
+        (True, 1.0, True): Bucket.TRAINED_STALE,
+        (True, 2.0, True): Bucket.TRAINED_PROTECTED,
+        (False, 0.0, True): Bucket.DROPPED_STALE,
+    }
+    for (keep, weight, stale), bucket in cases.items():
+        assert Bucket.after_gate(Decision(keep=keep, weight=weight, stale=stale)) is bucket

@@ -1,6 +1,7 @@
 """The simulator's trainer loop: determinism, the shared core objects, conservation, arms."""
 
 import json
+from collections import Counter
 
 import numpy as np
 import pytest
@@ -9,7 +10,9 @@ import filters.mask
 import rescue.advantages
 import rescue.census
 import rescue.gate
+import rescue.mask
 import rescue.outcomes
+from rescue.census import Bucket
 from rescue.sim import ArmSpec, SimConfig, Simulation, engine, env
 from rescue.sim.runner import run_arms
 
@@ -52,7 +55,8 @@ def test_the_simulator_uses_the_adapters_core_objects_not_copies():
     assert engine.outcome_metrics is rescue.census.outcome_metrics
     assert engine.group_advantages is rescue.advantages.group_advantages
     assert engine.per_token_advantages is rescue.advantages.per_token_advantages
-    assert engine.mask_decision is filters.mask.mask_decision
+    assert engine.mask_decision is rescue.mask.mask_decision is filters.mask.mask_decision
+    assert engine.Bucket is rescue.census.Bucket
     assert engine.is_capped is rescue.outcomes.is_capped
     assert env.classify is rescue.outcomes.classify
 
@@ -212,6 +216,23 @@ def test_p7_statistic_uses_the_normalizers_baselines(monkeypatch):
     assert sorted(kw["population"] for k, kw in p7 if k == "group") == ["all", "all", "loo", "loo"]
     assert all(kw["std_normalize"] is False for _, kw in p7)
     assert [kw["kappa"] for k, kw in p7 if k == "token"] == [0.7, 0.7]
+
+
+def test_the_simulator_buckets_groups_by_the_shared_gate_mapping(monkeypatch):
+    """Every group the trainer gets is settled in the bucket Bucket.after_gate names."""
+    seen = []
+    real = Bucket.after_gate.__func__
+
+    def spy(cls, decision):
+        seen.append(real(cls, decision))
+        return seen[-1]
+
+    monkeypatch.setattr(Bucket, "after_gate", classmethod(spy))
+    sim, _ = run("protect:0.5", cfg=TINY.replace(steps=6, max_staleness=0))
+    got = Counter(b.value for b in seen)
+    totals = sim.census.totals()
+    for b in (Bucket.TRAINED_FRESH, Bucket.TRAINED_PROTECTED, Bucket.DROPPED_STALE):
+        assert got[b.value] == totals[b.value] > 0
 
 
 def test_no_update_means_the_policy_stays_put():
