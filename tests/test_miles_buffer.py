@@ -441,16 +441,22 @@ def test_rescue_miles_imports_without_miles():
     subprocess.run([sys.executable, "-c", code], check=True)
 
 
-def test_building_the_buffer_without_miles_names_the_fix():
-    try:
-        import miles  # noqa: F401
-    except ImportError:
-        pass
-    else:
-        pytest.skip("Miles is importable here")
-    ctor = SimpleNamespace(args=SimpleNamespace(max_weight_staleness=None), unused_handler_fn=print)
-    with pytest.raises(ImportError, match="PYTHONPATH"):
-        RescueDataBuffer(ctor, env={})
+def test_building_the_buffer_without_miles_names_the_fix(tmp_path):
+    """In a fresh interpreter without Miles on its path (whatever MILES_SRC is here)."""
+    code = (
+        "import importlib.util, types\n"
+        "assert importlib.util.find_spec('miles') is None, 'Miles is importable'\n"
+        "from rescue.miles.buffer import RescueDataBuffer\n"
+        "args = types.SimpleNamespace(max_weight_staleness=None)\n"
+        "try:\n"
+        "    RescueDataBuffer(types.SimpleNamespace(args=args, unused_handler_fn=print), env={})\n"
+        "except ImportError as e:\n"
+        "    print(e)\n"
+    )
+    out = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, check=True, cwd=tmp_path
+    )
+    assert "needs Miles importable" in out.stdout and "PYTHONPATH" in out.stdout
 
 
 # ── inside real Miles (MILES_SRC) ────────────────────────────────────────────
