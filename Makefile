@@ -9,6 +9,10 @@
 PYTHON ?= python3
 # VENV: the local virtual environment every target uses (default .venv).
 VENV ?= .venv
+# TORCH: the torch the local .venv gets when an extra needs one (default torch==2.13.0, the
+# CPU wheel; a plain `torch` from PyPI is a multi-GB CUDA build). The package itself asks only
+# torch>=2.5, so installing rescue into a Miles or slime environment keeps its torch.
+TORCH ?= torch==2.13.0
 PY     := $(VENV)/bin/python
 PIP    := $(PY) -m pip --disable-pip-version-check -q
 
@@ -21,7 +25,8 @@ $(VENV)/.stamp-base: pyproject.toml
 	touch $@
 
 $(VENV)/.stamp-%: pyproject.toml $(VENV)/.stamp-base
-	$(PIP) install -e '.[$(subst +,$(comma),$*)]'
+	echo '$(TORCH)' > $(VENV)/constraints.txt
+	$(PIP) install -c $(VENV)/constraints.txt -e '.[$(subst +,$(comma),$*)]'
 	touch $@
 
 comma := ,
