@@ -47,7 +47,7 @@ class Bucket(str, Enum):
     """Where an entry ended. An entry not yet settled is *buffered*."""
 
     TRAINED_FRESH = "trained_fresh"
-    TRAINED_STALE = "trained_stale"  # stale, kept with weight 1 (never-drop; protect with a=1)
+    TRAINED_STALE = "trained_stale"  # stale, weight 1: never-drop; protect a=1; pace past K
     TRAINED_PROTECTED = "trained_protected"  # stale, kept by the coin with weight 1/a
     DROPPED_STALE = "dropped_stale"
     ABORTED = "aborted"

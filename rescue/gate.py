@@ -16,8 +16,13 @@ Arms (a group is *stale* when ``staleness > max_staleness``):
 ``protect``     a stale group is kept iff ``u < a``, with loss weight ``1/a``; dropped
                 otherwise. Then ``E[1{u<a}/a] = 1``: the weighted loss is unbiased for
                 the never-drop loss. ``a = 1`` is never-drop.
+``pace``        staleness is bounded by waiting, not by the gate: the trainer waits for
+                a group before it could become stale (``rescue.pace``), so no group
+                should reach the gate stale. One that does anyway (the engines' version
+                moved faster than the schedule counts) is kept with weight 1 and counted
+                as stale (census bucket ``trained_stale``): never dropped.
 
-Fresh groups are always kept with weight 1.
+Fresh groups are always kept with weight 1. Only ``drop`` and ``protect`` ever drop.
 """
 
 from __future__ import annotations
@@ -36,6 +41,12 @@ class Arm(str, Enum):
     DROP = "drop"
     NEVER_DROP = "never-drop"
     PROTECT = "protect"
+    PACE = "pace"
+
+    @property
+    def drops(self) -> bool:
+        """Whether the arm can drop a stale group (``drop``, ``protect``)."""
+        return self in (Arm.DROP, Arm.PROTECT)
 
     @classmethod
     def parse(cls, value: str | Arm, *, setting: str = "arm") -> Arm:
@@ -79,7 +90,7 @@ class Gate:
     """Stale-group gate.
 
     Args:
-        arm: ``drop`` | ``never-drop`` | ``protect`` (setting ``RESCUE_ARM``).
+        arm: ``drop`` | ``never-drop`` | ``protect`` | ``pace`` (setting ``RESCUE_ARM``).
         a: keep probability of a stale group under ``protect``, in (0, 1]; required for
             protect, ignored otherwise (setting ``RESCUE_A``).
         seed: seed of the per-group coin (setting ``RESCUE_SEED``, default 0).
@@ -146,7 +157,7 @@ class Gate:
         """Keep or drop one group, and its loss weight."""
         if not self.is_stale(staleness):
             return Decision(keep=True, weight=1.0, stale=False)
-        if self.arm is Arm.NEVER_DROP:
+        if self.arm in (Arm.NEVER_DROP, Arm.PACE):
             return Decision(keep=True, weight=1.0, stale=True)
         if self.arm is Arm.DROP:
             return Decision(keep=False, weight=0.0, stale=True)

@@ -7,6 +7,7 @@ import sys
 import numpy as np
 import pytest
 
+from rescue.census import Bucket
 from rescue.gate import Arm, Gate, coin
 
 
@@ -65,6 +66,29 @@ def test_weights_per_arm():
     assert {d.weight for d in decisions if not d.keep} == {0.0}
 
 
+def test_pace_keeps_a_group_that_arrives_stale_and_counts_it_stale():
+    """Under pace no group should arrive stale; one that does is kept with weight 1 and
+    lands in ``trained_stale`` (never dropped, never counted fresh)."""
+    gate = Gate(arm="pace", max_staleness=2)
+    assert gate.describe() == "pace seed=0 K=2"
+    for g in range(50):
+        d = gate.decide(g, 2 + g % 5)
+        assert d.stale is (g % 5 > 0)
+        assert (d.keep, d.weight, d.protected) == (True, 1.0, False)
+        assert Bucket.after_gate(d) is (Bucket.TRAINED_STALE if d.stale else Bucket.TRAINED_FRESH)
+    assert Gate(arm="pace", max_staleness=2).decide(1, 9) == Gate(
+        arm="never-drop", max_staleness=2
+    ).decide(1, 9)
+
+
+def test_only_drop_and_protect_can_drop():
+    assert {arm for arm in Arm if arm.drops} == {Arm.DROP, Arm.PROTECT}
+    for arm in Arm:
+        gate = Gate(arm=arm, a=0.5 if arm is Arm.PROTECT else None, max_staleness=0)
+        kept = [gate.decide(g, 1).keep for g in range(200)]
+        assert all(kept) is not arm.drops
+
+
 def test_a_equal_one_is_never_drop():
     gate = Gate(arm="protect", a=1.0, seed=5, max_staleness=0)
     assert all(
@@ -82,7 +106,10 @@ def test_unknown_staleness_or_no_limit_is_fresh():
 @pytest.mark.parametrize(
     ("kwargs", "message"),
     [
-        ({"arm": "keep"}, r"RESCUE_ARM='keep' is not an arm; allowed: drop, never-drop, protect"),
+        (
+            {"arm": "keep"},
+            r"RESCUE_ARM='keep' is not an arm; allowed: drop, never-drop, protect, pace$",
+        ),
         ({"arm": "protect"}, r"RESCUE_A \(a\) is required with arm protect"),
         ({"arm": "protect", "a": 0.0}, r"RESCUE_A=0.0 is out of range; allowed: 0 < a <= 1"),
         ({"arm": "protect", "a": 1.5}, r"out of range"),
@@ -101,6 +128,7 @@ def test_from_env_reads_the_documented_settings():
     )
     assert (gate.arm, gate.a, gate.seed, gate.max_staleness) == (Arm.PROTECT, 0.5, 9, 4)
     assert Gate.from_env({}).arm is Arm.DROP
+    assert Gate.from_env({"RESCUE_ARM": "PACE"}, max_staleness=1).arm is Arm.PACE
     with pytest.raises(ValueError, match="RESCUE_A='half' is not a number"):
         Gate.from_env({"RESCUE_ARM": "protect", "RESCUE_A": "half"})
     with pytest.raises(ValueError, match="RESCUE_SEED='x' is not an integer"):

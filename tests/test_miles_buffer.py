@@ -322,6 +322,17 @@ def test_invalid_settings_fail_when_the_buffer_is_built(env, match):
         make_buffer(env=env, max_staleness=1)
 
 
+def test_the_pace_arm_needs_the_pace_rollout_function():
+    """Under Miles' own rollout function pace would be never-drop without the waiting."""
+    for path in (None, "miles.rollout.fully_async_rollout.FullyAsyncRolloutFn"):
+        args = SimpleNamespace(max_weight_staleness=1, rollout_function_path=path)
+        ctor = SimpleNamespace(args=args, unused_handler_fn=lambda group: None)
+        with pytest.raises(ValueError, match=r"^RESCUE_ARM=pace needs --rollout-function-path "):
+            RescueDataBuffer(
+                ctor, env={"RESCUE_ARM": "pace"}, store=FifoStore(4), load_function=load_function
+            )
+
+
 def test_an_invalid_staleness_limit_fails_when_the_buffer_is_built():
     with pytest.raises(ValueError, match="max_weight_staleness"):
         make_buffer(max_staleness=-1)

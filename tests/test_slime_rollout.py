@@ -181,6 +181,13 @@ def test_max_staleness_setting():
             max_staleness_from_env({ENV_MAX_STALENESS: bad})
 
 
+def test_the_pace_arm_is_refused_on_slime_in_one_line():
+    with pytest.raises(ValueError, match=r"^RESCUE_ARM=pace: slime's rollout has no pace") as e:
+        drain([], Gate(arm="pace", max_staleness=1))
+    assert "\n" not in str(e.value)
+    drain([], Gate(arm="never-drop", max_staleness=1))  # the other arms are built
+
+
 def test_evaluation_is_refused_with_the_flag_to_use():
     with pytest.raises(ValueError, match="--eval-function-path"):
         rollout.generate_rollout(SimpleNamespace(), 0, None, evaluation=True)

@@ -17,9 +17,10 @@ unchanged: FIFO order, capacity ``int(--async-data-buffer-capacity-factor ×
   fresh). A group is stale when staleness > ``--max-weight-staleness``.
 
 The one change: a stale group goes through ``rescue.gate.Gate`` (settings ``RESCUE_ARM``
-= drop | never-drop | protect, default drop; ``RESCUE_A`` in (0, 1], required for
+= drop | never-drop | protect | pace, default drop; ``RESCUE_A`` in (0, 1], required for
 protect; ``RESCUE_SEED``, default 0; read when the buffer is built, and invalid values
-fail there). ``drop`` is Miles' behaviour; ``never-drop`` trains every stale group with
+fail there; pace is refused unless ``--rollout-function-path`` is
+``rescue.miles.pace.PaceRolloutFn``, the rollout function that waits for stragglers). ``drop`` is Miles' behaviour; ``never-drop`` trains every stale group with
 weight 1; ``protect`` keeps a stale group when its coin ``u(seed, group id) < a`` and
 writes ``metadata["rescue_weight"] = 1/a`` on every sample of it (list-of-samples
 trajectories too), which ``rescue.miles.reward.post_process_rewards`` multiplies into
@@ -50,11 +51,14 @@ from collections.abc import Callable, Mapping
 from typing import Any
 
 from rescue.census import Bucket, Census
+from rescue.errors import InputError
 from rescue.gate import Arm, Gate
 from rescue.samples import GatedGroup, gate_group, group_id, is_aborted
 
 logger = logging.getLogger(__name__)
 
+#: The rollout function the ``pace`` arm needs (it waits for stragglers; the buffer cannot).
+PACE_ROLLOUT_FUNCTION = "rescue.miles.pace.PaceRolloutFn"
 #: Key of Miles' queue length in its buffer metrics.
 QUEUE_SIZE_KEY = "rollout/fully_async/queue_size"
 _STALE_KEY = "rollout/fully_async/stale_groups_filtered"
@@ -96,6 +100,12 @@ class RescueDataBuffer:
         self._args = args
         self._max_staleness = getattr(args, "max_weight_staleness", None)
         self.gate = Gate.from_env(env, max_staleness=self._max_staleness)
+        rollout_fn = getattr(args, "rollout_function_path", None)
+        if self.gate.arm is Arm.PACE and rollout_fn != PACE_ROLLOUT_FUNCTION:
+            raise InputError(
+                f"RESCUE_ARM=pace needs --rollout-function-path {PACE_ROLLOUT_FUNCTION} "
+                f"(the rollout function is {rollout_fn!r}, which never waits for stragglers)"
+            )
         if self.gate.arm is not Arm.DROP and self._max_staleness is None:
             logger.warning(
                 "RESCUE_ARM=%s has no effect: --max-weight-staleness is not set, "

@@ -99,7 +99,7 @@ class Drain:
     Args:
         worker: slime's ``AsyncRolloutWorker`` or anything with its
             ``get_completed_groups(limit)`` and ``queue_size()``.
-        gate: the stale-group gate.
+        gate: the stale-group gate (any arm but ``pace``, which is Miles-only: refused).
         census: the census the metrics come from (default a new one).
         current_version: callable returning the engines' weight version or ``None``
             (default: always ``None``, i.e. the highest version seen on a sample).
@@ -117,6 +117,11 @@ class Drain:
         sample_filter: Callable[[Any, list], None] | None = None,
         poll_s: float = 0.05,
     ) -> None:
+        if gate.arm is Arm.PACE:
+            raise InputError(
+                "RESCUE_ARM=pace: slime's rollout has no pace schedule (pace is Miles' "
+                "rescue.miles.pace.PaceRolloutFn); allowed here: drop, never-drop, protect"
+            )
         self.worker = worker
         self.gate = gate
         self.census = census if census is not None else Census()
