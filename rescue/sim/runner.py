@@ -88,8 +88,16 @@ def run_one(
 class ProgressBar:
     """A one-line progress bar on stderr (a line per 10% when stderr is not a terminal)."""
 
-    def __init__(self, total: int, *, enabled: bool = True, stream=None, width: int = 30) -> None:
-        self.total, self.enabled, self.width = max(total, 1), enabled, width
+    def __init__(
+        self,
+        total: int,
+        *,
+        enabled: bool = True,
+        stream=None,
+        width: int = 30,
+        unit: str = "steps",
+    ) -> None:
+        self.total, self.enabled, self.width, self.unit = max(total, 1), enabled, width, unit
         self.stream = stream or sys.stderr
         self.tty = hasattr(self.stream, "isatty") and self.stream.isatty()
         self.t0 = time.perf_counter()
@@ -102,12 +110,12 @@ class ProgressBar:
         if self.tty:
             bar = "#" * int(frac * self.width)
             self.stream.write(
-                f"\r[{bar:<{self.width}}] {100 * frac:3.0f}% {done}/{self.total} steps "
+                f"\r[{bar:<{self.width}}] {100 * frac:3.0f}% {done}/{self.total} {self.unit} "
                 f"{time.perf_counter() - self.t0:5.1f}s {note}   "
             )
         elif int(frac * 10) > self._last_decile:
             self._last_decile = int(frac * 10)
-            self.stream.write(f"{100 * frac:3.0f}% {done}/{self.total} steps {note}\n")
+            self.stream.write(f"{100 * frac:3.0f}% {done}/{self.total} {self.unit} {note}\n")
         self.stream.flush()
 
     def close(self) -> None:

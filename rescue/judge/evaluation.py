@@ -1,0 +1,157 @@
+"""How a prediction is judged: arms bound to roles, checks combined into a verdict.
+
+Specification
+-------------
+A ``Prediction`` names the arms it compares by *role* (``Role``: an arm name of the shared
+vocabulary and, for protect, its a). When a role matches several arm labels of a cohort
+(``drop-k1`` and ``drop-k2``), the prediction is judged once per combination whose k
+agree; a missing required role makes it ``not run``, naming the arm. Its ``evaluate``
+returns ``Check``s; the checks that carry the falsification rule (``decides``) give the
+verdict through ``stats.combine`` (``any``: each falsifies on its own; ``all``: only
+jointly). A reported comparison (``prediction=False``) gets no verdict.
+"""
+
+from __future__ import annotations
+
+import itertools
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from rescue.judge import offline
+from rescue.judge.checks import Check
+from rescue.judge.runs import Cohort, Run
+from rescue.judge.stats import INCONCLUSIVE, combine
+
+
+@dataclass(frozen=True)
+class Role:
+    """An arm a prediction needs: a vocabulary name and, for protect, its a."""
+
+    arm: str
+    a: float | None = None
+    optional: bool = False
+
+    def matches(self, run: Run) -> bool:
+        c = run.condition
+        if c.base_arm != self.arm:
+            return False
+        return self.a is None or (c.a is not None and abs(c.a - self.a) < 1e-9)
+
+    def describe(self) -> str:
+        return self.arm + (f" a={self.a:g}" if self.a is not None else "")
+
+
+@dataclass
+class Context:
+    """What one evaluation sees: the cohort's arms bound to roles, or replay reports."""
+
+    cohort: Cohort = field(default_factory=dict)
+    binding: dict[str, str | None] = field(default_factory=dict)
+    replays: Sequence[offline.Report] = ()
+
+    def arm(self, role: str) -> dict[int, Run]:
+        label = self.binding.get(role)
+        return self.cohort.get(label, {}) if label else {}
+
+    def label(self, role: str) -> str:
+        return self.binding.get(role) or role
+
+
+@dataclass(frozen=True)
+class Prediction:
+    """One pre-registered prediction (or a reported comparison, ``prediction=False``)."""
+
+    id: str
+    title: str
+    rule: str
+    falsified: str
+    window: str
+    margin: str
+    depends: str
+    roles: dict[str, Role]
+    evaluate: Callable[[Context], list[Check]]
+    combine: str = "any"
+    reads: str = "runs"  # "runs" (a cohort), "replay" (rescue replay reports) or "both"
+    prediction: bool = True
+
+
+@dataclass
+class Result:
+    """A prediction judged once (for one binding of its roles)."""
+
+    prediction: Prediction
+    binding: dict[str, str | None]
+    checks: list[Check]
+    verdict: str | None
+    note: str = ""
+
+    def as_dict(self) -> dict[str, Any]:
+        p = self.prediction
+        return {
+            "id": p.id,
+            "title": p.title,
+            "prediction": p.prediction,
+            "rule": p.rule,
+            "falsified": p.falsified,
+            "window": p.window,
+            "margin": p.margin,
+            "depends": p.depends,
+            "binding": dict(self.binding),
+            "verdict": self.verdict,
+            "note": self.note,
+            "checks": [c.as_dict() for c in self.checks],
+        }
+
+
+def bindings(p: Prediction, cohort: Cohort) -> tuple[list[dict[str, str | None]], str]:
+    """The role -> arm label bindings to judge ``p`` on, or ``([], why not)``."""
+    options: dict[str, list[str | None]] = {}
+    for role, spec in p.roles.items():
+        labels = [
+            lbl
+            for lbl, seeds in cohort.items()
+            if seeds and spec.matches(next(iter(seeds.values())))
+        ]
+        if not labels and not spec.optional:
+            need = ", ".join(f"`{r.describe()}`" for r in p.roles.values() if not r.optional)
+            return [], f"not run: needs the arms {need}; missing `{spec.describe()}`"
+        options[role] = sorted(labels) or [None]
+    out = []
+    for combo in itertools.product(*options.values()):
+        ks = {next(iter(cohort[lbl].values())).condition.k for lbl in combo if lbl is not None} - {
+            None
+        }
+        if len(ks) <= 1:
+            out.append(dict(zip(options, combo, strict=True)))
+    return out, ""
+
+
+def evaluate(
+    predictions: Sequence[Prediction],
+    cohort: Cohort | None = None,
+    replays: Sequence[offline.Report] = (),
+) -> list[Result]:
+    """Judge each prediction on one cohort of runs (and/or the replay reports)."""
+    results = []
+    for p in predictions:
+        if cohort is not None and p.reads in ("runs", "both"):
+            found, why = bindings(p, cohort)
+            if not found:
+                results.append(Result(p, {}, [], None if not p.prediction else INCONCLUSIVE, why))
+            for b in found:
+                results.append(_judge(p, Context(cohort=cohort, binding=b)))
+        if cohort is None and p.reads in ("replay", "both"):
+            results.append(_judge(p, Context(replays=replays)))
+    return results
+
+
+def _judge(p: Prediction, ctx: Context) -> Result:
+    checks = p.evaluate(ctx)
+    if not p.prediction:
+        return Result(p, ctx.binding, checks, None)
+    deciding = [c.verdict for c in checks if c.decides and c.verdict is not None]
+    note = ""
+    if not checks:
+        note = "nothing to judge"
+    return Result(p, ctx.binding, checks, combine(deciding, p.combine), note)

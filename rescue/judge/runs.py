@@ -1,0 +1,269 @@
+"""Runs as the judge sees them: which arm and seed, and the rows they logged.
+
+Specification
+-------------
+A run is identified by its *condition* (family, arm, and the arm's settings a, k, cap)
+and its seed. Real runs carry them the way the launchers write them:
+
+- wandb group / run name ``<family>-<arm>[-a<A>][-k<K>][-cap<CAP>]-seed<SEED>`` (family
+  ``swe`` or ``rlvr``), e.g. ``swe-protect-a0.5-k2-seed1``;
+- wandb tags ``arm:<arm>,seed:<seed>[,a:..][,k:..][,cap:..]`` (tags win over the name).
+
+The simulator's runs have family ``sim`` and an arm label such as ``protect-a0.5``
+(``<arm>[-a<A>]``). Arms come from the shared vocabulary ``ARM_NAMES``; the simulator's
+``turn-baseline`` is the cluster's ``turn``.
+
+Runs of one *cohort* (same family and cap) are compared with each other; the arm label
+within a cohort keeps a and k (``drop-k2``, ``protect-a0.5-k2``).
+
+A run's rows are the history rows it logged (dicts of metric key -> number). Columns are
+built on first use and cached: ``Run.column(key)`` is a float array over the rows, NaN
+where a row lacks the key.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+#: Stale-handling and budget-regime arms (the shared vocabulary), and the simulator's alias.
+ARM_NAMES: tuple[str, ...] = (
+    "drop",
+    "never-drop",
+    "protect",
+    "pace",
+    "zero",
+    "mask",
+    "matched",
+    "drgrpo-mask",
+    "survivor",
+    "turn",
+)
+ALIASES: dict[str, str] = {"turn-baseline": "turn"}
+FAMILIES: tuple[str, ...] = ("swe", "rlvr", "sim")
+#: Step key of rollout-side metrics on the cluster and in the simulator's JSONL.
+STEP_KEY = "rollout/step"
+
+_ARM_RE = "|".join(re.escape(a) for a in sorted((*ARM_NAMES, *ALIASES), key=len, reverse=True))
+_NUM = r"[0-9]+(?:\.[0-9]+)?(?:e-?[0-9]+)?"
+_TAIL = (
+    rf"(?P<arm>{_ARM_RE})(?:-a(?P<a>{_NUM}))?(?:-k(?P<k>[0-9]+))?"
+    r"(?:-cap(?P<cap>[0-9]+))?(?:-seed(?P<seed>[0-9]+))?$"
+)
+#: A name without a family (the simulator's labels), then one with a family prefix.
+_NAMES = (re.compile("^" + _TAIL), re.compile(r"^(?P<family>[a-z0-9]+)-" + _TAIL))
+
+
+@dataclass(frozen=True)
+class Condition:
+    """What distinguishes one arm's runs from another's, seed aside."""
+
+    family: str = "sim"
+    arm: str = "zero"
+    a: float | None = None
+    k: int | None = None
+    cap: int | None = None
+
+    @property
+    def label(self) -> str:
+        """The arm label inside its cohort: ``<arm>[-a<A>][-k<K>]`` (e.g. ``protect-a0.5-k2``)."""
+        out = self.arm
+        if self.a is not None:
+            out += f"-a{self.a:g}"
+        if self.k is not None:
+            out += f"-k{self.k}"
+        return out
+
+    @property
+    def cohort(self) -> tuple[str, int | None]:
+        """Runs with the same family and cap are compared with each other."""
+        return (self.family, self.cap)
+
+    @property
+    def base_arm(self) -> str:
+        """The vocabulary name (the simulator's ``turn-baseline`` is ``turn``)."""
+        return ALIASES.get(self.arm, self.arm)
+
+
+def parse_name(text: str) -> tuple[Condition, int | None] | None:
+    """``(condition, seed)`` of a group / run name or a simulator label, else None.
+
+    ``swe-protect-a0.5-k2-seed1`` -> (swe, protect, a=0.5, k=2), seed 1;
+    ``protect-a0.5`` -> (sim, protect, a=0.5), no seed; ``drop-seed3`` -> (sim, drop), 3.
+    """
+    text = text.strip().lower()
+    for pattern in _NAMES:
+        m = pattern.match(text)
+        if m is None:
+            continue
+        cond = Condition(
+            family=m.groupdict().get("family") or "sim",
+            arm=m["arm"],
+            a=float(m["a"]) if m["a"] else None,
+            k=int(m["k"]) if m["k"] else None,
+            cap=int(m["cap"]) if m["cap"] else None,
+        )
+        return cond, (int(m["seed"]) if m["seed"] else None)
+    return None
+
+
+def parse_tags(tags: Iterable[str] | str) -> dict[str, str]:
+    """``arm:protect,seed:1,a:0.5`` (a string or a list) -> ``{"arm": "protect", ...}``."""
+    items = tags.split(",") if isinstance(tags, str) else list(tags)
+    out = {}
+    for t in items:
+        key, sep, value = str(t).strip().partition(":")
+        if sep:
+            out[key.strip().lower()] = value.strip()
+    return out
+
+
+def identify(
+    *,
+    tags: Iterable[str] | str = (),
+    group: str | None = None,
+    name: str | None = None,
+    config: Mapping[str, Any] | None = None,
+    where: str = "run",
+) -> tuple[Condition, int]:
+    """The condition and seed of a run from its tags, group, name or config.
+
+    Each field comes from the tags when they have it (``arm``, ``seed``, ``a``, ``k``,
+    ``cap``), else from the group name, else the run name, else the config's ``arm`` /
+    ``seed`` (the simulator writes those). Raises ``ValueError`` naming ``where`` when
+    nothing says which arm and seed.
+    """
+    t = parse_tags(tags)
+    config = config or {}
+    named = [p for p in (parse_name(group or ""), parse_name(name or "")) if p is not None]
+    cond = named[0][0] if named else None
+    seed = next((s for _, s in named if s is not None), None)
+    arm_text = t.get("arm") or config.get("arm")
+    if arm_text:
+        spec = parse_name(str(arm_text))  # "protect" from a tag, "protect-a0.5" from a config
+        if spec is None:
+            raise ValueError(
+                f"{where}: arm {arm_text!r}; allowed: {', '.join(ARM_NAMES)} (or {', '.join(ALIASES)})"
+            )
+        arm = spec[0]
+        same = cond is not None and cond.base_arm == arm.base_arm
+        cond = Condition(
+            family=cond.family if cond else "sim",
+            arm=arm.arm,
+            a=_num(t.get("a"), float, arm.a if arm.a is not None else (cond.a if same else None)),
+            k=_num(t.get("k"), int, arm.k if arm.k is not None else (cond.k if same else None)),
+            cap=_num(t.get("cap"), int, cond.cap if cond else None),
+        )
+    seed = _num(t.get("seed", config.get("seed")), int, seed)
+    if cond is None or seed is None:
+        raise ValueError(
+            f"{where}: cannot tell the arm and seed (group {group!r}, name {name!r}, tags "
+            f"{sorted(t)}); allowed: a group or name <family>-<arm>[-a<A>][-k<K>][-cap<CAP>]-seed<SEED>, "
+            "or tags arm:<arm>,seed:<seed>"
+        )
+    return cond, int(seed)
+
+
+def _num(text: Any, kind: type, default: Any) -> Any:
+    if text is None or text == "":
+        return default
+    try:
+        return kind(float(text)) if kind is int else kind(text)
+    except (TypeError, ValueError):
+        return default
+
+
+@dataclass
+class Run:
+    """One run: its condition, seed, history rows and (simulator) offline figures.
+
+    Attributes:
+        condition: family, arm, a, k, cap.
+        seed: the run's seed.
+        rows: history rows, in logged order.
+        source: where it was read from.
+        offline: extra per-run figures, e.g. ``{"p7": {"group_mean": ..., ...}}`` from the
+            simulator's ``runs.json``.
+    """
+
+    condition: Condition
+    seed: int
+    rows: list[dict[str, Any]]
+    source: str = ""
+    offline: dict[str, Any] = field(default_factory=dict)
+    _columns: dict[str, np.ndarray] = field(default_factory=dict, repr=False)
+    _keys: set[str] | None = field(default=None, repr=False)
+
+    @property
+    def label(self) -> str:
+        return self.condition.label
+
+    def keys(self) -> set[str]:
+        """Every key some row has."""
+        if self._keys is None:
+            keys: set[str] = set()
+            for r in self.rows:
+                keys.update(r)
+            self._keys = keys
+        return self._keys
+
+    def has(self, key: str) -> bool:
+        return key in self.keys()
+
+    def column(self, key: str) -> np.ndarray:
+        """Float values of ``key`` per row; NaN where a row lacks it or holds no number."""
+        col = self._columns.get(key)
+        if col is None:
+            col = np.fromiter((_float(r.get(key)) for r in self.rows), float, len(self.rows))
+            self._columns[key] = col
+        return col
+
+    def steps(self) -> np.ndarray:
+        """The step of each row: ``rollout/step``, else wandb's ``_step``, else the row index."""
+        for key in (STEP_KEY, "_step"):
+            if self.has(key):
+                col = self.column(key)
+                idx = np.arange(len(self.rows), dtype=float)
+                return np.where(np.isfinite(col), col, idx)
+        return np.arange(len(self.rows), dtype=float)
+
+
+def _float(v: Any) -> float:
+    if v is None or isinstance(v, bool):
+        return math.nan if v is None else float(v)
+    if isinstance(v, (int, float)):
+        return float(v)
+    if isinstance(v, str):
+        try:
+            return float(v)
+        except ValueError:
+            return math.nan
+    return math.nan
+
+
+Cohort = dict[str, dict[int, Run]]
+
+
+def cohorts(runs: Sequence[Run]) -> tuple[dict[tuple, Cohort], list[str]]:
+    """Runs grouped by cohort, then arm label, then seed; and a note per duplicate skipped.
+
+    The first run of a (cohort, label, seed) wins; a later one is skipped and named.
+    """
+    out: dict[tuple, Cohort] = {}
+    notes = []
+    for r in runs:
+        arms = out.setdefault(r.condition.cohort, {})
+        seeds = arms.setdefault(r.label, {})
+        if r.seed in seeds:
+            notes.append(
+                f"{r.source}: {r.condition.family} {r.label} seed {r.seed} already read from "
+                f"{seeds[r.seed].source}; skipped"
+            )
+            continue
+        seeds[r.seed] = r
+    return out, notes
