@@ -74,6 +74,8 @@ class Prediction:
     combine: str = "any"
     reads: str = "runs"  # "runs" (a cohort), "replay" (rescue replay reports) or "both"
     prediction: bool = True
+    #: (quantity, arm role, reference role): the differences the report plots.
+    curves: tuple[tuple[str, str, str], ...] = ()
 
 
 @dataclass

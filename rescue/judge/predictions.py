@@ -368,6 +368,7 @@ PREDICTIONS: tuple[Prediction, ...] = (
             "matched": Role("matched", optional=True),
         },
         evaluate=_p3,
+        curves=(("cap_hit", "mask", "zero"), ("submitted_failure", "mask", "zero")),
     ),
     Prediction(
         id="P4",
@@ -380,6 +381,7 @@ PREDICTIONS: tuple[Prediction, ...] = (
         depends=DEPENDS_P3 + "; the group size G (the survivors' mean is over fewer members)",
         roles={"survivor": Role("survivor"), "mask": Role("mask")},
         evaluate=_p4,
+        curves=(("cap_hit", "survivor", "mask"),),
     ),
     Prediction(
         id="P5",
@@ -397,6 +399,11 @@ PREDICTIONS: tuple[Prediction, ...] = (
         "slowest rollout), the fast/thorough length gap, `lr`, `steps`",
         roles={"drop": Role("drop"), "never-drop": Role("never-drop")},
         evaluate=_p5,
+        curves=(
+            ("turns_solved", "drop", "never-drop"),
+            ("turns_failed", "drop", "never-drop"),
+            ("ran_tests_solved", "drop", "never-drop"),
+        ),
         combine="all",
     ),
     Prediction(
@@ -417,6 +424,7 @@ PREDICTIONS: tuple[Prediction, ...] = (
             "protect-0.1": Role("protect", 0.1, optional=True),
         },
         evaluate=_p6,
+        curves=(("success", "protect-0.5", "never-drop"), ("success", "protect-0.1", "never-drop")),
     ),
     Prediction(
         id="P7 online",
@@ -431,6 +439,11 @@ PREDICTIONS: tuple[Prediction, ...] = (
         "give-up logits), the group size G, κ (`kappa`), `lr`, `steps`",
         roles={"turn": Role("turn"), "mask": Role("mask"), "zero": Role("zero", optional=True)},
         evaluate=_p7_online,
+        curves=(
+            ("success", "turn", "mask"),
+            ("cap_hit", "turn", "zero"),
+            ("turns", "turn", "zero"),
+        ),
     ),
     Prediction(
         id="P7 offline",
@@ -465,6 +478,7 @@ PREDICTIONS: tuple[Prediction, ...] = (
         depends="as P6",
         roles={"pace": Role("pace"), "protect-0.5": Role("protect", 0.5)},
         evaluate=_pace,
+        curves=(("success", "pace", "protect-0.5"),),
         prediction=False,
     ),
 )
