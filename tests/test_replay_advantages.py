@@ -4,6 +4,7 @@ import numpy as np
 import pytest
 
 from rescue.advantages import group_advantages
+from rescue.judge.offline import p7_verdict as verdict
 from rescue.mask import mask_decision
 from rescue.outcomes import Classification
 from rescue.replay.arms import (
@@ -13,7 +14,6 @@ from rescue.replay.arms import (
     frozen_scale,
     scalar_arms,
     token_advantages,
-    verdict,
 )
 from rescue.replay.dumps import parse_payload
 from rescue.replay.synthetic import sample_dict, synthetic_step
@@ -112,13 +112,13 @@ def test_rollouts_without_reward_are_counted_not_lost():
     assert len(b.excluded) == aborted
 
 
-def test_explained_share_and_verdict_thresholds():
+def test_explained_share_and_the_judges_p7_thresholds():
     turns = np.array([1, 1, 2, 2])
     assert explained_share(np.array([0.0, 0.0, 1.0, 1.0]), turns) == pytest.approx(1.0)
     assert explained_share(np.array([0.0, 1.0, 0.0, 1.0]), turns) == pytest.approx(0.0)
-    assert verdict(0.25) == "supports" and verdict(0.20) == "supports"
+    assert verdict(0.25) == "as predicted" and verdict(0.20) == "as predicted"
     assert verdict(0.15) == "inconclusive" and verdict(0.10) == "inconclusive"
-    assert verdict(0.05) == "falsifies" and verdict(float("nan")) == "inconclusive"
+    assert verdict(0.05) == "opposite" and verdict(float("nan")) == "inconclusive"
 
 
 def test_report_variances_are_those_of_the_token_arrays():

@@ -96,7 +96,7 @@ def test_cli_advantages_prints_verdict_and_honours_flags(dumps, capsys):
     assert total["var_e"] == pytest.approx(var_e, rel=1e-6)
     assert total["reduction"] == pytest.approx(1 - var_e / var_a, rel=1e-6)
     # On these dumps the turn-reached baseline raises the variance: P7 is falsified.
-    assert 1 - var_e / var_a < 0 and total["verdict"] == "falsifies"
+    assert 1 - var_e / var_a < 0 and total["verdict"] == "opposite"
     assert set(default["arms"]) == {"a", "b", "c", "d0.3", "d0.6", "d1", "e"}
     assert main(["replay", "advantages", dumps, "--json", "--no-std-normalize", "--kappa", "0",
                  "--rho", "0.5", "--seed", "3"]) == 0  # fmt: skip

@@ -1,13 +1,12 @@
-"""The summary: pooled figures, verdicts in either direction, predictions that cannot be read."""
-
-import math
+"""The simulator's summary: pooled figures, and the predictions as the judge reads them."""
 
 import numpy as np
 import pytest
 
+from rescue.judge import quantities as qs
 from rescue.sim import ArmSpec, SimConfig
 from rescue.sim.runner import RunResult, run_arms
-from rescue.sim.summary import summary_markdown, verdict, window_value
+from rescue.sim.summary import PREDICTIONS, cohort, summary_markdown, to_run
 
 G = "sim/generated/"
 
@@ -20,14 +19,20 @@ def step(solved: float, n: float, turns_solved: float, ran: float) -> dict:
         f"{G}ran_tests_rate/solved": ran,
         f"{G}outcome/submitted_failure": n - solved,
         f"{G}turns_mean/submitted_failure": 3.0,
+        f"{G}outcome/budget_failure": 0.0,
     }
 
 
+def result(arm: str, seed: int, steps: list[dict], p7=None) -> RunResult:
+    p7 = p7 or {"group_mean": 1.0, "leave_one_out": 1.2, "turn_reached": 0.7}
+    return RunResult(arm, seed, steps, {}, p7, 0.0)
+
+
 def test_window_values_pool_counts_rather_than_average_rates():
-    steps = [step(1, 10, 4.0, 1.0), step(9, 10, 8.0, 0.0)]
-    assert window_value(steps, "success") == 0.5
-    assert window_value(steps, "turns_solved") == (1 * 4.0 + 9 * 8.0) / 10
-    assert window_value(steps, "ran_tests_solved") == 0.1
+    run = to_run(result("zero", 0, [step(1, 10, 4.0, 1.0), step(9, 10, 8.0, 0.0)]))
+    assert qs.series(run, "success").pooled() == 0.5
+    assert qs.series(run, "turns_solved").pooled() == (1 * 4.0 + 9 * 8.0) / 10
+    assert qs.series(run, "ran_tests_solved").pooled() == 0.1
 
 
 def test_the_realized_baseline_is_pooled_over_the_unmasked_trained_rollouts():
@@ -37,35 +42,33 @@ def test_the_realized_baseline_is_pooled_over_the_unmasked_trained_rollouts():
         {f"{C}rollouts": 128.0, f"{C}masked_frac": 108 / 128, f"{C}b_realized": 0.8},  # 20
         {f"{C}rollouts": 128.0, f"{C}masked_frac": 1.0},  # every trained rollout masked: no b
     ]
-    assert window_value(steps, "b") == pytest.approx((0.2 * 100 + 0.8 * 20) / 120)
+    run = to_run(result("mask", 0, steps))
+    assert qs.series(run, "b_realized").pooled() == pytest.approx((0.2 * 100 + 0.8 * 20) / 120)
 
 
 def test_a_window_without_its_population_is_nan_not_zero():
-    assert math.isnan(window_value([step(0, 10, 0.0, 0.0)], "turns_solved"))
-
-
-def test_verdicts_report_either_direction():
-    assert verdict(-1.0, 0.1, -1) == "as predicted"
-    assert verdict(+1.0, 0.1, -1) == "opposite to the prediction"
-    assert verdict(0.1, 0.1, -1) == "no difference within seed noise"
+    run = to_run(result("zero", 0, [step(0, 10, 0.0, 0.0)]))
+    assert np.isnan(qs.series(run, "turns_solved").pooled())
 
 
 def fake(arm: str, per_seed_turns: list[float]) -> list[RunResult]:
-    p7 = {"group_mean": 1.0, "leave_one_out": 1.2, "turn_reached": 0.7}
-    return [
-        RunResult(arm, s, [step(5, 10, t, 0.5)] * 10, {}, p7, 0.0)
-        for s, t in enumerate(per_seed_turns)
-    ]
+    return [result(arm, s, [step(5, 10, t, 0.5)] * 10) for s, t in enumerate(per_seed_turns)]
 
 
-def test_p5_reports_shorter_successes_under_drop_when_the_runs_show_it():
+def section(text: str, pid: str) -> str:
+    start = text.index(f"### {pid}:")
+    end = text.find("\n### ", start + 1)
+    return text[start : end if end > 0 else None]
+
+
+def test_p5_is_judged_by_the_judge_in_the_predicted_direction():
     results = {
         "drop": fake("drop", [5.0, 5.1, 4.9]),
         "never-drop": fake("never-drop", [8.0, 8.2, 7.9]),
     }
     text = summary_markdown(results, SimConfig(steps=10), [0, 1, 2])
-    row = next(line for line in text.splitlines() if line.startswith("| turns of successes"))
-    assert "as predicted" in row and "-3.0" in row
+    row = next(x for x in section(text, "P5").splitlines() if x.startswith("| turns of successes"))
+    assert "| as predicted |" in row and "-3.03 [" in row and "(n=3)" in row
 
 
 def test_p5_reports_the_opposite_direction_too():
@@ -74,14 +77,36 @@ def test_p5_reports_the_opposite_direction_too():
         "never-drop": fake("never-drop", [6.0, 6.2, 5.9]),
     }
     text = summary_markdown(results, SimConfig(steps=10), [0, 1, 2])
-    row = next(line for line in text.splitlines() if line.startswith("| turns of successes"))
-    assert "opposite to the prediction" in row
+    row = next(x for x in section(text, "P5").splitlines() if x.startswith("| turns of successes"))
+    assert "| opposite |" in row
+
+
+def test_two_seeds_never_give_a_verdict():
+    results = {"drop": fake("drop", [5.0, 5.1]), "never-drop": fake("never-drop", [8.0, 8.2])}
+    text = summary_markdown(results, SimConfig(steps=10), [0, 1])
+    assert "### P5: signature of staleness drops — **inconclusive**" in text
+    assert "2 replicate(s); a verdict needs at least 3" in section(text, "P5")
 
 
 def test_predictions_whose_arms_did_not_run_say_so():
     text = summary_markdown({"zero": fake("zero", [5.0])}, SimConfig(steps=10), [0])
-    assert text.count("Not run") == 3  # P3, P5, P6
-    assert "| zero |" in text and "30.0%" in text and "supports" in text  # P7 from any arm
+    # P3, P4, P5, P6, P7 online and the protect-vs-pace comparison need arms that did not run.
+    assert text.count("Not run: needs the arms") == 6
+    p7 = section(text, "P7 offline")
+    assert "| reduction vs the group mean |" in p7 and "0.3 (n=1)" in p7
+    assert "1 replicate(s); a verdict needs at least 3" in p7
+
+
+def test_the_summary_judges_every_prediction_that_reads_runs():
+    assert [p.id for p in PREDICTIONS] == [
+        "P3",
+        "P4",
+        "P5",
+        "P6",
+        "P7 online",
+        "P7 offline",
+        "protect vs pace",
+    ]
 
 
 def test_summary_of_a_real_run_names_the_parameters_each_prediction_depends_on():
@@ -92,8 +117,11 @@ def test_summary_of_a_real_run_names_the_parameters_each_prediction_depends_on()
     ]
     results = run_arms(cfg, arms, [0, 1], progress=False)
     text = summary_markdown(results, cfg, [0, 1])
-    assert text.count("Depends on:") == 4
+    assert text.count("Depends on:") == len(PREDICTIONS)
     for arm in ("drop", "never-drop", "protect-a0.5", "protect-a0.1", "mask", "zero"):
         assert f"| {arm} |" in text
     assert "nan" not in text.lower().replace("n/a", "")
-    assert np.isfinite(results["drop"][0].p7["turn_reached"])
+    assert "± 0.000" not in text
+    arms_seen = cohort(results)
+    assert sorted(arms_seen["protect-a0.5"]) == [0, 1]
+    assert arms_seen["protect-a0.5"][0].condition.a == 0.5

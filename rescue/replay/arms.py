@@ -22,9 +22,11 @@ the rollout's advantage on its loss tokens (turn index >= 1) and 0 on observatio
 Rollouts without a finite reward (``infra_no_result`` with no score) have no advantage under
 any arm: they are left out of the batch and counted in ``ArmBatch.excluded``.
 
-The P7 verdict compares per-token advantage variance under (a) and (e): a reduction
-``1 - Var_e / Var_a`` of at least 20% supports P7, below 10% falsifies it (the turn-reached
-baseline has no lever), in between is inconclusive.
+The P7 verdict compares per-token advantage variance under (a) and (e): the reduction
+``1 - Var_e / Var_a`` of one batch goes through the judge's rule for P7 offline
+(``rescue.judge.offline.p7_verdict``: at or above ``P7_SUPPORTS`` as predicted, below
+``P7_FALSIFIES`` opposite, the turn-reached baseline has no lever; in between
+inconclusive). ``rescue report`` judges the same reports with an interval over steps.
 
 Caveat, reported beside it: (a)'s baseline includes ``R_i`` itself, which scales its
 expected gradient by ``(G-1)/G`` and its variance by that squared, while (e) is built on
@@ -41,13 +43,13 @@ from dataclasses import dataclass
 import numpy as np
 
 from rescue.advantages import group_advantages, group_baseline, per_token_advantages, std_scale
+from rescue.judge.offline import P7_FALSIFIES, P7_SUPPORTS, p7_verdict
 from rescue.mask import mask_decision
 from rescue.outcomes import Classification, Outcome
 from rescue.replay.dumps import Trajectory
 
 #: Default fractions of capped rollouts masked by the (d) arms.
 DEFAULT_RHOS: tuple[float, ...] = (0.3, 0.6, 1.0)
-SUPPORTS, FALSIFIES = 0.20, 0.10
 
 
 @dataclass
@@ -208,17 +210,6 @@ def explained_share(values: np.ndarray, turns: np.ndarray) -> float:
     return float(cond[turns].var() / total)
 
 
-def verdict(reduction: float) -> str:
-    """P7 offline: ``supports`` (>= 20%), ``falsifies`` (< 10%) or ``inconclusive``."""
-    if not np.isfinite(reduction):
-        return "inconclusive"
-    if reduction >= SUPPORTS:
-        return "supports"
-    if reduction < FALSIFIES:
-        return "falsifies"
-    return "inconclusive"
-
-
 def variance_report(
     batch: ArmBatch, tokens: dict[str, np.ndarray], *, std_normalize: bool = True, eps: float = 1e-6
 ) -> dict[str, float | str]:
@@ -249,10 +240,10 @@ def variance_report(
         "reduction": reduction,
         "explained_share": explained_share(R_tok, l_t),
         "explained_share_in_group": explained_share(centred, l_t),
-        "verdict": verdict(reduction),
+        "verdict": p7_verdict(reduction),
         "var_loo": var_loo,
         "reduction_vs_loo": reduction_loo,
-        "verdict_vs_loo": verdict(reduction_loo),
+        "verdict_vs_loo": p7_verdict(reduction_loo),
     }
 
 
@@ -321,7 +312,8 @@ def format_advantages(report: dict) -> str:
     lines.append("")
     lines.append(
         f"P7 (turn-reached baseline reduces per-token advantage variance): {total['verdict']} "
-        f"({total['reduction']:.1%} reduction; >= {SUPPORTS:.0%} supports, < {FALSIFIES:.0%} falsifies)"
+        f"({total['reduction']:.1%} reduction; at or above {P7_SUPPORTS:.0%} as predicted, below "
+        f"{P7_FALSIFIES:.0%} opposite)"
     )
     lines.append(
         f"  scale-matched, (e) vs the leave-one-out group baseline (Var {total['var_loo']:.4g}): "

@@ -1,8 +1,9 @@
 """Run the arms on the embedded simulator of asynchronous multi-turn agent RL.
 
 ``rescue sim`` simulates each arm with each seed (``rescue.sim.engine``), writes the census
-per step as JSONL, offline wandb runs, PNG plots and a markdown summary of what the runs
-showed for the predictions P3, P5, P6 and P7, and prints the summary. Examples::
+per step as JSONL, offline wandb runs, PNG plots and a markdown summary in which
+``rescue.judge`` (the judge of ``rescue report``) judges the predictions P3-P7 on the runs,
+and prints the summary. Examples::
 
     rescue sim                                   # every arm, side by side (make demo)
     rescue sim --arm protect --a 0.5 --seeds 3 --steps 300

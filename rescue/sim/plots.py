@@ -2,8 +2,8 @@
 
 Specification
 -------------
-Each panel plots a metric of ``summary.METRICS``, pooled over a trailing window of steps
-(``smoothing`` steps, default steps/30), against the trainer step. The line is the mean
+Each panel plots a quantity of ``rescue.judge.quantities`` (the judge's), pooled over a
+trailing window of steps (``smoothing`` steps, default steps/30), against the trainer step. The line is the mean
 over seeds, the band spans the seeds' minimum to maximum. Files written to ``out_dir``:
 ``success.png``, ``cap_hit.png``, ``turns.png`` (successes solid, failures dashed),
 ``ran_tests.png``, ``b.png`` and ``overview.png`` with all of them. Arms that are one
@@ -17,7 +17,8 @@ from pathlib import Path
 
 import numpy as np
 
-from rescue.sim.summary import METRICS, smoothed
+from rescue.judge import quantities as qs
+from rescue.sim.summary import to_run
 
 #: file stem -> metrics drawn in that panel (the first solid, the second dashed).
 PANELS: dict[str, tuple[str, ...]] = {
@@ -25,7 +26,7 @@ PANELS: dict[str, tuple[str, ...]] = {
     "cap_hit": ("cap_hit",),
     "turns": ("turns_solved", "turns_failed"),
     "ran_tests": ("ran_tests_solved",),
-    "b": ("b",),
+    "b": ("b_realized",),
 }
 _TITLES = {
     "success": "success rate (all generated rollouts)",
@@ -43,7 +44,7 @@ def _draw(ax, results, names: tuple[str, ...], window: int) -> None:
     for i, (arm, runs) in enumerate(_merged(results).items()):
         color = colors[i % len(colors)]
         for j, name in enumerate(names):
-            y = np.array([smoothed(r.steps, name, window) for r in runs])
+            y = np.array([_smoothed(r, name, window) for r in runs])
             x = np.arange(1, y.shape[1] + 1)
             with np.errstate(all="ignore"), _quiet():
                 mean = np.nanmean(y, axis=0)
@@ -54,6 +55,15 @@ def _draw(ax, results, names: tuple[str, ...], window: int) -> None:
                 ax.fill_between(x, lo, hi, color=color, alpha=0.12, lw=0)
     ax.set_xlabel("trainer step")
     ax.grid(alpha=0.3)
+
+
+def _smoothed(result, name: str, window: int) -> np.ndarray:
+    """The quantity per step, pooled over a trailing window (NaN where a run has no data)."""
+    stop = len(result.steps) - 1
+    try:
+        return qs.series(to_run(result), name).trailing(window, stop)[1]
+    except qs.MissingKey:
+        return np.full(stop + 1, np.nan)
 
 
 def _merged(results) -> dict:
@@ -102,7 +112,7 @@ def write_plots(results, out_dir: Path, smoothing: int | None = None) -> list[Pa
         fig, ax = plt.subplots(figsize=(6.4, 4.0))
         _draw(ax, results, names, window)
         ax.set_title(_TITLES[stem], fontsize=10)
-        ax.set_ylabel(METRICS[names[0]][0])
+        ax.set_ylabel(qs.QUANTITIES[names[0]].title)
         ax.legend(fontsize=7, ncol=2)
         fig.tight_layout()
         paths.append(out_dir / f"{stem}.png")

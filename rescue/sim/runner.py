@@ -224,7 +224,8 @@ def log_wandb_run(
 ) -> None:
     """Log one run's step dicts as an offline wandb run under ``out_dir/wandb``.
 
-    Project ``rescue-sim``, group = arm, name ``<arm>-seed<s>``, step key ``rollout/step``
+    Project ``rescue-sim``, group = arm, name ``<arm>-seed<s>``, tags ``arm:<arm>,seed:<s>``
+    (and ``a:<a>`` for protect, as the launchers tag real runs), step key ``rollout/step``
     (the cluster's), config = the ``SimConfig`` plus arm and seed.
     """
     import wandb
@@ -237,6 +238,7 @@ def log_wandb_run(
         group=label,
         name=f"{label}-seed{seed}",
         config={"arm": label, "seed": seed, **asdict(cfg)},
+        tags=_tags(label, seed),
         reinit="create_new",
         settings=wandb.Settings(silent=True, console="off"),
     )
@@ -244,3 +246,9 @@ def log_wandb_run(
     for n, m in enumerate(steps):
         run.log({"rollout/step": n, **m})
     run.finish()
+
+
+def _tags(label: str, seed: int) -> list[str]:
+    """``arm:<arm>``, ``seed:<seed>`` and, for protect, ``a:<a>`` of an arm label."""
+    name, _, a = label.partition("-a") if label.startswith("protect-a") else (label, "", "")
+    return [f"arm:{name}", f"seed:{seed}", *([f"a:{a}"] if a else [])]
