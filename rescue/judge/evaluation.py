@@ -107,25 +107,43 @@ class Result:
 
 
 def bindings(p: Prediction, cohort: Cohort) -> tuple[list[dict[str, str | None]], str]:
-    """The role -> arm label bindings to judge ``p`` on, or ``([], why not)``."""
-    options: dict[str, list[str | None]] = {}
+    """The role -> arm label bindings to judge ``p`` on, or ``([], why not)``.
+
+    One binding per combination of the required roles' labels whose k agree; an optional
+    role takes each of its labels whose k agrees with the binding (None when none does).
+    """
+    found: dict[str, list[str]] = {}
     for role, spec in p.roles.items():
-        labels = [
+        found[role] = sorted(
             lbl
             for lbl, seeds in cohort.items()
             if seeds and spec.matches(next(iter(seeds.values())))
-        ]
-        if not labels and not spec.optional:
+        )
+        if not found[role] and not spec.optional:
             need = ", ".join(f"`{r.describe()}`" for r in p.roles.values() if not r.optional)
             return [], f"not run: needs the arms {need}; missing `{spec.describe()}`"
-        options[role] = sorted(labels) or [None]
-    out = []
-    for combo in itertools.product(*options.values()):
-        ks = {next(iter(cohort[lbl].values())).condition.k for lbl in combo if lbl is not None} - {
-            None
-        }
-        if len(ks) <= 1:
-            out.append(dict(zip(options, combo, strict=True)))
+
+    def k_of(label: str) -> int | None:
+        return next(iter(cohort[label].values())).condition.k
+
+    def agree(labels) -> bool:
+        return len({k_of(x) for x in labels if x is not None} - {None}) <= 1
+
+    required = [r for r, spec in p.roles.items() if not spec.optional]
+    out: list[dict[str, str | None]] = []
+    for combo in itertools.product(*(found[r] for r in required)):
+        if not agree(combo):
+            continue
+        partial: list[dict[str, str | None]] = [dict(zip(required, combo, strict=True))]
+        for role, spec in p.roles.items():
+            if not spec.optional:
+                continue
+            grown = []
+            for b in partial:
+                fits = [x for x in found[role] if agree([*b.values(), x])]
+                grown += [{**b, role: x} for x in fits] or [{**b, role: None}]
+            partial = grown
+        out += [{r: b[r] for r in p.roles} for b in partial]
     return out, ""
 
 

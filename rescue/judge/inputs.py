@@ -95,10 +95,11 @@ def _expand_one(p: Path, notes: list[str]) -> Iterable[tuple[str, Path]]:
     found = []
     for root, dirs, files in os.walk(p):
         r = Path(root)
-        for d in sorted(dirs):
+        dirs[:] = sorted(d for d in dirs if not (r / d).is_symlink())  # wandb's latest-run
+        for d in dirs:
             if _is_wandb_run(r / d):
                 found.append(("wandb", r / d))
-        dirs[:] = sorted(d for d in dirs if not _is_wandb_run(r / d) and d != "latest-run")
+        dirs[:] = [d for d in dirs if not _is_wandb_run(r / d)]
         for f in sorted(files):
             found.extend(
                 _expand_one(r / f, notes) if Path(f).suffix in (".jsonl", ".csv", ".json") else []

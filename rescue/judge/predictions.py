@@ -274,7 +274,7 @@ def _p7_online(ctx: Context) -> list[Check]:
 
 
 def _p7_offline(ctx: Context) -> list[Check]:
-    if ctx.replays:
+    if ctx.replays or not ctx.binding:  # judged on the replay reports, not on a cohort
         return offline.p7_replay(ctx.replays)
     runs = ctx.arm("zero") or ctx.arm("never-drop")
     return offline.p7_sim(runs, label=ctx.binding.get("zero") or ctx.binding.get("never-drop"))

@@ -1,0 +1,83 @@
+"""`rescue report` on the simulator's output: every flag changes what is written."""
+
+import json
+import sys
+from pathlib import Path
+
+import pytest
+
+from rescue import cli
+
+TINY = ["--steps", "8", "--groups-per-step", "4", "--group-size", "4", "--concurrency", "4",
+        "--max-turns", "12", "--seeds", "3", "--workers", "1", "--no-plots", "--no-progress",
+        "--no-wandb"]  # fmt: skip
+
+
+@pytest.fixture(scope="module")
+def sim_out(tmp_path_factory) -> Path:
+    out = tmp_path_factory.mktemp("sim") / "out"
+    assert cli.main(["sim", "--out", str(out), *TINY]) == 0
+    return out
+
+
+def report(tmp_path: Path, *args: str) -> Path:
+    out = tmp_path / "report"
+    assert cli.main(["report", *args, "--out", str(out)]) == 0
+    return out
+
+
+def test_report_on_the_simulators_output(sim_out, tmp_path, capsys):
+    out = report(tmp_path, str(sim_out), "--no-progress")
+    text = (out / "report.md").read_text()
+    for pid in ("P1", "P2", "P3", "P4", "P5", "P6", "P7 online", "P7 offline", "protect vs pace"):
+        assert f"### {pid}:" in text
+    data = json.loads((out / "report.json").read_text())
+    [cohort] = data["cohorts"]
+    assert cohort["family"] == "sim" and cohort["arms"]["protect-a0.5"] == [0, 1, 2]
+    p6 = next(r for r in cohort["results"] if r["id"] == "P6")
+    assert p6["verdict"] in ("as predicted", "opposite", "no difference", "inconclusive")
+    first = p6["checks"][0]
+    assert first["estimate"]["n"] == 3 and first["estimate"]["dof"] == 2
+    assert first["window"].startswith("the last 20% of the steps")
+    assert [r["id"] for r in data["offline"]] == ["P1", "P2", "P7 offline"]
+    printed = capsys.readouterr().out
+    assert "read 24 runs and 0 replay reports" in printed and "| P6 |" in printed
+    pngs = sorted(p.name for p in (out / "plots").glob("*.png"))
+    assert "sim-P6-protect-a0.5-never-drop-protect-a0.1.png" in pngs
+    assert {"sim-behaviour_vs_b.png", "sim-strategy.png", "sim-time_to_target.png"} <= set(pngs)
+
+
+def test_no_plots_writes_no_png(sim_out, tmp_path, capsys):
+    out = report(tmp_path, str(sim_out / "census"), "--no-plots", "--no-progress")
+    assert (out / "report.md").exists() and not (out / "plots").exists()
+    assert "plots:" not in capsys.readouterr().out
+
+
+def test_without_matplotlib_the_plots_are_skipped_with_a_message(
+    sim_out, tmp_path, capsys, monkeypatch
+):
+    monkeypatch.setitem(sys.modules, "matplotlib", None)
+    monkeypatch.delitem(sys.modules, "rescue.judge.plots", raising=False)
+    report(tmp_path, str(sim_out), "--no-progress")
+    assert (
+        "plots: matplotlib not installed (pip install 'rescue[sim]'): skipped"
+        in capsys.readouterr().out
+    )
+
+
+def test_progress_goes_to_stderr_unless_no_progress(sim_out, tmp_path, capsys):
+    report(tmp_path, str(sim_out), "--no-plots")
+    assert "inputs" in capsys.readouterr().err
+    report(tmp_path, str(sim_out), "--no-plots", "--no-progress")
+    assert capsys.readouterr().err == ""
+
+
+def test_default_out_is_runs_report(sim_out, tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    assert cli.main(["report", str(sim_out), "--no-plots", "--no-progress"]) == 0
+    assert (tmp_path / "runs" / "report" / "report.md").exists()
+
+
+def test_a_missing_input_is_one_clear_error(tmp_path, capsys):
+    assert cli.main(["report", str(tmp_path / "nope"), "--out", str(tmp_path / "r")]) == 2
+    assert "rescue report: error: RUNS:" in capsys.readouterr().err
