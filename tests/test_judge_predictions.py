@@ -431,3 +431,16 @@ def test_an_old_run_without_the_census_is_inconclusive_for_every_prediction_neve
         for c in r.checks:
             if c.verdict == INCONCLUSIVE and c.estimate is None:
                 assert "missing key" in c.reason or "no offline" in c.reason
+
+
+def test_a_quantity_whose_population_is_always_empty_is_inconclusive_and_plots_skip_it(tmp_path):
+    from rescue.judge.plots import write_plots
+    from rescue.judge.report import judge
+
+    runs = [make_run(label, s, success=0.0) for label in ("drop", "never-drop") for s in range(3)]
+    j = judge(runs)
+    p5 = next(r for r in j.cohorts[0].results if r.prediction.id == "P5")
+    c = check(p5, "turns of successes")
+    assert c.verdict == INCONCLUSIVE and "0 replicate(s)" in c.reason
+    assert any("without a value" in n for n in c.notes)
+    assert write_plots(j, tmp_path)  # the other curves are still drawn

@@ -203,6 +203,8 @@ def final(quantity: str) -> PairValue:
     def value(a: Run, r: Run) -> tuple[float, float]:
         sa, sr = qs.series(a, quantity), qs.series(r, quantity)
         stop = _common_stop(sa, sr)
+        if not np.isfinite(stop):  # a run without a single counted row
+            return NAN, NAN
         start = qs.final_start(stop)
         return sa.pooled(start, stop), sr.pooled(start, stop)
 
@@ -222,6 +224,8 @@ def whole(quantity: str) -> PairValue:
 
 def trend_against_b(run: Run, quantity: str, stop: float) -> float:
     """OLS slope of the per-step quantity on the run's per-step b, from its b crossing to ``stop``."""
+    if not np.isfinite(stop):
+        return NAN
     q = qs.QUANTITIES[quantity]
     bq = qs.b_quantity(run)
     y = _per_row(run, q)

@@ -71,6 +71,8 @@ def difference_curves(
         min(qs.series(arm[s], quantity).last_step, qs.series(ref[s], quantity).last_step)
         for s in seeds
     ]
+    if not np.isfinite(min(stops)):
+        return np.zeros(0), np.zeros((0, 0)), np.zeros((0, 0))
     stop = int(min(stops))
     d = np.array(
         [
@@ -116,17 +118,11 @@ def prediction_figure(result: Result, cohort: CohortJudgement, path: Path) -> Pa
         arm, ref = cohort.arms[arm_label], cohort.arms[ref_label]
         try:
             window = _window([*arm.values(), *ref.values()])
-            curves.append(
-                (
-                    quantity,
-                    arm_label,
-                    ref_label,
-                    window,
-                    *difference_curves(arm, ref, quantity, window),
-                )
-            )
+            steps, d, b = difference_curves(arm, ref, quantity, window)
         except qs.MissingKey:
             continue
+        if steps.size:
+            curves.append((quantity, arm_label, ref_label, window, steps, d, b))
     if not curves:
         return None
     fig, axes = plt.subplots(len(curves), 2, figsize=(11, 3.2 * len(curves)), squeeze=False)

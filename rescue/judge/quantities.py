@@ -291,7 +291,8 @@ class Series:
 
     def trailing(self, window: int, stop: float | None = None) -> tuple[np.ndarray, np.ndarray]:
         """``(steps, value pooled over the trailing window)`` per integer step 0..stop."""
-        last = int(self.last_step if stop is None else stop) if self.step.size else -1
+        last_f = self.last_step if stop is None else float(stop)
+        last = int(last_f) if np.isfinite(last_f) else -1
         n = last + 1
         num = np.zeros(max(n, 0))
         den = np.zeros(max(n, 0))
