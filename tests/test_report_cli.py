@@ -4,6 +4,7 @@ import json
 import sys
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 from rescue import cli
@@ -81,3 +82,29 @@ def test_default_out_is_runs_report(sim_out, tmp_path, monkeypatch):
 def test_a_missing_input_is_one_clear_error(tmp_path, capsys):
     assert cli.main(["report", str(tmp_path / "nope"), "--out", str(tmp_path / "r")]) == 2
     assert "rescue report: error: RUNS:" in capsys.readouterr().err
+
+
+def test_report_judges_p7_offline_on_a_replay_advantages_report(tmp_path, capsys):
+    """`rescue replay advantages --json` on three synthetic dumped steps, then `rescue report`."""
+    torch = pytest.importorskip("torch")
+    from rescue.replay.synthetic import synthetic_step
+
+    for step in range(3):
+        torch.save(
+            synthetic_step(rollout_id=step, seed=10 + step, first_group=10 * step),
+            tmp_path / f"rollout_{step}.pt",
+        )
+    assert cli.main(["replay", "advantages", str(tmp_path / "rollout_*.pt"), "--json"]) == 0
+    replay = json.loads(capsys.readouterr().out)
+    path = tmp_path / "advantages.json"
+    path.write_text(json.dumps(replay))
+    out = report(tmp_path, str(path), "--no-plots", "--no-progress")
+    data = json.loads((out / "report.json").read_text())
+    assert data["cohorts"] == []
+    p7 = next(r for r in data["offline"] if r["id"] == "P7 offline")
+    first = p7["checks"][0]
+    assert first["estimate"]["n"] == 3
+    assert first["estimate"]["value"] == pytest.approx(
+        np.mean([s["reduction"] for s in replay["steps"]])
+    )
+    assert p7["verdict"] in ("as predicted", "opposite", "inconclusive")
