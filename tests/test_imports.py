@@ -7,7 +7,8 @@ of every core module is read from its source (including those inside functions):
   ``swe_smith_tasks`` or a training framework, its inference engine or its runtime;
 - at module level, only the standard library, numpy and other core modules;
 - inside functions, other libraries may be imported where they are used (torch and
-  transformers in ``rescue.replay``, matplotlib and wandb in ``rescue.sim``).
+  transformers in ``rescue.replay``, matplotlib and wandb in ``rescue.sim``, scipy and
+  matplotlib in ``rescue.judge``).
 
 Then every core module is imported in a fresh interpreter and ``sys.modules`` is checked.
 """

@@ -254,3 +254,12 @@ def test_rescue_judges_wandb_offline_runs(wandb_runs):
     shorter = p5.checks[0]
     assert shorter.verdict == "as predicted" and shorter.estimate.n == 3
     assert shorter.estimate.value == pytest.approx(-1.0, abs=0.05)
+
+
+def test_a_broken_jsonl_file_is_one_clear_error(tmp_path, capsys):
+    from rescue import cli
+
+    bad = tmp_path / "swe-drop-seed0.jsonl"
+    bad.write_text('{"rollout/step": 0}\n{not json\n')
+    assert cli.main(["report", str(bad), "--out", str(tmp_path / "r"), "--no-progress"]) == 2
+    assert f"rescue report: error: {bad}: not JSON lines" in capsys.readouterr().err

@@ -8,7 +8,8 @@ from per-seed values (``stats``: paired by seed, t intervals on n − 1 dof). Th
 judge writes the simulator's summary (``make demo``) and the report on real runs
 (``inputs`` reads the simulator's census JSONL, wandb offline runs and CSV/JSON exports).
 
-numpy and scipy.stats; matplotlib (the ``sim`` extra) only for ``plots``.
+numpy at import; scipy.stats (a core dependency) inside the functions that need a
+distribution; matplotlib (the ``sim`` extra) only for ``plots``.
 """
 
 from rescue.judge.evaluation import Prediction, Result, evaluate

@@ -40,6 +40,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from rescue.errors import InputError
 from rescue.judge.offline import Report, report_kind
 from rescue.judge.runs import Run, identify, parse_name
 
@@ -64,11 +65,11 @@ def expand(paths: Sequence[str | os.PathLike]) -> tuple[list[tuple[str, Path]], 
         text = str(raw)
         matches = sorted(glob.glob(text)) if glob.has_magic(text) else [text]
         if not matches:
-            raise ValueError(f"RUNS: {text!r} matches nothing")
+            raise InputError(f"RUNS: {text!r} matches nothing")
         for m in matches:
             p = Path(m)
             if not p.exists():
-                raise ValueError(f"RUNS: {text!r} does not exist")
+                raise InputError(f"RUNS: {text!r} does not exist")
             out.extend(_expand_one(p, notes))
     return out, notes
 
@@ -118,7 +119,7 @@ def read_inputs(paths: Sequence[str | os.PathLike], *, progress: bool = True) ->
     found, notes = expand(paths)
     result = Inputs(notes=notes)
     if not found:
-        raise ValueError(f"RUNS: nothing to read under {', '.join(map(str, paths))}")
+        raise InputError(f"RUNS: nothing to read under {', '.join(map(str, paths))}")
     bar = ProgressBar(len(found), enabled=progress and len(found) > 1, unit="inputs")
     offline_figures: list[dict] = []
     done = 0
@@ -132,7 +133,10 @@ def read_inputs(paths: Sequence[str | os.PathLike], *, progress: bool = True) ->
         elif kind == "csv":
             result.runs.extend(read_csv(path))
         elif kind == "runs.json":
-            offline_figures.extend(json.loads(path.read_text()))
+            figures = json.loads(path.read_text())
+            if not isinstance(figures, list):
+                raise InputError(f"{path}: the simulator's runs.json is a list of runs")
+            offline_figures.extend(figures)
         else:
             runs, reports = read_json(path)
             result.runs.extend(runs)
@@ -171,7 +175,12 @@ def read_jsonl(path: Path) -> Run:
     """One run from a JSONL history (the simulator's census files)."""
     loads = json.loads
     with open(path, encoding="utf-8") as f:
-        rows = [loads(line) for line in f if line.strip()]
+        try:
+            rows = [loads(line) for line in f if line.strip()]
+        except json.JSONDecodeError as e:
+            raise InputError(
+                f"{path}: not JSON lines ({e}); allowed: one JSON object per line"
+            ) from None
     return _run_from_rows(rows, path)
 
 
@@ -202,7 +211,7 @@ def read_csv(path: Path) -> list[Run]:
             cells = {k: _cell(v) for k, v in row.items() if k is not None and v not in ("", None)}
             groups.setdefault(str(row.get(split, "")) if split else "", []).append(cells)
     if not groups:
-        raise ValueError(f"{path}: a CSV export with no rows")
+        raise InputError(f"{path}: a CSV export with no rows")
     runs = []
     for key, rows in groups.items():
         meta = {"group": key} if split in ("group",) else {"name": key} if split else {}
@@ -219,7 +228,10 @@ def _cell(text: str) -> Any:
 
 def read_json(path: Path) -> tuple[list[Run], list[Report]]:
     """Runs or replay reports from one JSON file (see the module docstring)."""
-    data = json.loads(path.read_text())
+    try:
+        data = json.loads(path.read_text())
+    except json.JSONDecodeError as e:
+        raise InputError(f"{path}: not JSON ({e})") from None
     kind = report_kind(data)
     if kind is not None:
         return [], [Report(kind, data, str(path))]
@@ -229,7 +241,7 @@ def read_json(path: Path) -> tuple[list[Run], list[Report]]:
         return [_run_from_record(data, path)], []
     if isinstance(data, dict) and isinstance(data.get("runs"), list):
         return [_run_from_record(r, path) for r in data["runs"]], []
-    raise ValueError(
+    raise InputError(
         f"{path}: not a run history or a `rescue replay --json` report; allowed: a list of rows, "
         '{"history": [rows], "group": ..., "tags": ...}, {"runs": [...]}, or a replay report'
     )
@@ -238,7 +250,7 @@ def read_json(path: Path) -> tuple[list[Run], list[Report]]:
 def _run_from_record(record: dict[str, Any], path: Path) -> Run:
     rows = record.get("history")
     if not isinstance(rows, list):
-        raise ValueError(f"{path}: field history must be a list of rows")
+        raise InputError(f"{path}: field history must be a list of rows")
     return _run_from_rows(
         rows,
         path,
@@ -257,7 +269,7 @@ def read_wandb(run_dir: Path) -> Run:
     run_dir = Path(run_dir)
     files = sorted(run_dir.glob("run-*.wandb"))
     if not files:
-        raise ValueError(f"{run_dir}: no run-*.wandb transaction log")
+        raise InputError(f"{run_dir}: no run-*.wandb transaction log")
     meta, rows = _scan(files[0])
     name = meta.get("name") or ""
     cond, seed = identify(
@@ -285,9 +297,9 @@ def _scan_leet(path: Path) -> tuple[dict[str, Any], list[dict[str, Any]]]:
     try:
         done = subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=600)
     except FileNotFoundError as e:  # pragma: no cover - sys.executable always exists
-        raise ValueError(f"{path}: cannot run {cmd[0]}: {e}") from None
+        raise InputError(f"{path}: cannot run {cmd[0]}: {e}") from None
     if done.returncode != 0:
-        raise ValueError(
+        raise InputError(
             f"{path}: `wandb leet inspect --json` failed ({done.stderr.strip()[-300:]}); reading "
             "wandb offline runs needs wandb >= 0.31 or <= 0.28 (pip install 'rescue[sim]'), or "
             "export the history to CSV/JSON"

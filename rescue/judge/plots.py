@@ -27,7 +27,6 @@ from collections.abc import Sequence
 from pathlib import Path
 
 import numpy as np
-from scipy import stats
 
 from rescue.judge import quantities as qs
 from rescue.judge.evaluation import Result
@@ -46,6 +45,8 @@ def _band(y: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         n = np.isfinite(y).sum(axis=0)
         mean = np.nanmean(y, axis=0)
         sd = np.nanstd(y, axis=0, ddof=1)
+    from scipy import stats
+
     q = stats.t.ppf(0.5 + LEVEL / 2, np.maximum(n - 1, 1))
     half = np.where(n >= 2, q * sd / np.sqrt(np.maximum(n, 1)), np.nan)
     return mean, mean - half, mean + half

@@ -31,6 +31,8 @@ from typing import Any
 
 import numpy as np
 
+from rescue.errors import InputError
+
 #: Stale-handling and budget-regime arms (the shared vocabulary), and the simulator's alias.
 ARM_NAMES: tuple[str, ...] = (
     "drop",
@@ -147,7 +149,7 @@ def identify(
     if arm_text:
         spec = parse_name(str(arm_text))  # "protect" from a tag, "protect-a0.5" from a config
         if spec is None:
-            raise ValueError(
+            raise InputError(
                 f"{where}: arm {arm_text!r}; allowed: {', '.join(ARM_NAMES)} (or {', '.join(ALIASES)})"
             )
         arm = spec[0]
@@ -161,7 +163,7 @@ def identify(
         )
     seed = _num(t.get("seed", config.get("seed")), int, seed)
     if cond is None or seed is None:
-        raise ValueError(
+        raise InputError(
             f"{where}: cannot tell the arm and seed (group {group!r}, name {name!r}, tags "
             f"{sorted(t)}); allowed: a group or name <family>-<arm>[-a<A>][-k<K>][-cap<CAP>]-seed<SEED>, "
             "or tags arm:<arm>,seed:<seed>"

@@ -37,7 +37,8 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
 import numpy as np
-from scipy import stats
+
+from rescue.errors import InputError
 
 #: Two-sided level of every interval.
 LEVEL = 0.95
@@ -113,8 +114,16 @@ def t_interval(values: Sequence[float] | np.ndarray, level: float = LEVEL) -> Es
     if n < 2:
         return Estimate(mean, NAN, NAN, 1, 0, level=level)
     sd = float(x.std(ddof=1))
-    half = float(stats.t.ppf(0.5 + level / 2, n - 1)) * sd / np.sqrt(n)
+    half = t_quantile(level, n - 1) * sd / np.sqrt(n)
     return Estimate(mean, mean - half, mean + half, n, n - 1, sd, level)
+
+
+def t_quantile(level: float, dof: int) -> float:
+    """The two-sided ``level`` quantile of Student's t (``scipy.stats``, imported on first use,
+    so importing the judge loads no scipy)."""
+    from scipy import stats
+
+    return float(stats.t.ppf(0.5 + level / 2, dof))
 
 
 def paired(arm: Mapping[int, float], ref: Mapping[int, float]) -> tuple[list[int], np.ndarray]:
@@ -137,10 +146,12 @@ def slope(x: Sequence[float], y: Sequence[float], level: float = LEVEL) -> Estim
     n = int(xa.size)
     if n < 2 or np.ptp(xa) == 0:
         return Estimate(NAN, NAN, NAN, n, max(n - 2, 0), level=level)
+    from scipy import stats
+
     fit = stats.linregress(xa, ya)
     if n < 3:
         return Estimate(float(fit.slope), NAN, NAN, n, 0, level=level)
-    half = float(stats.t.ppf(0.5 + level / 2, n - 2)) * float(fit.stderr)
+    half = t_quantile(level, n - 2) * float(fit.stderr)
     return Estimate(float(fit.slope), fit.slope - half, fit.slope + half, n, n - 2, NAN, level)
 
 
@@ -154,6 +165,8 @@ def variance_ratio(x: Sequence[float], y: Sequence[float], level: float = LEVEL)
     vy = float(ya.var(ddof=1))
     if vy == 0:
         return Estimate(NAN, NAN, NAN, int(min(xa.size, ya.size)), 0, level=level)
+    from scipy import stats
+
     r = float(xa.var(ddof=1)) / vy
     d1, d2 = xa.size - 1, ya.size - 1
     tail = (1 - level) / 2
@@ -181,7 +194,7 @@ def decide(
         min_n: fewest replicates that can decide (default ``MIN_SEEDS``).
     """
     if expects not in EXPECTS:
-        raise ValueError(f"expects={expects!r}; allowed: {', '.join(EXPECTS)}")
+        raise InputError(f"expects={expects!r}; allowed: {', '.join(EXPECTS)}")
     if est.n < min_n:
         return INCONCLUSIVE, f"{est.n} replicate(s); a verdict needs at least {min_n}"
     if not est.finite:
@@ -255,7 +268,7 @@ def combine(verdicts: Sequence[str], mode: str = "any") -> str:
     if all are). Otherwise, and with no check, ``inconclusive``.
     """
     if mode not in ("any", "all"):
-        raise ValueError(f"mode={mode!r}; allowed: any, all")
+        raise InputError(f"mode={mode!r}; allowed: any, all")
     v = list(verdicts)
     if not v:
         return INCONCLUSIVE

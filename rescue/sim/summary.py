@@ -20,6 +20,7 @@ from collections.abc import Mapping, Sequence
 
 import numpy as np
 
+from rescue.errors import InputError
 from rescue.judge import quantities as qs
 from rescue.judge.evaluation import Prediction, evaluate
 from rescue.judge.predictions import PREDICTIONS as ALL_PREDICTIONS
@@ -47,7 +48,7 @@ def to_run(result) -> Run:
     """A simulator ``RunResult`` as the judge's ``Run`` (its P7 variances as offline figures)."""
     parsed = parse_name(result.arm)
     if parsed is None:
-        raise ValueError(f"arm label {result.arm!r} is not an arm the judge knows")
+        raise InputError(f"arm label {result.arm!r} is not an arm the judge knows")
     return Run(
         parsed[0], result.seed, result.steps, source=f"sim {result.arm}", offline={"p7": result.p7}
     )
