@@ -23,7 +23,14 @@ and on the cluster):
   realized baseline ``b`` (mean reward of trained, unmasked rollouts), and the rate at
   which solved rollouts ran tests before submitting;
 - ``dropped/outcome/<outcome>``: the outcomes of the rollouts in dropped stale groups,
-  which is where an outcome-dependent drop shows.
+  which is where an outcome-dependent drop shows;
+- the baseline paid to excluded rollouts: ``b_paid/masked``, the mean over the loss-masked
+  rollouts of trained groups of their own group's baseline under the run's population
+  (``Census(population=...)``, ``rescue.advantages.group_baseline``: the group mean for
+  ``all``, the survivors' mean for ``survivors``), and ``b_paid/dropped``, the mean over
+  the rollouts of dropped stale groups of their own group's mean reward; each with its
+  count (``b_paid/masked_rollouts``, ``b_paid/dropped_rollouts``, always logged; the means
+  only when the count is not 0). Rollouts without a reward neither vote nor count.
 """
 
 from __future__ import annotations
@@ -37,6 +44,8 @@ from typing import Any
 
 import numpy as np
 
+from rescue.advantages import POPULATIONS, group_baseline
+from rescue.errors import InputError
 from rescue.gate import Decision
 from rescue.outcomes import OUTCOMES, Outcome, classify, is_capped
 
@@ -195,9 +204,17 @@ def quantile(sorted_values: Sequence[float], q: float) -> float:
 
 
 class Census:
-    """Per-step accumulator of entries, their buckets, and the rollouts of trained groups."""
+    """Per-step accumulator of entries, their buckets, and the rollouts of trained groups.
 
-    def __init__(self) -> None:
+    Args:
+        population: the run's baseline population (``all``, default, as Miles: masked
+            rollouts vote; ``survivors``), for ``b_paid/masked``.
+    """
+
+    def __init__(self, population: str = "all") -> None:
+        if population not in POPULATIONS:
+            raise InputError(f"population={population!r}; allowed: {', '.join(POPULATIONS)}")
+        self.population = population
         self._open: Counter[Any] = Counter()  # group id -> open entries
         self._entered = 0
         self._settled: Counter[Bucket] = Counter()
@@ -210,6 +227,7 @@ class Census:
         self._w_dropped: list[RolloutRecord] = []
         self._w_staleness: list[float] = []
         self._w_protected_weights: list[float] = []
+        self._w_paid = {"masked": [0.0, 0], "dropped": [0.0, 0]}  # Σ baseline, rollouts
 
     def enter(self, group_id: Any) -> None:
         """A group entered the buffer (Miles ``put``): one entry opens."""
@@ -240,13 +258,35 @@ class Census:
         self._settled[bucket] += 1
         self._w_buckets[bucket] += 1
         if bucket.trained:
+            rollouts = list(rollouts)
             self._w_trained.extend(rollouts)
+            self._pay_masked(rollouts)
             if staleness is not None:
                 self._w_staleness.append(float(staleness))
             if bucket is Bucket.TRAINED_PROTECTED:
                 self._w_protected_weights.append(float(weight))
         elif bucket is Bucket.DROPPED_STALE:
+            rollouts = list(rollouts)
             self._w_dropped.extend(rollouts)
+            scored = [r.reward for r in rollouts if r.reward is not None]
+            if scored:  # each rollout is paid its own group's mean reward
+                paid = self._w_paid["dropped"]
+                paid[0] += sum(scored)
+                paid[1] += len(scored)
+
+    def _pay_masked(self, rollouts: Sequence[RolloutRecord]) -> None:
+        """Add the group's baseline once per loss-masked rollout of a trained group."""
+        scored = [r for r in rollouts if r.reward is not None]
+        masked = np.array([r.masked for r in scored], dtype=bool)
+        if not masked.any():
+            return
+        rewards = np.array([r.reward for r in scored], dtype=np.float64)
+        b = group_baseline(
+            rewards, np.zeros(len(scored), np.int64), population=self.population, kept=~masked
+        )
+        paid = self._w_paid["masked"]
+        paid[0] += float(b[masked].sum())
+        paid[1] += int(masked.sum())
 
     @property
     def buffered(self) -> int:
@@ -293,5 +333,9 @@ class Census:
             m[f"{prefix}dropped/outcome/{o.value}"] = float(
                 sum(r.outcome is o for r in self._w_dropped)
             )
+        for name, (total, n) in self._w_paid.items():
+            m[f"{prefix}b_paid/{name}_rollouts"] = float(n)
+            if n:
+                m[f"{prefix}b_paid/{name}"] = total / n
         self._reset_window()
         return m

@@ -209,3 +209,64 @@ def test_the_gate_decision_names_the_bucket():
     }
     for (keep, weight, stale), bucket in cases.items():
         assert Bucket.after_gate(Decision(keep=keep, weight=weight, stale=stale)) is bucket
+
+
+# ── the baseline paid to excluded rollouts ───────────────────────────────────
+
+
+def _group(rewards, masked):
+    out = ["solved" if r == 1 else "budget_failure" for r in rewards]
+    return [_rec(o, reward=r, masked=m) for o, r, m in zip(out, rewards, masked, strict=True)]
+
+
+@pytest.mark.parametrize("population, paid", [("all", 0.5), ("survivors", 1.0)])
+def test_masked_rollouts_are_paid_their_groups_baseline_under_the_population(population, paid):
+    census = Census(population=population)
+    census.enter(1)
+    census.settle(1, Bucket.TRAINED_FRESH, _group([1, 0, 0, 1], [False, True, True, False]))
+    m = census.step_metrics()
+    assert m[f"{P}b_paid/masked"] == pytest.approx(paid)
+    assert m[f"{P}b_paid/masked_rollouts"] == 2
+
+
+def test_b_paid_is_a_mean_over_masked_rollouts_of_every_trained_group():
+    census = Census()
+    census.enter(1)
+    census.enter(2)
+    census.enter(3)
+    census.settle(1, Bucket.TRAINED_FRESH, _group([1, 0, 0, 1], [False, True, True, False]))
+    census.settle(
+        2, Bucket.TRAINED_PROTECTED, _group([1, 1, 1, 0], [False] * 3 + [True]), weight=2.0
+    )
+    census.settle(3, Bucket.TRAINED_FRESH, _group([1, 0], [False, False]))  # nothing masked
+    m = census.step_metrics()
+    assert m[f"{P}b_paid/masked"] == pytest.approx((0.5 + 0.5 + 0.75) / 3)  # unweighted
+    assert m[f"{P}b_paid/masked_rollouts"] == 3
+
+
+def test_dropped_rollouts_are_paid_their_groups_mean_reward():
+    census = Census(population="survivors")  # the population is for masked rollouts only
+    census.enter(1)
+    census.enter(2)
+    census.settle(1, Bucket.DROPPED_STALE, _group([1, 0, 1, 1], [False] * 4))
+    census.settle(2, Bucket.DROPPED_STALE, _group([0, 0], [False, False]))
+    m = census.step_metrics()
+    assert m[f"{P}b_paid/dropped"] == pytest.approx((4 * 0.75 + 2 * 0.0) / 6)
+    assert m[f"{P}b_paid/dropped_rollouts"] == 6
+    assert m[f"{P}b_paid/masked_rollouts"] == 0 and f"{P}b_paid/masked" not in m
+
+
+def test_rollouts_without_a_reward_neither_vote_nor_count_and_the_window_resets():
+    census = Census()
+    census.enter(1)
+    recs = [*_group([1, 0], [False, True]), _rec("infra_no_result", reward=None, masked=True)]
+    census.settle(1, Bucket.TRAINED_FRESH, recs)
+    m = census.step_metrics()
+    assert m[f"{P}b_paid/masked"] == pytest.approx(0.5) and m[f"{P}b_paid/masked_rollouts"] == 1
+    m = census.step_metrics()
+    assert m[f"{P}b_paid/masked_rollouts"] == 0 and f"{P}b_paid/masked" not in m
+
+
+def test_an_unknown_population_is_an_error_naming_the_allowed_ones():
+    with pytest.raises(ValueError, match="population='some'; allowed: all, survivors, loo"):
+        Census(population="some")

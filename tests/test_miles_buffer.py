@@ -678,3 +678,27 @@ def test_miles_sample_helpers_agree_with_ours():
         for s in mb.iter_samples(group):
             assert rollout_record(s) == rollout_record(Sample.from_dict(s.to_dict()))
             assert rollout_record(s) == rollout_record(s.to_dict())
+
+
+@pytest.mark.parametrize("setting, paid", [(None, 1 / 3), ("all", 1 / 3), ("survivors", 0.5)])
+def test_rescue_baseline_sets_the_population_of_the_baseline_paid_to_masked_rollouts(setting, paid):
+    """Rewards 0, 1, 0 per group; the filter masks the first (reward 0) sample: it is paid
+    mean(0, 1, 0) under all, mean(1, 0) under survivors."""
+
+    async def go():
+        env = {} if setting is None else {"RESCUE_BASELINE": setting}
+        buffer, _ = make_buffer(env=env)
+        await put_all(buffer, [fake_group(g) for g in range(2)])
+        for _ in range(2):
+            (await buffer.get(current_version=0)).group[0].remove_sample = True
+        return buffer, buffer.get_metrics()
+
+    buffer, m = run(go())
+    assert buffer.census.population == (setting or "all")
+    assert m[f"{P}b_paid/masked"] == pytest.approx(paid)
+    assert m[f"{P}b_paid/masked_rollouts"] == 2
+
+
+def test_an_invalid_rescue_baseline_fails_when_the_buffer_is_built():
+    with pytest.raises(ValueError, match="RESCUE_BASELINE='half'; allowed: all, survivors"):
+        make_buffer(env={"RESCUE_BASELINE": "half"})

@@ -238,3 +238,35 @@ def test_the_simulator_buckets_groups_by_the_shared_gate_mapping(monkeypatch):
 def test_no_update_means_the_policy_stays_put():
     _, steps = run("never-drop", cfg=TINY.replace(lr=0.0))
     assert [m["sim/p_thorough"] for m in steps] == [pytest.approx(0.5)] * len(steps)
+
+
+def test_the_census_pays_masked_rollouts_under_the_arms_baseline_population(monkeypatch):
+    """b_paid/masked of the first step, recomputed by hand from the groups the census
+    settled: each masked rollout is paid its group's mean reward (mask, population all) or
+    the mean over the group's unmasked members (survivor)."""
+    settled = []
+    real = rescue.census.Census.settle
+
+    def spy(self, group_id, bucket, rollouts=(), **kw):
+        rollouts = list(rollouts)
+        settled.append((Bucket(bucket), rollouts))
+        return real(self, group_id, bucket, rollouts, **kw)
+
+    monkeypatch.setattr(rescue.census.Census, "settle", spy)
+    for arm, population in (("mask", "all"), ("survivor", "survivors"), ("zero", "all")):
+        settled.clear()
+        sim, [m] = run(arm, cfg=TINY.replace(steps=1, groups_per_step=16, group_size=8))
+        assert sim.census.population == population
+        paid = []
+        for bucket, recs in settled:
+            if not bucket.trained:
+                continue
+            voters = [r.reward for r in recs if population == "all" or not r.masked]
+            b = float(np.mean(voters)) if voters else 0.0
+            paid += [b for r in recs if r.masked]
+        assert m["rollout/census/b_paid/masked_rollouts"] == len(paid)
+        if arm == "zero":
+            assert not paid and "rollout/census/b_paid/masked" not in m
+        else:
+            assert paid, "the tiny configuration should mask capped rollouts"
+            assert m["rollout/census/b_paid/masked"] == pytest.approx(np.mean(paid))

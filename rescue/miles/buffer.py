@@ -39,7 +39,10 @@ Census: every ``put`` opens an entry in ``rescue.census.Census``; the entry sett
 fractions). ``get_metrics()`` returns Miles' own keys (``rollout/fully_async/*``,
 ``rollout/dynamic_filter/drop_<reason>``; ``stale_groups_filtered`` counts the stale
 groups the gate dropped) plus ``Census.step_metrics()`` under ``rollout/census/*``, and
-checks conservation against the queue: open entries = queued groups + blocked puts.
+checks conservation against the queue: open entries = queued groups + blocked puts. The
+census's baseline population (for ``rollout/census/b_paid/masked``, the baseline paid to
+loss-masked rollouts) is ``RESCUE_BASELINE`` (``all``, default, or ``survivors``), the
+setting the reward hook normalizes with (``rescue.miles.reward.baseline_from_env``).
 """
 
 from __future__ import annotations
@@ -53,6 +56,7 @@ from typing import Any
 from rescue.census import Bucket, Census
 from rescue.errors import InputError
 from rescue.gate import Arm, Gate
+from rescue.miles.reward import baseline_from_env
 from rescue.samples import GatedGroup, gate_group, group_id, is_aborted
 
 logger = logging.getLogger(__name__)
@@ -74,8 +78,8 @@ class RescueDataBuffer:
             Reads ``args.max_weight_staleness`` (default None: nothing is stale),
             ``args.dynamic_sampling_filter_path`` (default None), ``args.reward_key``
             (default None), and what Miles' ``DefaultDataBuffer`` reads.
-        env: where ``RESCUE_ARM`` / ``RESCUE_A`` / ``RESCUE_SEED`` are read (default
-            ``os.environ``; the launchers set them in the Ray runtime env).
+        env: where ``RESCUE_ARM`` / ``RESCUE_A`` / ``RESCUE_SEED`` / ``RESCUE_BASELINE``
+            are read (default ``os.environ``; the launchers set them in the Ray runtime env).
         store: the FIFO store of accepted groups (default: Miles' ``DefaultDataBuffer``
             with staleness and the dynamic filter off). Anything with Miles' ``put`` /
             ``get(current_version=...)`` / ``get_metrics()`` contract that reports
@@ -129,7 +133,7 @@ class RescueDataBuffer:
         if filter_path:
             self._dynamic_filter = (load_function or _miles("load_function"))(filter_path)
         self._store = _miles_store(input) if store is None else store
-        self.census = Census()
+        self.census = Census(population=baseline_from_env(env))
         self._trained: deque[GatedGroup] = deque()  # settled at the next get_metrics()
         self._blocked_puts = 0
         self._metric_aborted = 0

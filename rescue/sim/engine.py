@@ -102,7 +102,7 @@ class Simulation:
     def __init__(self, cfg: SimConfig, arm: ArmSpec, seed: int) -> None:
         self.cfg, self.arm, self.seed = cfg, arm, int(seed)
         self.gate = Gate(arm=arm.gate_arm, a=arm.a, seed=self.seed, max_staleness=cfg.max_staleness)
-        self.census = Census()
+        self.census = Census(population=arm.population)
         self.policy = Policy(np.array(cfg.initial_logits, dtype=np.float64))
         task_seq, episode_seq = np.random.SeedSequence(self.seed).spawn(2)
         self._task_rng = np.random.default_rng(task_seq)

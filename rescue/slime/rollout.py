@@ -30,6 +30,8 @@ One call of ``generate_rollout`` drains that queue FIFO until it holds
 4. the census step metrics (``rollout/census/*``) are returned as the rollout metrics,
    which slime logs at ``rollout/step``; ``rollout/census/worker_queue`` is the number of
    finished groups left queued and ``rollout/census/current_version`` the version used.
+   The census pays masked rollouts their group's baseline under ``RESCUE_BASELINE``
+   (``all`` or ``survivors``), the setting of the reward hook.
 
 Every popped group is settled within the call, so no entry stays buffered between calls.
 
@@ -57,6 +59,7 @@ from typing import Any, Protocol
 from rescue.census import PREFIX, Census
 from rescue.errors import InputError
 from rescue.gate import Arm, Gate
+from rescue.miles.reward import baseline_from_env
 from rescue.samples import (
     GatedGroup,
     gate_group,
@@ -254,6 +257,7 @@ def build_drain(args: Any, data_buffer: Any) -> Drain:
     return Drain(
         start_worker(args, data_buffer),
         gate,
+        census=Census(population=baseline_from_env()),
         current_version=lambda: engine_version(args),
         sample_filter=sample_filter,
     )
