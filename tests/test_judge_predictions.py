@@ -105,6 +105,7 @@ def test_p3_when_b_never_exceeds_the_threshold_no_seed_has_a_value():
     c = check(one("P3", arms), "cap-hit trend")
     assert c.verdict == INCONCLUSIVE and "0 replicate(s)" in c.reason
     assert any("left out" in n for n in c.notes)
+    assert any(n.startswith("mask seed 0: its b") and "never exceeded 0.3" in n for n in c.notes)
 
 
 def test_p3_reads_the_b_paid_to_masked_rollouts_and_names_it_when_missing():

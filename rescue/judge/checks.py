@@ -155,6 +155,9 @@ def compare(
         check.notes.append(
             f"seeds without a value in the window, left out: {', '.join(map(str, lost))}"
         )
+        why = getattr(value, "why", None)  # the window rule says why a run has no value
+        reasons = {w for s in lost for run in (arm[s], ref[s]) if why and (w := why(run))}
+        check.notes.extend(sorted(reasons))
     _, diffs = paired(va, vr)
     m = NAN
     if margin == "ref":
@@ -250,6 +253,17 @@ def trend_after_b(quantity: str) -> PairValue:
         stop = _common_stop(qs.series(a, quantity), qs.series(r, quantity))
         return trend_against_b(a, quantity, stop), trend_against_b(r, quantity, stop)
 
+    def why(run: Run) -> str | None:
+        if np.isfinite(qs.crossing(run)):
+            return None
+        top = np.nanmax(qs.series(run, qs.b_quantity(run)).trailing(qs.B_SMOOTH)[1], initial=np.nan)
+        return (
+            f"{run.label} seed {run.seed}: its b ({qs.b_quantity(run).title}) never exceeded "
+            f"{qs.B_THRESHOLD:g} (highest {top:.3g} over {qs.B_SMOOTH} steps): the prediction's "
+            "condition did not occur"
+        )
+
+    value.why = why  # type: ignore[attr-defined]
     return value
 
 
