@@ -186,3 +186,35 @@ def check_turn_indices(T: np.ndarray, L: np.ndarray, first: int = 0) -> None:
             f"token_turns of rollout {first + k} holds turn {v} outside 0..{int(L[k])} "
             "(0 = observation tokens, 1..length = its turns)"
         )
+
+
+def mask_turn_spans(loss_mask: Sequence[int]) -> TurnSpans:
+    """``turn_spans`` of one mask given as a sequence of 0/1 ints (a ``Sample.loss_mask``).
+
+    Same spans as ``turn_spans(np.asarray(loss_mask))``, read without building an integer
+    array: the mask becomes bytes in one C pass, and each edge of a run of 1s is found with
+    ``bytearray.find``, so the cost is one pass plus two searches per turn.
+    """
+    if isinstance(loss_mask, np.ndarray):
+        spans = turn_spans(loss_mask.reshape(-1))
+        assert isinstance(spans, TurnSpans)
+        return spans
+    try:
+        buf = bytearray(loss_mask)
+    except (TypeError, ValueError):
+        buf = None
+    if buf is None or buf.translate(None, b"\x00\x01"):
+        values = list(loss_mask)
+        t = next(k for k, v in enumerate(values) if v not in (0, 1))
+        raise InputError(
+            f"loss_mask holds {values[t]!r} at token {t}; allowed: 0 (observation) and 1 (turn)"
+        )
+    starts: list[int] = []
+    stops: list[int] = []
+    find, n, pos = buf.find, len(buf), 0
+    while (s := find(1, pos)) >= 0:
+        e = find(0, s)
+        pos = n if e < 0 else e
+        starts.append(s)
+        stops.append(pos)
+    return TurnSpans(np.array(starts, dtype=np.int64), np.array(stops, dtype=np.int64), n)

@@ -40,6 +40,13 @@ What this hook adds:
 3. While any weight differs from 1, ``--normalize-advantages`` (it re-centers and
    rescales advantages across the batch) and estimators other than grpo/gspo are refused
    with a ``ValueError``.
+4. ``RESCUE_TRUNCATED_REWARD`` = ``keep`` (default) or ``zero``: under ``zero`` every
+   rollout ``rescue.outcomes`` classifies as a budget failure is scored 0 before anything
+   else, and ``raw_rewards`` returns the scores used (``rescue.miles.budget``).
+5. ``RESCUE_ESTIMATOR`` = ``group`` (default; everything above) or ``turn``: per-token
+   advantages with the turn-reached baseline, delivered through the per-token channel,
+   with every scalar reward 0 (``rescue.miles.turn_reward``; settings ``RESCUE_KAPPA``,
+   ``RESCUE_TURN_TOKENS``). It composes with 1 to 4.
 """
 
 from __future__ import annotations
@@ -94,13 +101,34 @@ def post_process_rewards(args: Any, samples: Sequence[Any]) -> tuple[list[Any], 
         Only the policy-gradient term sees the weight: the KL-loss, entropy and
         on-policy-distillation terms of a weighted sample are not weighted.
     """
+    from rescue.miles.budget import rollouts, zero_budget_failures
+    from rescue.miles.turn_reward import estimator_from_env, turn_advantages
+
     population = baseline_from_env()
+    turn = estimator_from_env() == "turn"
     raw_rewards = [s.get_reward_value(args) for s in samples]
+    groups = group_ids(args, samples)
+    raw_rewards, _ = zero_budget_failures(
+        groups, samples, raw_rewards, reward_key=getattr(args, "reward_key", None)
+    )
     weights = sample_weights(samples)
     weighted = bool(np.any(weights != 1.0))
     if weighted:
         check_weighting_supported(args)
     estimator = args.advantage_estimator
+    if turn:
+        values = _finite_rewards(raw_rewards, samples)
+        return raw_rewards, turn_advantages(
+            args,
+            samples,
+            values,
+            rollouts(groups, samples),
+            weights,
+            population=population,
+            std_normalize=estimator in STD_ESTIMATORS
+            and getattr(args, "grpo_std_normalization", True),
+            eps=STD_EPS,
+        )
     if estimator not in MEAN_ESTIMATORS or not getattr(args, "rewards_normalization", True):
         if not weighted:
             return raw_rewards, raw_rewards
@@ -113,6 +141,7 @@ def post_process_rewards(args: Any, samples: Sequence[Any]) -> tuple[list[Any], 
         values,
         population=population,
         std_normalize=estimator in STD_ESTIMATORS and getattr(args, "grpo_std_normalization", True),
+        groups=groups,
     )
     return raw_rewards, (normalized * weights).tolist()
 
@@ -124,11 +153,13 @@ def normalize_rewards(
     *,
     population: str = "all",
     std_normalize: bool = True,
+    groups: Sequence[Any] | None = None,
 ) -> np.ndarray:
     """Group-normalized rewards, one shared value per rollout broadcast to its siblings.
 
     ``population`` is ``all`` (default) or ``survivors``; ``std_normalize`` (default True)
-    divides by std + 1e-6. No weights are applied here.
+    divides by std + 1e-6; ``groups`` is each sample's group (default ``group_ids``). No
+    weights are applied here.
     """
     from rescue.advantages import group_advantages
 
@@ -143,7 +174,8 @@ def normalize_rewards(
     row_group: list[int] = []
     row_reward: list[float] = []
     row_kept: list[bool] = []
-    for i, (s, g) in enumerate(zip(samples, group_ids(args, samples), strict=True)):
+    groups = group_ids(args, samples) if groups is None else groups
+    for i, (s, g) in enumerate(zip(samples, groups, strict=True)):
         rollout = rollout_key(s)
         key = (g, ("row", i) if rollout is None else rollout)
         r = rows.get(key)

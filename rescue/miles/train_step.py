@@ -1,0 +1,173 @@
+"""The train-side half of the logging contract: update norm and trained advantage moments.
+
+Target of ``--custom-megatron-before-train-step-hook-path
+rescue.miles.train_step.before_train_step``; works with ``rescue.miles.loss.policy_loss``.
+
+Specification
+-------------
+Miles calls ``before_train_step(args, rollout_id, step_id, model, optimizer,
+opt_param_scheduler)`` before every optimizer step (after the gradients are zeroed). It
+
+1. clears the advantage moments ``MOMENTS`` that ``rescue.miles.loss.policy_loss`` records
+   for this step's micro-batches;
+2. installs, once per optimizer, the step wrapper (``rescue.miles.step``) with two layers:
+   ``TrainLog`` (outermost) and, unless ``RESCUE_UPDATE_NORM=0``, ``UpdateNorm``;
+3. hands the wrapper this step's ``(args, rollout_id, step_id)``.
+
+After Miles' ``optimizer.step()``, ``TrainLog`` reduces the moments over the DP x CP groups
+(every rank takes part) and logs, through Miles' tracking on the rank that has it
+initialized (last pipeline stage, DP x CP rank 0, TP rank 0: Miles'
+``is_first_replica_megatron_main_rank``):
+
+``train/rescue/update_norm``   ``‖Δθ‖₂`` of the step (``UpdateNorm``);
+``train/rescue/adv_mean``      mean advantage over the tokens trained this step (loss mask 1);
+``train/rescue/adv_var``       their variance (population variance over those tokens);
+``train/rescue/adv_tokens``    how many tokens that is;
+
+at ``train/step = rollout_id * S + step_id`` with ``S`` Miles' steps per rollout
+(``--num-steps-per-rollout``, else ``rollout_batch_size * n_samples_per_prompt //
+global_batch_size``), the value Miles logs its own ``train/*`` keys at when every rollout
+has ``S`` steps. Clip fraction and TIS statistics are Miles' own (``train/pg_clipfrac``,
+``train/tis*``). Nothing is logged for a step Miles skips (no ``optimizer.step()`` call:
+inf/NaN gradients, ``--debug-disable-optimizer``).
+
+Settings: ``RESCUE_UPDATE_NORM`` = ``1`` (default) | ``0`` (no parameter copy, no
+``train/rescue/update_norm``).
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from rescue.miles.step import StepContext, StepWrapper, UpdateNorm
+
+#: Prefix of every key this module logs.
+PREFIX = "train/rescue/"
+#: Miles' step key of ``train/*`` metrics.
+STEP_KEY = "train/step"
+#: Environment variable switching the update norm.
+ENV_UPDATE_NORM = "RESCUE_UPDATE_NORM"
+
+
+def update_norm_from_env(env: Mapping[str, str] | None = None) -> bool:
+    """``RESCUE_UPDATE_NORM`` (default ``1``): ``1`` or ``0``."""
+    env = os.environ if env is None else env
+    value = (env.get(ENV_UPDATE_NORM) or "1").strip()
+    if value not in ("0", "1"):
+        raise ValueError(f"{ENV_UPDATE_NORM}={value!r}; allowed: 1 (default), 0")
+    return value == "1"
+
+
+class AdvantageMoments:
+    """Count, sum and sum of squares of the trained advantages of the current step."""
+
+    def __init__(self) -> None:
+        self.reset()
+
+    def reset(self) -> None:
+        """Forget everything recorded (start of a step)."""
+        self._seen: dict[int, Any] = {}
+        self.sums: Any = None
+
+    def record(self, key: Any, advantages: Sequence[Any], masks: Sequence[Any]) -> None:
+        """Add one micro-batch's advantages on its mask-1 tokens; ``key`` once per step.
+
+        ``key`` is an object of the micro-batch (its advantages list), held until the next
+        ``reset`` so that a recomputation of the same micro-batch is recognized.
+        """
+        import torch
+
+        if id(key) in self._seen or not advantages:
+            return
+        self._seen[id(key)] = key
+        with torch.no_grad():
+            a = torch.cat([x.detach().reshape(-1) for x in advantages]).double()
+            m = torch.cat([x.reshape(-1) for x in masks]).to(device=a.device, dtype=torch.float64)
+            if m.shape != a.shape:
+                raise ValueError(
+                    f"advantages cover {a.numel()} tokens, the local loss masks {m.numel()}"
+                )
+            sums = torch.stack([m.sum(), (a * m).sum(), (a * a * m).sum()])
+        self.sums = sums if self.sums is None else self.sums + sums
+
+    def reduce(self, groups: Sequence[Any] = ()) -> dict[str, float]:
+        """``adv_tokens``, ``adv_mean``, ``adv_var`` over all ranks of ``groups`` (all-reduced).
+
+        Every rank of the groups must call it (a rank with nothing recorded adds zeros).
+        Empty when no token was trained anywhere.
+        """
+        import torch
+        import torch.distributed as dist
+
+        sums = self.sums if self.sums is not None else torch.zeros(3, dtype=torch.float64)
+        if dist.is_available() and dist.is_initialized():
+            for group in groups:
+                dist.all_reduce(sums, group=group)
+        n, s1, s2 = (float(x) for x in sums.cpu())
+        if n <= 0:
+            return {}
+        mean = s1 / n
+        return {"adv_tokens": n, "adv_mean": mean, "adv_var": max(s2 / n - mean * mean, 0.0)}
+
+
+#: The moments of the current step, recorded by ``rescue.miles.loss.policy_loss``.
+MOMENTS = AdvantageMoments()
+
+
+def steps_per_rollout(args: Any) -> int:
+    """Miles' optimizer steps per rollout (module docstring), at least 1."""
+    configured = getattr(args, "num_steps_per_rollout", None)
+    if configured:
+        return int(configured)
+    batch = getattr(args, "rollout_batch_size", 0) * getattr(args, "n_samples_per_prompt", 0)
+    gbs = getattr(args, "global_batch_size", None) or batch
+    return max(1, batch // gbs) if gbs else 1
+
+
+def _parallel() -> tuple[Sequence[Any], bool]:
+    """DP x CP groups to reduce over, and whether this rank logs (Miles' rule)."""
+    from miles.backends.training_utils.parallel import get_parallel_state
+
+    state = get_parallel_state()
+    groups = [g for g in state.effective_dp_cp.groups_inner_to_outer if g is not None]
+    logs = (
+        state.effective_dp_cp.rank == 0 and state.tp.rank == 0 and state.pp.rank == state.pp.size - 1
+    )
+    return groups, logs
+
+
+class TrainLog:
+    """Layer: after the step, log ``metrics`` and the reduced moments (module docstring)."""
+
+    def __call__(self, ctx: StepContext, optimizer: Any, step: Any) -> Any:
+        result = step()
+        groups, logs = _parallel()
+        metrics = {PREFIX + k: v for k, v in {**ctx.metrics, **MOMENTS.reduce(groups)}.items()}
+        ctx.metrics.clear()
+        if logs and metrics:
+            from miles.utils.tracking_utils import tracking
+
+            metrics[STEP_KEY] = ctx.rollout_id * steps_per_rollout(ctx.args) + ctx.step_id
+            tracking.log(ctx.args, metrics, step_key=STEP_KEY)
+        return result
+
+
+def before_train_step(
+    args: Any,
+    rollout_id: int,
+    step_id: int,
+    model: Any,
+    optimizer: Any,
+    opt_param_scheduler: Any,
+) -> None:
+    """Miles' before-train-step hook (module docstring)."""
+    MOMENTS.reset()
+    if optimizer is None:
+        return
+    wrapper = StepWrapper.install(optimizer)
+    wrapper.ensure(TrainLog)
+    if update_norm_from_env():
+        wrapper.ensure(UpdateNorm)
+    wrapper.context = StepContext(args=args, rollout_id=rollout_id, step_id=step_id)
