@@ -100,10 +100,9 @@ def miles_parallel_state(
     *, cp_rank: int = 0, cp_size: int = 1, dp_rank: int = 0, dp_size: int = 1
 ) -> Iterator[object]:
     """Miles' ParallelState for one process at the given CP and DP coordinates."""
+    import torch.distributed as dist
     from miles.backends.training_utils import parallel
     from miles.utils.ft_utils.process_group_utils import GroupInfo
-
-    import torch.distributed as dist
 
     def info(rank, size):
         return GroupInfo(rank=rank, size=size, group=None)

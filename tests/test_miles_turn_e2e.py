@@ -117,16 +117,30 @@ def build_batch(Sample):
         (0.0, runs((1, 1), (1, 1), (3, 2))),
     ]
     for k, (r, m) in enumerate(g0):
-        samples.append(_sample(Sample, g=0, index=k, rid=k, reward=r, mask=m, calls=m.count(1) and _n_runs(m)))
+        samples.append(
+            _sample(Sample, g=0, index=k, rid=k, reward=r, mask=m, calls=m.count(1) and _n_runs(m))
+        )
     # group 1: rollout 10 is two siblings (2 turns + 2 turns); others single samples.
-    samples.append(_sample(Sample, g=1, index=4, rid=10, reward=1.0, mask=runs((3, 2), (2, 1)), calls=2))
-    samples.append(_sample(Sample, g=1, index=5, rid=10, reward=1.0, mask=runs((2, 1), (4, 0)), calls=2))
-    samples.append(_sample(Sample, g=1, index=6, rid=11, reward=0.0, mask=runs((5, 1), (1, 0)), calls=2))
-    samples.append(_sample(Sample, g=1, index=7, rid=12, reward=0.5, mask=runs((2, 2), (2, 2), (2, 0)), calls=3))
+    samples.append(
+        _sample(Sample, g=1, index=4, rid=10, reward=1.0, mask=runs((3, 2), (2, 1)), calls=2)
+    )
+    samples.append(
+        _sample(Sample, g=1, index=5, rid=10, reward=1.0, mask=runs((2, 1), (4, 0)), calls=2)
+    )
+    samples.append(
+        _sample(Sample, g=1, index=6, rid=11, reward=0.0, mask=runs((5, 1), (1, 0)), calls=2)
+    )
+    samples.append(
+        _sample(
+            Sample, g=1, index=7, rid=12, reward=0.5, mask=runs((2, 2), (2, 2), (2, 0)), calls=3
+        )
+    )
     samples.append(_sample(Sample, g=1, index=8, rid=13, reward=0.0, mask=runs((7, 0)), calls=1))
     # group 2: single-turn, response lengths 12, 3, 9, 17 (chunks of CHUNK tokens)
     for k, (r, n) in enumerate([(1.0, 12), (0.0, 3), (0.0, 9), (1.0, 17)]):
-        samples.append(_sample(Sample, g=2, index=20 + k, rid=20 + k, reward=r, mask=[1] * n, calls=1))
+        samples.append(
+            _sample(Sample, g=2, index=20 + k, rid=20 + k, reward=r, mask=[1] * n, calls=1)
+        )
     return samples
 
 
@@ -145,7 +159,7 @@ def expected_advantages(samples, *, std, weights=None, population="all"):
     for (g, _), rows in rollouts.items():
         groups.setdefault(g, []).append(rows)
     out = [None] * len(samples)
-    for g, members in groups.items():
+    for members in groups.values():
         single = all(sum(len(samples[i].weight_versions) for i in rows) <= 1 for rows in members)
         R, L, T, W, P = [], [], [], [], []
         for rows in members:
@@ -229,7 +243,9 @@ def run_pipeline(args, samples, *, dp_size, cp_size, spy):
                             slice_log_prob_with_cp([0.0] * r, t, r), dtype=torch.float32
                         )
                         for t, r in zip(
-                            rollout_data["total_lengths"], rollout_data["response_lengths"], strict=True
+                            rollout_data["total_lengths"],
+                            rollout_data["response_lengths"],
+                            strict=True,
                         )
                     ]
                     compute_advantages_and_returns(args, rollout_data)
@@ -257,7 +273,9 @@ def run_pipeline(args, samples, *, dp_size, cp_size, spy):
                                 allgather_cp=args.allgather_cp,
                             )
                             vocab = 11
-                            logits = torch.randn(1, batch["tokens"].shape[1], vocab, requires_grad=True)
+                            logits = torch.randn(
+                                1, batch["tokens"].shape[1], vocab, requires_grad=True
+                            )
                             batch["tokens"] = batch["tokens"] % vocab
                             batch["unconcat_tokens"] = [t % vocab for t in batch["unconcat_tokens"]]
                             spy.calls.clear()
@@ -273,7 +291,9 @@ def run_pipeline(args, samples, *, dp_size, cp_size, spy):
                             (received,) = spy.calls
                             for j, a in zip(indices, received, strict=True):
                                 index = int(rollout_data["sample_indices"][j])
-                                seen.append((dp, cp, index, a.detach().clone(), (dp, step, it.offset)))
+                                seen.append(
+                                    (dp, cp, index, a.detach().clone(), (dp, step, it.offset))
+                                )
     return seen
 
 
@@ -317,7 +337,9 @@ def _check(samples, seen, expected, *, cp_size):
             p = total - n
             want = np.concatenate([full[lo - (p - 1) : hi - (p - 1)] for lo, hi in logits_offset])
         # float32: the trainer adds 0 (the scalar part) to the float32 channel.
-        np.testing.assert_allclose(a.numpy(), want, rtol=0, atol=1e-6 * max(1.0, np.abs(full).max()))
+        np.testing.assert_allclose(
+            a.numpy(), want, rtol=0, atol=1e-6 * max(1.0, np.abs(full).max())
+        )
         covered[i] = covered.get(i, 0) + a.numel()
     assert sorted(covered) == list(range(len(samples)))
     assert all(covered[i] == samples[i].response_length for i in covered)

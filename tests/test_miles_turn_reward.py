@@ -83,7 +83,13 @@ def make_args(**overrides):
 
 @pytest.fixture(autouse=True)
 def _env(monkeypatch):
-    for name in (ENV_ESTIMATOR, ENV_KAPPA, ENV_TURN_TOKENS, ENV_TRUNCATED_REWARD, "RESCUE_BASELINE"):
+    for name in (
+        ENV_ESTIMATOR,
+        ENV_KAPPA,
+        ENV_TURN_TOKENS,
+        ENV_TRUNCATED_REWARD,
+        "RESCUE_BASELINE",
+    ):
         monkeypatch.delenv(name, raising=False)
 
 
@@ -168,15 +174,22 @@ def test_siblings_continue_the_turn_index(turn):
     for k, s in enumerate(others):
         s.index, s.rollout_id = 10 + k, 10 + k
     post_process_rewards(make_args(), [a, b, *others])
-    want = reference([1.0, 0.0, 1.0], [a.loss_mask + b.loss_mask, *[s.loss_mask for s in others]], std_normalize=True)
-    np.testing.assert_array_equal(np.r_[a.opd_reverse_kl.numpy(), b.opd_reverse_kl.numpy()], want[0])
+    want = reference(
+        [1.0, 0.0, 1.0],
+        [a.loss_mask + b.loss_mask, *[s.loss_mask for s in others]],
+        std_normalize=True,
+    )
+    np.testing.assert_array_equal(
+        np.r_[a.opd_reverse_kl.numpy(), b.opd_reverse_kl.numpy()], want[0]
+    )
 
 
 def test_single_turn_groups_use_token_chunks(turn, monkeypatch):
     monkeypatch.setenv(ENV_TURN_TOKENS, "3")
     lengths = [7, 2, 5, 9]
     samples = [
-        MilesSample(r, 0, k, None, n, None, ["0"]) for k, (r, n) in enumerate(zip(REWARDS, lengths, strict=True))
+        MilesSample(r, 0, k, None, n, None, ["0"])
+        for k, (r, n) in enumerate(zip(REWARDS, lengths, strict=True))
     ]
     post_process_rewards(make_args(), samples)
     turns = [np.arange(n) // 3 + 1 for n in lengths]
@@ -193,7 +206,9 @@ def test_single_turn_groups_use_token_chunks(turn, monkeypatch):
 
 def test_runs_disagreeing_with_model_calls_is_an_error_naming_the_sample(turn):
     samples = multi_turn(REWARDS, MASKS, calls=[3, 1, 3, 2])  # sample 2 has 2 runs, 3 calls
-    with pytest.raises(ValueError, match=r"sample 2 \(group_index=0, index=2.*2 runs of 1s but 3 model calls"):
+    with pytest.raises(
+        ValueError, match=r"sample 2 \(group_index=0, index=2.*2 runs of 1s but 3 model calls"
+    ):
         post_process_rewards(make_args(), samples)
 
 
@@ -209,7 +224,10 @@ def test_siblings_with_different_rewards_are_an_error(turn):
     [
         ({"use_opd": True}, "--use-opd"),
         ({"normalize_advantages": True}, "--normalize-advantages"),
-        ({"loss_type": "policy_loss"}, f"--loss-type custom_loss --custom-loss-function-path {MILES_LOSS_PATH}"),
+        (
+            {"loss_type": "policy_loss"},
+            f"--loss-type custom_loss --custom-loss-function-path {MILES_LOSS_PATH}",
+        ),
         ({"custom_loss_function_path": "x.y"}, "--custom-loss-function-path"),
         ({"advantage_estimator": "ppo"}, "--advantage-estimator ppo"),
         ({"rewards_normalization": False}, "--disable-rewards-normalization"),
@@ -224,8 +242,12 @@ def test_slime_samples_use_teacher_log_probs_and_slimes_advantage_hook(turn):
     args = make_args(custom_advantage_function_path=SLIME_ADVANTAGE_PATH)
     samples = multi_turn(REWARDS, MASKS, cls=SlimeSample)
     post_process_rewards(args, samples)
-    np.testing.assert_array_equal(samples[0].teacher_log_probs.numpy(), reference(REWARDS, MASKS, std_normalize=True)[0])
-    with pytest.raises(ValueError, match=f"--custom-advantage-function-path {SLIME_ADVANTAGE_PATH}"):
+    np.testing.assert_array_equal(
+        samples[0].teacher_log_probs.numpy(), reference(REWARDS, MASKS, std_normalize=True)[0]
+    )
+    with pytest.raises(
+        ValueError, match=f"--custom-advantage-function-path {SLIME_ADVANTAGE_PATH}"
+    ):
         post_process_rewards(make_args(), multi_turn(REWARDS, MASKS, cls=SlimeSample))
 
 
@@ -237,7 +259,11 @@ def test_mooncake_store_gets_plain_lists(turn):
 
 @pytest.mark.parametrize(
     ("name", "value", "allowed"),
-    [(ENV_ESTIMATOR, "loo", "group, turn"), (ENV_KAPPA, "-1", ">= 0"), (ENV_TURN_TOKENS, "0", ">= 1")],
+    [
+        (ENV_ESTIMATOR, "loo", "group, turn"),
+        (ENV_KAPPA, "-1", ">= 0"),
+        (ENV_TURN_TOKENS, "0", ">= 1"),
+    ],
 )
 def test_bad_settings_are_errors_naming_them(turn, monkeypatch, name, value, allowed):
     monkeypatch.setenv(name, value)

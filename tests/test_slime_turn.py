@@ -90,7 +90,10 @@ def slime_advantages(args, samples):
             rollout_data["teacher_log_probs"] = [
                 slice_log_prob_with_cp(c, t, n).to(dtype=torch.float32)
                 for c, t, n in zip(
-                    channel, rollout_data["total_lengths"], rollout_data["response_lengths"], strict=True
+                    channel,
+                    rollout_data["total_lengths"],
+                    rollout_data["response_lengths"],
+                    strict=True,
                 )
             ]
         compute_advantages_and_returns(args, rollout_data)

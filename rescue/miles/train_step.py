@@ -133,7 +133,9 @@ def _parallel() -> tuple[Sequence[Any], bool]:
     state = get_parallel_state()
     groups = [g for g in state.effective_dp_cp.groups_inner_to_outer if g is not None]
     logs = (
-        state.effective_dp_cp.rank == 0 and state.tp.rank == 0 and state.pp.rank == state.pp.size - 1
+        state.effective_dp_cp.rank == 0
+        and state.tp.rank == 0
+        and state.pp.rank == state.pp.size - 1
     )
     return groups, logs
 

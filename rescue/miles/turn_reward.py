@@ -277,7 +277,9 @@ def turn_advantages(
             R[b, k], W[b, k] = rewards[first], weights[first]
             P[b, k] = population == "all" or kept
             L[b, k] = turns
-            spans[b * G + k] = span if P[b, k] else TurnSpans(span.starts[:0], span.stops[:0], span.n_tokens)
+            spans[b * G + k] = (
+                span if P[b, k] else TurnSpans(span.starts[:0], span.stops[:0], span.n_tokens)
+            )
             members[b * G + k] = rows
 
     per_rollout = per_token_advantages(
