@@ -75,8 +75,8 @@ def stub_sglang_for_miles() -> None:
         parent.protocol = protocol
 
 
-#: What Miles' buffer, conversion and tracking modules (and slime's worker) import on a CPU:
-#: the ``[integration]`` extra.
+#: What Miles' buffer, conversion, tracking and trainer modules (and slime's worker and
+#: advantage code) import on a CPU: the ``[integration]`` extra.
 FRAMEWORK_DEPENDENCIES = (
     "torch",
     "ray",
@@ -85,6 +85,7 @@ FRAMEWORK_DEPENDENCIES = (
     "transformers",
     "pybase64",
     "aiohttp",
+    "megatron.core",
 )
 
 

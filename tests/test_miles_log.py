@@ -96,6 +96,21 @@ def test_log_rollout_runs_on_replay_without_buffer_metrics(fake_miles_tracking):
     assert len(fake_miles_tracking) == 1
 
 
+def test_truncated_reward_zero_is_logged_as_a_census_count(fake_miles_tracking, monkeypatch):
+    samples = batch()
+    samples[2].reward = 1.0  # a truncated rollout the grader credited
+    args = SimpleNamespace(reward_key=None)
+    monkeypatch.delenv("RESCUE_TRUNCATED_REWARD", raising=False)
+    log_rollout(0, args, samples, None, 0.0)
+    assert f"{S}truncated_reward_zeroed" not in fake_miles_tracking[-1][0]
+    monkeypatch.setenv("RESCUE_TRUNCATED_REWARD", "zero")
+    log_rollout(1, args, samples, None, 0.0)
+    assert fake_miles_tracking[-1][0][f"{S}truncated_reward_zeroed"] == 1
+    samples[2].reward = 0.0  # already 0: nothing changed
+    log_rollout(2, args, samples, None, 0.0)
+    assert fake_miles_tracking[-1][0][f"{S}truncated_reward_zeroed"] == 0
+
+
 def test_miles_log_rollout_data_keeps_its_own_logging(monkeypatch):
     require_miles()
     from miles.ray.rollout import metrics as miles_metrics

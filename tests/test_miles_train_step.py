@@ -19,7 +19,6 @@ from rescue.miles.train_step import ENV_UPDATE_NORM, MOMENTS, before_train_step
 def megatron(monkeypatch):
     """megatron-core's model-parallel state, Miles' ParallelState and a tracking recorder."""
     require_miles()
-    pytest.importorskip("megatron.core", reason="pip install -e '.[integration]' (megatron-core)")
     from megatron.core import mpu
     from megatron_cpu import cpu_patch, gloo_world, miles_parallel_state
     from miles.utils.tracking_utils import tracking

@@ -16,9 +16,12 @@ not zeroed yet). This function:
    ``b_realized`` (mean reward of unmasked trajectories), ran-tests rate of solved ones;
 2. adds ``rollout/census/samples/weighted_samples`` (samples whose ``rescue_weight`` is
    not 1) and ``rollout/census/samples/weight_mean`` (mean weight over samples);
-3. logs them with Miles' tracking at ``rollout/step`` (``compute_rollout_step``, so the
+3. under ``RESCUE_TRUNCATED_REWARD=zero``, adds ``rollout/census/samples/truncated_reward_zeroed``:
+   the rollouts whose nonzero reward the reward hook scores 0 because they are budget
+   failures (``rescue.miles.budget.zero_budget_failures``, the function the hook calls);
+4. logs them with Miles' tracking at ``rollout/step`` (``compute_rollout_step``, so the
    step matches Miles' own rollout metrics, with ``--wandb-always-use-train-step`` too);
-4. returns ``False``, so Miles' default logging, including the buffer's ``get_metrics()``
+5. returns ``False``, so Miles' default logging, including the buffer's ``get_metrics()``
    (``rollout/fully_async/*`` and the group census ``rollout/census/*``), still runs.
 
 Keys never collide with the buffer's: the buffer's census uses ``rollout/census/groups/*``,
@@ -34,7 +37,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from rescue.census import outcome_metrics
-from rescue.samples import rollout_record, trajectories_of, weight_of
+from rescue.samples import reward_value, rollout_record, trajectories_of, weight_of
 
 #: Prefix of every key this function logs.
 PREFIX = "rollout/census/samples/"
@@ -53,6 +56,21 @@ def sample_census(samples: Sequence[Any], *, reward_key: str | None = None) -> d
     return metrics
 
 
+def truncated_reward_census(args: Any, samples: Sequence[Any]) -> dict[str, float]:
+    """Step 3 above: ``{}`` unless ``RESCUE_TRUNCATED_REWARD=zero``."""
+    from rescue.miles.budget import truncated_reward_from_env, zero_budget_failures
+    from rescue.miles.reward import group_ids
+
+    if truncated_reward_from_env() != "zero":
+        return {}
+    reward_key = getattr(args, "reward_key", None)
+    raw = [reward_value(s, reward_key) for s in samples]
+    _, zeroed = zero_budget_failures(
+        group_ids(args, samples), samples, raw, reward_key=reward_key, setting="zero"
+    )
+    return {f"{PREFIX}truncated_reward_zeroed": float(zeroed)}
+
+
 def log_rollout(
     rollout_id: int,
     args: Any,
@@ -68,7 +86,9 @@ def log_rollout(
     from miles.utils.metric_utils import compute_rollout_step
     from miles.utils.tracking_utils import tracking
 
-    metrics: dict[str, float] = sample_census(samples, reward_key=getattr(args, "reward_key", None))
+    reward_key = getattr(args, "reward_key", None)
+    metrics: dict[str, float] = sample_census(samples, reward_key=reward_key)
+    metrics.update(truncated_reward_census(args, samples))
     metrics[STEP_KEY] = compute_rollout_step(args, rollout_id)
     tracking.log(args, metrics, step_key=STEP_KEY)
     return False
