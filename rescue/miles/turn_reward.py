@@ -196,10 +196,14 @@ def _rollout_spans(
         starts = np.arange(0, n, chunk, dtype=np.int64)
         return TurnSpans(starts, np.minimum(starts + chunk, n), n), int(starts.size)
     parts = [_sample_spans(samples, i) for i in rows]
-    offsets = np.cumsum([0, *lengths[:-1]])
-    starts = np.concatenate([p.starts + o for p, o in zip(parts, offsets, strict=True)])
-    stops = np.concatenate([p.stops + o for p, o in zip(parts, offsets, strict=True)])
-    runs = int(starts.size)
+    if len(parts) == 1:
+        span = parts[0]
+    else:
+        offsets = np.cumsum([0, *lengths[:-1]])
+        starts = np.concatenate([p.starts + o for p, o in zip(parts, offsets, strict=True)])
+        stops = np.concatenate([p.stops + o for p, o in zip(parts, offsets, strict=True)])
+        span = TurnSpans(starts, stops, n)
+    runs = int(span.starts.size)
     calls = sum(len(getattr(samples[i], "weight_versions", None) or ()) for i in rows)
     if calls and runs != calls:
         raise ValueError(
@@ -207,7 +211,7 @@ def _rollout_spans(
             f"{calls} model calls (weight_versions); turns cannot be assigned (a turn without "
             "output tokens, a tool response without tokens, or a masked partial-rollout segment)"
         )
-    return TurnSpans(starts, stops, n), runs
+    return span, runs
 
 
 def _calls_or_runs(samples: Sequence[Any], rows: list[int]) -> int:
