@@ -70,13 +70,19 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--groups", type=int, default=16, help="groups per step (default 16)")
     p.add_argument("--group-size", type=int, default=8, help="rollouts per group (default 8)")
     p.add_argument("--tokens", type=int, default=30_000, help="response tokens (default 30000)")
-    p.add_argument("--max-turns", type=int, default=40, help="most turns a rollout has (default 40)")
-    p.add_argument("--repeats", type=int, default=7, help="runs of each side; best kept (default 7)")
+    p.add_argument(
+        "--max-turns", type=int, default=40, help="most turns a rollout has (default 40)"
+    )
+    p.add_argument(
+        "--repeats", type=int, default=7, help="runs of each side; best kept (default 7)"
+    )
     p.add_argument("--seed", type=int, default=0, help="seed of the batch (default 0)")
     a = p.parse_args(argv)
     parts = miles_parts()
     if parts is None:
-        print("turn_reward: needs Miles (MILES_SRC=/path/to/miles) and the [integration] extra; skipped")
+        print(
+            "turn_reward: needs Miles (MILES_SRC=/path/to/miles) and the [integration] extra; skipped"
+        )
         return 0
     tdc, Sample = parts
     from rescue.miles.loss import LOSS_PATH
