@@ -376,3 +376,20 @@ def test_weights_and_survivors_compose(turn_env, spy, monkeypatch):
     seen = run_pipeline(make_args(), samples, dp_size=2, cp_size=1, spy=spy)
     _check(samples, seen, expected, cp_size=1)
     assert not np.any(expected[1])  # the masked rollout neither votes nor trains
+
+
+def test_group_estimator_trains_the_group_advantages_through_the_same_loss(spy, monkeypatch):
+    """RESCUE_ESTIMATOR=group with rescue's loss: no channel, Miles' broadcast scalar."""
+    Sample = _miles()
+    monkeypatch.delenv("RESCUE_ESTIMATOR", raising=False)
+    from rescue.miles.reward import post_process_rewards
+
+    samples = build_batch(Sample)
+    _, scalars = post_process_rewards(make_args(), build_batch(Sample))
+    expected = [
+        np.full(s.response_length, r, dtype=np.float32)
+        for s, r in zip(samples, scalars, strict=True)
+    ]
+    seen = run_pipeline(make_args(), samples, dp_size=2, cp_size=2, spy=spy)
+    _check(samples, seen, expected, cp_size=2)
+    assert all(s.opd_reverse_kl is None for s in samples)
