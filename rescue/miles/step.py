@@ -21,7 +21,9 @@ the optimizer's main parameters (fp32 masters under mixed precision, this rank's
 under the distributed optimizer), counting each parameter once as Megatron's grad norm
 does (no shared duplicate, no tensor-parallel replica), with the squared norms of each
 child optimizer all-reduced over its grad-stats group. It keeps one copy of the main
-parameters during the step (4 bytes per fp32 element on each rank).
+parameters during the step (4 bytes per fp32 element on each rank). Under
+``--use-precision-aware-optimizer`` the optimizer's parameters are the low-precision ones
+(the fp32 masters live in its state), so the norm is that of the change they received.
 """
 
 from __future__ import annotations
