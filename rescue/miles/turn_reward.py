@@ -209,7 +209,8 @@ def _rollout_spans(
         raise ValueError(
             f"{_describe(samples, rows[0])}: its rollout's loss mask has {runs} runs of 1s but "
             f"{calls} model calls (weight_versions); turns cannot be assigned (a turn without "
-            "output tokens, a tool response without tokens, a masked partial-rollout segment, or a partial rollout resumed within one turn)"
+            "output tokens, a tool response without tokens, a masked partial-rollout segment, "
+            "or a partial rollout resumed within one turn)"
         )
     return span, runs
 
