@@ -88,6 +88,22 @@ rescue_check_arm() {
     all | survivors) ;;
     *) rescue_die "BASELINE='$BASELINE' is not a baseline population: set BASELINE=all or BASELINE=survivors" ;;
   esac
+  case $ESTIMATOR in
+    group | turn) ;;
+    *) rescue_die "ESTIMATOR='$ESTIMATOR' is not an estimator: set ESTIMATOR=group or ESTIMATOR=turn" ;;
+  esac
+  case $DRGRPO in
+    0 | 1) ;;
+    *) rescue_die "DRGRPO='$DRGRPO': set DRGRPO=0 or DRGRPO=1" ;;
+  esac
+  if [[ -n $DRGRPO_DIVISOR ]]; then
+    [[ $DRGRPO == 1 ]] ||
+      rescue_die "DRGRPO_DIVISOR applies only to DRGRPO=1: unset DRGRPO_DIVISOR or set DRGRPO=1"
+    if ! [[ $DRGRPO_DIVISOR =~ ^([0-9]+\.?[0-9]*|\.[0-9]+)([eE][-+]?[0-9]+)?$ ]] ||
+      ! awk -v d="$DRGRPO_DIVISOR" 'BEGIN { exit !(d + 0 > 0) }'; then
+      rescue_die "DRGRPO_DIVISOR='$DRGRPO_DIVISOR' is not a number > 0: set DRGRPO_DIVISOR=D or leave it empty"
+    fi
+  fi
   [[ $NNODES =~ ^[1-9][0-9]*$ ]] || rescue_die "NNODES='$NNODES' is not a node count: set NNODES=1 or more"
   if ! [[ $NODE_RANK =~ ^[0-9]+$ ]] || ((NODE_RANK >= NNODES)); then
     rescue_die "NODE_RANK='$NODE_RANK' is not in 0..$((NNODES - 1)): set NODE_RANK for this node"
@@ -184,10 +200,10 @@ rescue_arm_flags() {
     drop) ARM_FLAGS=(--max-weight-staleness "$STALENESS") ;;
     never-drop) ;;
     protect)
-      ARM_FLAGS=(
-        --max-weight-staleness "$STALENESS" "${buffer[@]}"
-        --custom-reward-post-process-path rescue.miles.reward.post_process_rewards
-      )
+      ARM_FLAGS=(--max-weight-staleness "$STALENESS" "${buffer[@]}")
+      # With ESTIMATOR=turn every arm has the reward hook (a shared flag).
+      [[ $ESTIMATOR == turn ]] ||
+        ARM_FLAGS+=(--custom-reward-post-process-path rescue.miles.reward.post_process_rewards)
       ;;
   esac
   # CENSUS_BUFFER=1: drop and never-drop run through rescue's buffer too (RESCUE_ARM decides,
@@ -226,8 +242,10 @@ rescue_shared_flags() {
     --advantage-estimator grpo --eps-clip "$EPS_CLIP" --eps-clip-high "$EPS_CLIP_HIGH" --use-tis
     --optimizer adam --lr "$LR" --lr-decay-style constant --weight-decay 0.1
     --adam-beta1 0.9 --adam-beta2 0.98
-    # the outcome census
+    # the outcome census, and the train-side logging contract (update norm, trained advantages)
     --custom-rollout-log-function-path rescue.miles.log.log_rollout
+    --loss-type custom_loss --custom-loss-function-path rescue.miles.loss.policy_loss
+    --custom-megatron-before-train-step-hook-path rescue.miles.train_step.before_train_step
     --use-wandb --wandb-mode "$WANDB_MODE" --wandb-project "$WANDB_PROJECT"
     --wandb-group "$WANDB_GROUP" --disable-wandb-random-suffix
     --wandb-dir "$OUTPUT_DIR/$RUN_NAME/wandb"
@@ -244,6 +262,16 @@ rescue_shared_flags() {
     --attention-dropout 0.0 --hidden-dropout 0.0 --accumulate-allreduce-grads-in-fp32
     --attention-softmax-in-fp32 --attention-backend flash
   )
+  # The estimator, identical in every arm.
+  if [[ $ESTIMATOR == turn ]]; then
+    SHARED_FLAGS+=(--custom-reward-post-process-path rescue.miles.reward.post_process_rewards)
+  fi
+  if [[ $DRGRPO == 1 ]]; then
+    SHARED_FLAGS+=(
+      --disable-grpo-std-normalization
+      --custom-pg-loss-reducer-function-path rescue.miles.drgrpo.pg_loss_reducer
+    )
+  fi
   if [[ $DUMP_STEPS != 0 ]]; then
     SHARED_FLAGS+=(--save-debug-rollout-data "$DUMP_DIR/rollout_data/{rollout_id}.pt")
   fi
@@ -279,6 +307,8 @@ rescue_runtime_env() {
     "WANDB_TAGS=$WANDB_TAGS"
   )
   [[ $ARM == protect ]] && env+=("RESCUE_A=$A" "RESCUE_BASELINE=$BASELINE")
+  env+=("RESCUE_ESTIMATOR=$ESTIMATOR")
+  [[ -n $DRGRPO_DIVISOR ]] && env+=("RESCUE_DRGRPO_DIVISOR=$DRGRPO_DIVISOR")
   rescue_agent_vars "$AGENT_CONCURRENCY"
   env+=("${AGENT_VARS[@]}")
   RUNTIME_ENV_JSON=$("$JOB_PYTHON" -c '

@@ -25,6 +25,18 @@
 #   BASELINE           all. Group-baseline population of the protect reward hook
 #                      (RESCUE_BASELINE): all | survivors.
 #
+# ── The estimator (the same in every arm) ───────────────────────────────────────────────
+#   ESTIMATOR          group. group: GRPO's group-mean baseline. turn: the turn-reached
+#                      baseline per token (RESCUE_ESTIMATOR=turn): the reward hook
+#                      (rescue.miles.reward.post_process_rewards) runs in every arm.
+#   DRGRPO             0. 1: Dr. GRPO in every arm: --disable-grpo-std-normalization and
+#                      --custom-pg-loss-reducer-function-path rescue.miles.drgrpo.pg_loss_reducer.
+#   DRGRPO_DIVISOR     (empty) Dr. GRPO's constant divisor (RESCUE_DRGRPO_DIVISOR), a number
+#                      > 0; empty = --rollout-max-response-len (MAX_RESPONSE_LEN).
+#                      Every arm also runs rescue's policy loss and before-train-step hook
+#                      (train/rescue/update_norm, train/rescue/adv_*). ESTIMATOR and DRGRPO
+#                      are not part of RUN_NAME: set RUN_NAME to keep such runs apart.
+#
 # ── Cluster (Ray) ───────────────────────────────────────────────────────────────────────
 #   NNODES             1. Nodes in the job; run the same command on every node.
 #   NODE_RANK          0. This node; 0 starts the Ray head and submits the job.
@@ -138,6 +150,10 @@
 #   STALENESS='x' is not a non-negative integer: set STALENESS=K
 #   SEED='x' is not an integer: set SEED to an integer
 #   BASELINE='x' is not a baseline population: set BASELINE=all or BASELINE=survivors
+#   ESTIMATOR='x' is not an estimator: set ESTIMATOR=group or ESTIMATOR=turn
+#   DRGRPO='x': set DRGRPO=0 or DRGRPO=1
+#   DRGRPO_DIVISOR='x' is not a number > 0: set DRGRPO_DIVISOR=D or leave it empty
+#   DRGRPO_DIVISOR applies only to DRGRPO=1: unset DRGRPO_DIVISOR or set DRGRPO=1
 #   NODE_RANK='x' is not in 0..NNODES-1: set NODE_RANK for this node
 #   NNODES=n needs MASTER_ADDR: set MASTER_ADDR to node 0's address on every node
 #   no Miles checkout at MILES_DIR=...: set MILES_DIR to a Miles checkout with train_async.py
@@ -153,6 +169,9 @@ STALENESS_SET=${STALENESS:+1}
 STALENESS=${STALENESS:-2}
 BASELINE=${BASELINE:-all}
 CENSUS_BUFFER=${CENSUS_BUFFER:-0}
+ESTIMATOR=${ESTIMATOR:-group}
+DRGRPO=${DRGRPO:-0}
+DRGRPO_DIVISOR=${DRGRPO_DIVISOR:-}
 
 NNODES=${NNODES:-1}
 NODE_RANK=${NODE_RANK:-0}

@@ -35,7 +35,7 @@ rescue_arm_flags
 rescue_shared_flags
 rescue_runtime_env
 
-summary="$RUN_NAME: ARM=$ARM${A:+ A=$A} SEED=$SEED"
+summary="$RUN_NAME: ARM=$ARM${A:+ A=$A} SEED=$SEED ESTIMATOR=$ESTIMATOR DRGRPO=$DRGRPO"
 [[ ${#ARM_FLAGS[@]} == 0 ]] || summary+=" STALENESS=$STALENESS"
 rescue_note "$summary on $NNODES node(s)"
 if [[ $PREFLIGHT == 1 ]]; then

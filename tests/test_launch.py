@@ -153,6 +153,53 @@ def test_the_arms_share_every_other_flag(bin_dir, miles_dir):
     assert shared["drop"] == shared["never-drop"] == shared["protect"]
 
 
+#: The train-side logging contract, in every arm.
+LOGGING_FLAGS = {
+    "--loss-type": ["custom_loss"],
+    "--custom-loss-function-path": ["rescue.miles.loss.policy_loss"],
+    "--custom-megatron-before-train-step-hook-path": ["rescue.miles.train_step.before_train_step"],
+}
+REWARD_HOOK = {"--custom-reward-post-process-path": ["rescue.miles.reward.post_process_rewards"]}
+DRGRPO_FLAGS = {
+    "--disable-grpo-std-normalization": [],
+    "--custom-pg-loss-reducer-function-path": ["rescue.miles.drgrpo.pg_loss_reducer"],
+}
+
+
+@pytest.mark.parametrize("arm", sorted(ARM_FLAGS))
+def test_by_default_every_arm_logs_the_contract_with_the_group_estimator(arm, bin_dir, miles_dir):
+    flags, env, _ = submitted(dry_run(arm, bin_dir, miles_dir).stdout)
+    assert {f: flags.get(f) for f in LOGGING_FLAGS} == LOGGING_FLAGS
+    assert env["RESCUE_ESTIMATOR"] == "group" and "RESCUE_DRGRPO_DIVISOR" not in env
+    assert not set(DRGRPO_FLAGS) & set(flags)
+    assert ("--custom-reward-post-process-path" in flags) == (arm == "protect")
+
+
+def test_estimator_turn_and_drgrpo_are_applied_identically_to_every_arm(bin_dir, miles_dir):
+    settings = {"ESTIMATOR": "turn", "DRGRPO": "1", "DRGRPO_DIVISOR": "4096"}
+    shared = {}
+    for arm in ARM_FLAGS:
+        flags, env, _ = submitted(dry_run(arm, bin_dir, miles_dir, **settings).stdout)
+        wanted = {**LOGGING_FLAGS, **REWARD_HOOK, **DRGRPO_FLAGS}
+        assert {f: flags.get(f) for f in wanted} == wanted
+        assert env["RESCUE_ESTIMATOR"] == "turn"
+        assert env["RESCUE_DRGRPO_DIVISOR"] == "4096"
+        own = {f: v for f, v in flags.items() if f in ARM_FLAG_NAMES and f not in REWARD_HOOK}
+        assert own == {f: v for f, v in ARM_FLAGS[arm].items() if f not in REWARD_HOOK}
+        shared[arm] = {
+            f: v
+            for f, v in flags.items()
+            if (f not in ARM_FLAG_NAMES or f in REWARD_HOOK) and f not in NAMED_FLAGS
+        }
+    assert shared["drop"] == shared["never-drop"] == shared["protect"]
+
+
+def test_drgrpo_without_a_divisor_leaves_the_reducers_default(bin_dir, miles_dir):
+    flags, env, _ = submitted(dry_run("drop", bin_dir, miles_dir, DRGRPO="1").stdout)
+    assert {f: flags.get(f) for f in DRGRPO_FLAGS} == DRGRPO_FLAGS
+    assert "RESCUE_DRGRPO_DIVISOR" not in env and env["RESCUE_ESTIMATOR"] == "group"
+
+
 def test_shared_settings_of_the_swe_arms(bin_dir, miles_dir):
     flags, env, job = submitted(dry_run("protect", bin_dir, miles_dir).stdout)
     expected = {
@@ -321,6 +368,19 @@ INVALID = [
     (
         {"ARM": "protect", "A": "0.5", "BASELINE": "loo"},
         "BASELINE='loo' is not a baseline population: set BASELINE=all or BASELINE=survivors",
+    ),
+    (
+        {"ARM": "drop", "ESTIMATOR": "loo"},
+        "ESTIMATOR='loo' is not an estimator: set ESTIMATOR=group or ESTIMATOR=turn",
+    ),
+    ({"ARM": "drop", "DRGRPO": "yes"}, "DRGRPO='yes': set DRGRPO=0 or DRGRPO=1"),
+    (
+        {"ARM": "drop", "DRGRPO_DIVISOR": "4096"},
+        "DRGRPO_DIVISOR applies only to DRGRPO=1: unset DRGRPO_DIVISOR or set DRGRPO=1",
+    ),
+    (
+        {"ARM": "drop", "DRGRPO": "1", "DRGRPO_DIVISOR": "0"},
+        "DRGRPO_DIVISOR='0' is not a number > 0: set DRGRPO_DIVISOR=D or leave it empty",
     ),
 ]
 
@@ -579,7 +639,9 @@ def miles_src() -> Path:
 def test_every_flag_is_one_miles_reads(miles_src, bin_dir):
     """Each flag is defined in Miles, or passed verbatim by Miles' own launchers (the
     Megatron and SGLang flags, which Miles forwards to those parsers)."""
-    flags, _, _ = submitted(dry_run("protect", bin_dir, miles_src).stdout)
+    flags, _, _ = submitted(
+        dry_run("protect", bin_dir, miles_src, ESTIMATOR="turn", DRGRPO="1").stdout
+    )
     defined = set()
     for path in (miles_src / "miles").rglob("*.py"):
         defined.update(re.findall(r"""["'](--[a-z0-9][a-z0-9-]*)["']""", path.read_text()))
