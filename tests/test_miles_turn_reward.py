@@ -326,3 +326,15 @@ def test_truncated_reward_zero_applies_under_the_turn_estimator(turn, monkeypatc
     assert raw == [1.0, 0.0, 0.0, 0.0]
     want = reference(raw, MASKS, std_normalize=True)
     np.testing.assert_array_equal(samples[0].opd_reverse_kl.numpy(), want[0])
+
+
+def test_survivors_population_lets_only_unmasked_rollouts_vote(turn, monkeypatch):
+    monkeypatch.setenv("RESCUE_BASELINE", "survivors")
+    samples = multi_turn(REWARDS, MASKS)
+    samples[1].remove_sample = True
+    post_process_rewards(make_args(), samples)
+    kept = [0, 2, 3]
+    want = reference([REWARDS[i] for i in kept], [MASKS[i] for i in kept], std_normalize=True)
+    for i, w in zip(kept, want, strict=True):
+        np.testing.assert_array_equal(samples[i].opd_reverse_kl.numpy(), w)
+    assert not samples[1].opd_reverse_kl.numpy().any()
