@@ -117,9 +117,7 @@ def build_batch(Sample):
         (0.0, runs((1, 1), (1, 1), (3, 2))),
     ]
     for k, (r, m) in enumerate(g0):
-        samples.append(
-            _sample(Sample, g=0, index=k, rid=k, reward=r, mask=m, calls=m.count(1) and _n_runs(m))
-        )
+        samples.append(_sample(Sample, g=0, index=k, rid=k, reward=r, mask=m, calls=_n_runs(m)))
     # group 1: rollout 10 is two siblings (2 turns + 2 turns); others single samples.
     samples.append(
         _sample(Sample, g=1, index=4, rid=10, reward=1.0, mask=runs((3, 2), (2, 1)), calls=2)
