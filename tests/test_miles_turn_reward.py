@@ -2,12 +2,13 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from types import SimpleNamespace
-from typing import Any
 
 import numpy as np
 import pytest
+from fake_sample import Sample as FakeSample
+from fake_sample import check_against
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -25,43 +26,52 @@ from rescue.turns import mask_turn_spans, turn_spans
 
 
 @dataclass
-class MilesSample:
-    """The fields of Miles' ``Sample`` the hook reads and writes (``opd_reverse_kl``)."""
+class MilesSample(FakeSample):
+    """Miles' ``Sample`` as rescue's stand-in has it, plus the per-token channel Miles has."""
 
-    reward: Any
-    group_index: int | None = None
-    index: int | None = None
-    rollout_id: int | None = None
-    response_length: int = 0
-    loss_mask: list | None = None
-    weight_versions: list = field(default_factory=list)
-    remove_sample: bool = False
-    status: str = "completed"
-    metadata: dict = field(default_factory=dict)
-    opd_reverse_kl: Any = None
-
-    def get_reward_value(self, args):
-        return self.reward
+    opd_reverse_kl: list[float] | None = None
 
 
 @dataclass
-class SlimeSample:
-    """slime's ``Sample`` has ``teacher_log_probs`` and no ``opd_reverse_kl``."""
+class SlimeSample(FakeSample):
+    """slime's ``Sample``: ``teacher_log_probs``, and no ``opd_reverse_kl``."""
 
-    reward: Any
-    group_index: int | None = None
-    index: int | None = None
-    rollout_id: int | None = None
-    response_length: int = 0
-    loss_mask: list | None = None
-    weight_versions: list = field(default_factory=list)
-    remove_sample: bool = False
-    status: str = "completed"
-    metadata: dict = field(default_factory=dict)
-    teacher_log_probs: Any = None
+    teacher_log_probs: list[float] | None = None
 
-    def get_reward_value(self, args):
-        return self.reward
+
+def test_the_channel_fields_are_the_frameworks():
+    """Miles' Sample has ``opd_reverse_kl`` (default None) and slime's has only
+    ``teacher_log_probs``: the hook tells them apart by that field."""
+    import dataclasses
+
+    from miles_env import require_miles, require_slime
+
+    require_miles()
+    from miles.utils.types import Sample as Miles
+
+    fields = {f.name: f.default for f in dataclasses.fields(Miles)}
+    assert fields["opd_reverse_kl"] is None and fields["teacher_log_probs"] is None
+    assert check_against(Miles) == []
+    require_slime()
+    from slime.utils.types import Sample as Slime
+
+    fields = {f.name: f.default for f in dataclasses.fields(Slime)}
+    assert "opd_reverse_kl" not in fields and fields["teacher_log_probs"] is None
+
+
+def ms(reward, g, index, rid, n, mask, versions):
+    """A completed Miles sample by position: reward, group, index, rollout id, length,
+    loss mask, weight versions."""
+    return MilesSample(
+        reward=reward,
+        group_index=g,
+        index=index,
+        rollout_id=rid,
+        response_length=n,
+        loss_mask=mask,
+        weight_versions=versions,
+        status=MilesSample.Status.COMPLETED,
+    )
 
 
 def make_args(**overrides):
@@ -110,6 +120,7 @@ def multi_turn(rewards, masks, *, g=0, cls=MilesSample, calls=None):
                 response_length=len(m),
                 loss_mask=list(m),
                 weight_versions=["0"] * (n_runs if calls is None else calls[k]),
+                status=cls.Status.COMPLETED,
             )
         )
     return out
@@ -168,8 +179,8 @@ def test_weights_multiply_after_normalization(turn):
 
 def test_siblings_continue_the_turn_index(turn):
     # Rollout 7 = two samples; its turns 1-2 are in the first, 3 in the second.
-    a = MilesSample(1.0, 0, 0, 7, 5, [1, 0, 1, 1, 0], ["0", "0"])
-    b = MilesSample(1.0, 0, 1, 7, 2, [1, 1], ["1"])
+    a = ms(1.0, 0, 0, 7, 5, [1, 0, 1, 1, 0], ["0", "0"])
+    b = ms(1.0, 0, 1, 7, 2, [1, 1], ["1"])
     others = multi_turn([0.0, 1.0], [[1, 0, 1, 0, 1], [1]], g=0)
     for k, s in enumerate(others):
         s.index, s.rollout_id = 10 + k, 10 + k
@@ -188,7 +199,7 @@ def test_single_turn_groups_use_token_chunks(turn, monkeypatch):
     monkeypatch.setenv(ENV_TURN_TOKENS, "3")
     lengths = [7, 2, 5, 9]
     samples = [
-        MilesSample(r, 0, k, None, n, None, ["0"])
+        ms(r, 0, k, None, n, None, ["0"])
         for k, (r, n) in enumerate(zip(REWARDS, lengths, strict=True))
     ]
     post_process_rewards(make_args(), samples)
@@ -213,8 +224,8 @@ def test_runs_disagreeing_with_model_calls_is_an_error_naming_the_sample(turn):
 
 
 def test_siblings_with_different_rewards_are_an_error(turn):
-    a = MilesSample(1.0, 0, 0, 7, 2, [1, 1], ["0"])
-    b = MilesSample(0.0, 0, 1, 7, 2, [1, 1], ["0"])
+    a = ms(1.0, 0, 0, 7, 2, [1, 1], ["0"])
+    b = ms(0.0, 0, 1, 7, 2, [1, 1], ["0"])
     with pytest.raises(ValueError, match="must share one reward"):
         post_process_rewards(make_args(), [a, b, *multi_turn([0.0], [[1, 0, 1]])])
 
@@ -290,9 +301,9 @@ def test_mask_turn_spans_rejects_values_other_than_0_and_1(bad):
 
 
 def truncated_batch():
-    s = [MilesSample(r, 0, k, None, 1, [1], ["0"]) for k, r in enumerate([1.0, 1.0, 0.0, 0.0])]
-    s[0].status = "truncated"  # graded 1 on the cut text
-    s[2].status = "truncated"  # already 0
+    s = [ms(r, 0, k, None, 1, [1], ["0"]) for k, r in enumerate([1.0, 1.0, 0.0, 0.0])]
+    s[0].status = MilesSample.Status.TRUNCATED  # graded 1 on the cut text
+    s[2].status = MilesSample.Status.TRUNCATED  # already 0
     return s
 
 
@@ -321,7 +332,7 @@ def test_zeroed_count_counts_rollouts_whose_reward_changed():
 def test_truncated_reward_zero_applies_under_the_turn_estimator(turn, monkeypatch):
     monkeypatch.setenv(ENV_TRUNCATED_REWARD, "zero")
     samples = multi_turn(REWARDS, MASKS)
-    samples[2].status = "truncated"
+    samples[2].status = MilesSample.Status.TRUNCATED
     raw, _ = post_process_rewards(make_args(), samples)
     assert raw == [1.0, 0.0, 0.0, 0.0]
     want = reference(raw, MASKS, std_normalize=True)

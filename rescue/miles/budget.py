@@ -10,7 +10,7 @@ normalization, so the R = 0 arm and the mask arm train on the same raw rewards a
 mask arm's masked rollouts vote 0 in the group baseline.
 
 - A rollout is the samples sharing ``(group, rollout_id)`` (``rollout_id`` else ``index``,
-  as Miles keys it); its outcome is that of ``rescue.miles.samples.rollout_record`` over
+  as Miles keys it); its outcome is that of ``rescue.samples.rollout_record`` over
   those samples in list order, the one classifier every part of rescue uses.
 - ``keep`` (the default) leaves every reward as the grader set it.
 - The count of rollouts whose reward this changed (a nonzero reward forced to 0) is the
@@ -24,8 +24,9 @@ import os
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from rescue.miles.samples import rollout_key, rollout_record
+from rescue.errors import InputError
 from rescue.outcomes import Outcome
+from rescue.samples import rollout_key, rollout_record
 
 #: Environment variable: what a budget failure's reward becomes.
 ENV_TRUNCATED_REWARD = "RESCUE_TRUNCATED_REWARD"
@@ -38,7 +39,7 @@ def truncated_reward_from_env(env: Mapping[str, str] | None = None) -> str:
     env = os.environ if env is None else env
     value = (env.get(ENV_TRUNCATED_REWARD) or TRUNCATED_REWARDS[0]).strip().lower()
     if value not in TRUNCATED_REWARDS:
-        raise ValueError(
+        raise InputError(
             f"{ENV_TRUNCATED_REWARD}={value!r}; allowed: {', '.join(TRUNCATED_REWARDS)}"
         )
     return value
@@ -91,7 +92,7 @@ def zero_budget_failures(
     """
     setting = truncated_reward_from_env() if setting is None else setting
     if setting not in TRUNCATED_REWARDS:
-        raise ValueError(
+        raise InputError(
             f"{ENV_TRUNCATED_REWARD}={setting!r}; allowed: {', '.join(TRUNCATED_REWARDS)}"
         )
     rewards = list(raw_rewards)

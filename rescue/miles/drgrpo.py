@@ -35,6 +35,8 @@ import os
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
+from rescue.errors import InputError
+
 #: This function's dotted path for ``--custom-pg-loss-reducer-function-path``.
 REDUCER_PATH = "rescue.miles.drgrpo.pg_loss_reducer"
 #: Environment variable overriding the constant divisor D.
@@ -61,11 +63,11 @@ def divisor(args: Any, env: Mapping[str, str] | None = None) -> float:
         except ValueError:
             value = math.nan
         if not (math.isfinite(value) and value > 0):
-            raise ValueError(f"{ENV_DIVISOR}={text!r}; allowed: a number > 0")
+            raise InputError(f"{ENV_DIVISOR}={text!r}; allowed: a number > 0")
         return value
     value = getattr(args, "rollout_max_response_len", None)
     if not value or value <= 0:
-        raise ValueError(
+        raise InputError(
             f"the Dr. GRPO reducer needs its constant divisor: set {ENV_DIVISOR}, or run it in a "
             "Megatron trainer with --rollout-max-response-len set (its default)"
         )
@@ -84,7 +86,7 @@ def pg_loss_reducer(
     from miles.backends.training_utils.parallel import get_parallel_state
 
     if calculate_per_token_loss:
-        raise ValueError(
+        raise InputError(
             f"--custom-pg-loss-reducer-function-path {REDUCER_PATH} with "
             "--calculate-per-token-loss: that flag is the global token mean (DAPO), not "
             "Dr. GRPO's constant divisor; remove one of them"
@@ -93,7 +95,7 @@ def pg_loss_reducer(
     d = divisor(args)
     qkv_format = getattr(args, "qkv_format", "thd")
     if get_parallel_state().cp.size > 1 and qkv_format != "thd":
-        raise ValueError(
+        raise InputError(
             f"--custom-pg-loss-reducer-function-path {REDUCER_PATH} with context parallelism "
             f"needs --qkv-format thd (got {qkv_format})"
         )

@@ -38,6 +38,8 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
+from rescue.errors import InputError
+
 #: This function's dotted path, as Miles' ``load_function`` loads it.
 LOSS_PATH = "rescue.miles.loss.policy_loss"
 #: The hook that logs what this loss records.
@@ -49,14 +51,14 @@ CHANNEL = "opd_reverse_kl"
 def check_loss_flags(args: Any) -> None:
     """Refuse ``--use-opd`` and a missing before-train-step hook (module docstring)."""
     if getattr(args, "use_opd", False):
-        raise ValueError(
+        raise InputError(
             f"--custom-loss-function-path {LOSS_PATH} with --use-opd: rescue's per-token "
             "advantages ride the OPD field and Miles would subtract them as a reverse KL; "
             "remove --use-opd"
         )
     hook = getattr(args, "custom_megatron_before_train_step_hook_path", None)
     if hook != STEP_HOOK_PATH:
-        raise ValueError(
+        raise InputError(
             f"--custom-loss-function-path {LOSS_PATH} needs "
             f"--custom-megatron-before-train-step-hook-path {STEP_HOOK_PATH} (got {hook!r}): "
             "it logs the advantage moments this loss records"
@@ -73,7 +75,7 @@ def trained_advantages(batch: dict) -> list:
     for i, (a, c) in enumerate(zip(advantages, channel, strict=True)):
         c = c.to(device=a.device, dtype=a.dtype)
         if c.shape != a.shape:
-            raise ValueError(
+            raise InputError(
                 f"sample {i} of the micro-batch: per-token advantages {CHANNEL} have shape "
                 f"{tuple(c.shape)}, Miles' advantages {tuple(a.shape)} (CP-local shapes must agree)"
             )

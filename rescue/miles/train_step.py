@@ -41,6 +41,7 @@ import os
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+from rescue.errors import InputError
 from rescue.miles.step import StepContext, StepWrapper, UpdateNorm
 
 #: Prefix of every key this module logs.
@@ -56,7 +57,7 @@ def update_norm_from_env(env: Mapping[str, str] | None = None) -> bool:
     env = os.environ if env is None else env
     value = (env.get(ENV_UPDATE_NORM) or "1").strip()
     if value not in ("0", "1"):
-        raise ValueError(f"{ENV_UPDATE_NORM}={value!r}; allowed: 1 (default), 0")
+        raise InputError(f"{ENV_UPDATE_NORM}={value!r}; allowed: 1 (default), 0")
     return value == "1"
 
 
@@ -86,7 +87,7 @@ class AdvantageMoments:
             a = torch.cat([x.detach().reshape(-1) for x in advantages]).double()
             m = torch.cat([x.reshape(-1) for x in masks]).to(device=a.device, dtype=torch.float64)
             if m.shape != a.shape:
-                raise ValueError(
+                raise InputError(
                     f"advantages cover {a.numel()} tokens, the local loss masks {m.numel()}"
                 )
             sums = torch.stack([m.sum(), (a * m).sum(), (a * a * m).sum()])

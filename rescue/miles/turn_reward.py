@@ -32,7 +32,7 @@ list order; its model calls ``C`` are the entries of their ``weight_versions``.
   of 1s in the rollout's loss masks, read across its samples in list order (a sample's
   ``loss_mask`` of ``None`` is all 1s). When ``C > 0`` the number of runs must equal ``C``;
   a disagreement (a turn with no output token, a tool response of no token, a partial
-  rollout's masked segment) is a ``ValueError`` naming the sample, never a guess.
+  rollout's masked segment) is an ``InputError`` naming the sample, never a guess.
 - A group whose every rollout made at most one model call is *single-turn*: turn ``ℓ``
   covers response tokens ``[(ℓ-1)K, ℓK)`` (positions counted across siblings),
   ``K = RESCUE_TURN_TOKENS`` (default 512). This is the single-turn deviation: the "turn
@@ -57,6 +57,7 @@ from typing import Any
 
 import numpy as np
 
+from rescue.errors import InputError
 from rescue.turns import TurnSpans, mask_turn_spans
 
 #: Environment variable choosing the estimator of the reward hook.
@@ -85,7 +86,7 @@ def estimator_from_env(env: Mapping[str, str] | None = None) -> str:
     env = os.environ if env is None else env
     value = (env.get(ENV_ESTIMATOR) or ESTIMATORS[0]).strip().lower()
     if value not in ESTIMATORS:
-        raise ValueError(f"{ENV_ESTIMATOR}={value!r}; allowed: {', '.join(ESTIMATORS)}")
+        raise InputError(f"{ENV_ESTIMATOR}={value!r}; allowed: {', '.join(ESTIMATORS)}")
     return value
 
 
@@ -100,7 +101,7 @@ def kappa_from_env(env: Mapping[str, str] | None = None) -> float:
     except ValueError:
         kappa = math.nan
     if not kappa >= 0:
-        raise ValueError(f"{ENV_KAPPA}={text!r}; allowed: a number >= 0 (default 2)")
+        raise InputError(f"{ENV_KAPPA}={text!r}; allowed: a number >= 0 (default 2)")
     return kappa
 
 
@@ -111,7 +112,7 @@ def turn_tokens_from_env(env: Mapping[str, str] | None = None) -> int:
     if not text:
         return DEFAULT_TURN_TOKENS
     if not text.isdigit() or int(text) < 1:
-        raise ValueError(f"{ENV_TURN_TOKENS}={text!r}; allowed: an integer >= 1 (default 512)")
+        raise InputError(f"{ENV_TURN_TOKENS}={text!r}; allowed: an integer >= 1 (default 512)")
     return int(text)
 
 
@@ -124,29 +125,29 @@ def check_turn_supported(args: Any, *, slime: bool = False) -> None:
     """Refuse every setting under which the channel would not be the trained advantage."""
     estimator = getattr(args, "advantage_estimator", None)
     if estimator not in TURN_ESTIMATORS:
-        raise ValueError(
+        raise InputError(
             f"{ENV_ESTIMATOR}=turn with --advantage-estimator {estimator}; allowed: "
             f"{', '.join(sorted(TURN_ESTIMATORS))}"
         )
     if not getattr(args, "rewards_normalization", True):
-        raise ValueError(
+        raise InputError(
             f"{ENV_ESTIMATOR}=turn with --disable-rewards-normalization: the turn-reached "
             "baseline is a normalization; remove the flag or use RESCUE_ESTIMATOR=group"
         )
     if getattr(args, "normalize_advantages", False):
-        raise ValueError(
+        raise InputError(
             f"{ENV_ESTIMATOR}=turn with --normalize-advantages: it whitens the scalar part only "
             "and would undo the per-token baseline; remove the flag"
         )
     if getattr(args, "use_opd", False):
-        raise ValueError(
+        raise InputError(
             f"{ENV_ESTIMATOR}=turn with --use-opd: the per-token advantages ride the OPD field, "
             "and OPD would subtract them; remove --use-opd (rescue's consumer adds them)"
         )
     if slime:
         path = getattr(args, "custom_advantage_function_path", None)
         if path != SLIME_ADVANTAGE_PATH:
-            raise ValueError(
+            raise InputError(
                 f"{ENV_ESTIMATOR}=turn in slime needs --custom-advantage-function-path "
                 f"{SLIME_ADVANTAGE_PATH} (got {path!r}): it adds the per-token advantages"
             )
@@ -154,7 +155,7 @@ def check_turn_supported(args: Any, *, slime: bool = False) -> None:
     loss_type = getattr(args, "loss_type", None)
     path = getattr(args, "custom_loss_function_path", None)
     if loss_type != "custom_loss" or path != MILES_LOSS_PATH:
-        raise ValueError(
+        raise InputError(
             f"{ENV_ESTIMATOR}=turn needs --loss-type custom_loss --custom-loss-function-path "
             f"{MILES_LOSS_PATH} (got --loss-type {loss_type}, --custom-loss-function-path "
             f"{path}): that loss adds the per-token advantages to Miles' advantages"
@@ -177,13 +178,13 @@ def _sample_spans(samples: Sequence[Any], i: int) -> TurnSpans:
         one = np.zeros(1 if n else 0, dtype=np.int64)
         return TurnSpans(one, one + n, n)
     if len(mask) != n:
-        raise ValueError(
+        raise InputError(
             f"{_describe(samples, i)}: loss_mask has {len(mask)} entries, response_length is {n}"
         )
     try:
         return mask_turn_spans(mask)
     except ValueError as e:
-        raise ValueError(f"{_describe(samples, i)}: {e}") from None
+        raise InputError(f"{_describe(samples, i)}: {e}") from None
 
 
 def _rollout_spans(
@@ -206,7 +207,7 @@ def _rollout_spans(
     runs = int(span.starts.size)
     calls = sum(len(getattr(samples[i], "weight_versions", None) or ()) for i in rows)
     if calls and runs != calls:
-        raise ValueError(
+        raise InputError(
             f"{_describe(samples, rows[0])}: its rollout's loss mask has {runs} runs of 1s but "
             f"{calls} model calls (weight_versions); turns cannot be assigned (a turn without "
             "output tokens, a tool response without tokens, a masked partial-rollout segment, "
@@ -273,7 +274,7 @@ def turn_advantages(
             first = rows[0]
             for i in rows[1:]:
                 if rewards[i] != rewards[first]:
-                    raise ValueError(
+                    raise InputError(
                         f"all samples of a rollout must share one reward; {_describe(samples, i)} "
                         f"has {rewards[i]!r}, {_describe(samples, first)} has {rewards[first]!r}"
                     )

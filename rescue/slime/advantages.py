@@ -20,6 +20,8 @@ from __future__ import annotations
 
 from typing import Any
 
+from rescue.errors import InputError
+
 #: This function's dotted path.
 ADVANTAGE_PATH = "rescue.slime.advantages.turn_advantages"
 #: The per-token channel in slime's rollout data.
@@ -32,13 +34,13 @@ def turn_advantages(args: Any, rollout_data: dict) -> None:
     from slime.utils.ppo_utils import get_grpo_returns
 
     if getattr(args, "use_opd", False):
-        raise ValueError(
+        raise InputError(
             f"--custom-advantage-function-path {ADVANTAGE_PATH} with --use-opd: rescue's "
             f"per-token advantages ride {CHANNEL}, which OPD reads as teacher log-probs; "
             "remove --use-opd"
         )
     if args.advantage_estimator not in ("grpo", "gspo"):
-        raise ValueError(
+        raise InputError(
             f"--custom-advantage-function-path {ADVANTAGE_PATH} with --advantage-estimator "
             f"{args.advantage_estimator}; allowed: grpo, gspo"
         )
@@ -50,7 +52,7 @@ def turn_advantages(args: Any, rollout_data: dict) -> None:
         for i, (a, c) in enumerate(zip(advantages, channel, strict=True)):
             c = c.to(device=a.device, dtype=a.dtype)
             if c.shape != a.shape:
-                raise ValueError(
+                raise InputError(
                     f"sample {i}: per-token advantages {CHANNEL} have shape {tuple(c.shape)}, "
                     f"slime's advantages {tuple(a.shape)} (CP-local shapes must agree)"
                 )
