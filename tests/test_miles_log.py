@@ -96,6 +96,19 @@ def test_log_rollout_runs_on_replay_without_buffer_metrics(fake_miles_tracking):
     assert len(fake_miles_tracking) == 1
 
 
+@pytest.mark.parametrize(("population", "paid"), [("all", 0.5), ("survivors", 1.0)])
+def test_the_baseline_paid_to_masked_rollouts_is_the_censuss(
+    fake_miles_tracking, monkeypatch, population, paid
+):
+    samples = batch()
+    samples[2].reward = 0.0  # the masked rollout of group 1, beside rollout 7 (reward 1)
+    monkeypatch.setenv("RESCUE_BASELINE", population)
+    log_rollout(0, SimpleNamespace(reward_key=None), samples, None, 0.0)
+    metrics = fake_miles_tracking[-1][0]
+    assert metrics[f"{S}b_paid/masked_rollouts"] == 1
+    assert metrics[f"{S}b_paid/masked"] == pytest.approx(paid)
+
+
 def test_truncated_reward_zero_is_logged_as_a_census_count(fake_miles_tracking, monkeypatch):
     samples = batch()
     samples[2].reward = 1.0  # a truncated rollout the grader credited

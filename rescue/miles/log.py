@@ -16,12 +16,16 @@ not zeroed yet). This function:
    ``b_realized`` (mean reward of unmasked trajectories), ran-tests rate of solved ones;
 2. adds ``rollout/census/samples/weighted_samples`` (samples whose ``rescue_weight`` is
    not 1) and ``rollout/census/samples/weight_mean`` (mean weight over samples);
-3. under ``RESCUE_TRUNCATED_REWARD=zero``, adds ``rollout/census/samples/truncated_reward_zeroed``:
+3. adds ``rollout/census/samples/b_paid/masked`` (and ``.../b_paid/masked_rollouts``): the
+   mean over the loss-masked trajectories of their own group's baseline under
+   ``RESCUE_BASELINE``, the groups as the reward hook forms them; computed by
+   ``rescue.census.Census``, the group census' own code, on this batch;
+4. under ``RESCUE_TRUNCATED_REWARD=zero``, adds ``rollout/census/samples/truncated_reward_zeroed``:
    the rollouts whose nonzero reward the reward hook scores 0 because they are budget
    failures (``rescue.miles.budget.zero_budget_failures``, the function the hook calls);
-4. logs them with Miles' tracking at ``rollout/step`` (``compute_rollout_step``, so the
+5. logs them with Miles' tracking at ``rollout/step`` (``compute_rollout_step``, so the
    step matches Miles' own rollout metrics, with ``--wandb-always-use-train-step`` too);
-5. returns ``False``, so Miles' default logging, including the buffer's ``get_metrics()``
+6. returns ``False``, so Miles' default logging, including the buffer's ``get_metrics()``
    (``rollout/fully_async/*`` and the group census ``rollout/census/*``), still runs.
 
 Keys never collide with the buffer's: the buffer's census uses ``rollout/census/groups/*``,
@@ -56,8 +60,29 @@ def sample_census(samples: Sequence[Any], *, reward_key: str | None = None) -> d
     return metrics
 
 
+def paid_baseline(args: Any, samples: Sequence[Any]) -> dict[str, float]:
+    """Step 3 above: the census' ``b_paid/masked`` of this batch, under ``PREFIX``."""
+    from rescue.census import Bucket, Census
+    from rescue.miles.budget import rollouts
+    from rescue.miles.reward import baseline_from_env, group_ids
+
+    reward_key = getattr(args, "reward_key", None)
+    groups: dict[Any, list] = {}
+    for (g, _), rows in rollouts(group_ids(args, samples), samples).items():
+        groups.setdefault(g, []).append(
+            rollout_record([samples[i] for i in rows], reward_key=reward_key)
+        )
+    census = Census(population=baseline_from_env())
+    for g, records in groups.items():
+        census.enter(g)
+        census.settle(g, Bucket.TRAINED_FRESH, records)
+    metrics = census.step_metrics(PREFIX)
+    keys = (f"{PREFIX}b_paid/masked", f"{PREFIX}b_paid/masked_rollouts")
+    return {k: metrics[k] for k in keys if k in metrics}
+
+
 def truncated_reward_census(args: Any, samples: Sequence[Any]) -> dict[str, float]:
-    """Step 3 above: ``{}`` unless ``RESCUE_TRUNCATED_REWARD=zero``."""
+    """Step 4 above: ``{}`` unless ``RESCUE_TRUNCATED_REWARD=zero``."""
     from rescue.miles.budget import truncated_reward_from_env, zero_budget_failures
     from rescue.miles.reward import group_ids
 
@@ -88,6 +113,7 @@ def log_rollout(
 
     reward_key = getattr(args, "reward_key", None)
     metrics: dict[str, float] = sample_census(samples, reward_key=reward_key)
+    metrics.update(paid_baseline(args, samples))
     metrics.update(truncated_reward_census(args, samples))
     metrics[STEP_KEY] = compute_rollout_step(args, rollout_id)
     tracking.log(args, metrics, step_key=STEP_KEY)
