@@ -4,14 +4,18 @@ Specification (the rule, applied to a mini-swe-agent trajectory's messages)
 ---------------------------------------------------------------------------
 Only the actions before the final exit message count, in order (step, action, segment).
 
-1. Each action's ``command`` loses its heredoc bodies, then is split on ``&&``, ``||``,
-   ``;``, ``|``, ``&`` and newlines outside quotes; ``bash -c '…'`` / ``sh -c`` bodies are
-   split too.
+1. Each action's ``command`` is split on ``&&``, ``||``, ``;``, ``|``, ``&`` and newlines
+   outside quotes; ``bash -c '…'`` / ``sh -c`` bodies are split too. A heredoc body is
+   the program of the command it feeds: fed to ``python``/``perl``/``ruby``/``node`` it
+   becomes that interpreter's ``-c`` program (``python3 - <<'PY' … PY``), fed to
+   ``bash``/``sh`` its lines are segments; fed to anything else (``cat > f <<EOF``) it is
+   data and dropped, and the rest of the line (redirections) stays.
 2. Each segment loses leading ``VAR=val``, ``env``, ``time``, ``timeout [-s SIG] N``,
    ``nohup``, ``sudo``, ``(``, and runner wrappers (``coverage run``, ``uv run``,
    ``poetry run``). ``cd``, ``source`` and ``conda activate`` are segments of their own.
 3. A segment is a **test invocation** when it *starts with* a runner (``RUNNER``):
-   ``pytest``/``py.test``, ``python -m pytest|unittest|nose|nose2|tox|nox``,
+   ``pytest``/``py.test``, ``python -m pytest|unittest|nose|nose2|tox|nox`` (also after
+   ``coverage run``),
    ``python manage.py test``/``setup.py test``/``runtests.py``, ``python`` on a
    ``test*/…`` path or a ``test_*.py``/``*_test.py`` file, ``tox``, ``nox``,
    ``make test|check``, ``go test``, ``cargo test``, ``npm|yarn|pnpm [run] test``,
@@ -22,11 +26,13 @@ Only the actions before the final exit message count, in order (step, action, se
    must show a test report (``EVIDENCE``). An invocation without it is an attempt; one
    whose command timed out (``TimeoutExpired``) is ``attempted_timeout``; one sharing a
    step with the submission has no observation: attempted, unevidenced.
-5. An **edit** is a segment that changes a file: ``sed -i``/``perl -i``, ``tee``,
-   ``patch``, ``git apply|checkout|restore|stash``, ``mv``/``cp``/``rm``/``touch``, a
-   ``>``/``>>`` redirection, or an inline Python program that writes a file; writes to
-   ``patch.txt``/``*.diff``/``*.patch``, ``/dev/null``, ``/tmp`` and ``repro*`` scripts
-   do not count (they are the submission and scratch work).
+5. An **edit** is a segment that changes a file: ``sed`` with ``-i`` anywhere among its
+   options (``sed -e … -i f``, ``sed -i.bak``), ``perl -i``, ``tee``, ``patch``,
+   ``git apply|checkout|restore|stash|reset|mv|rm|am``, ``mv``/``cp``/``rm``/``touch``, a
+   ``>``/``>>`` redirection, or an inline Python program (``-c`` or a heredoc) that
+   writes, moves or removes a file; writes to ``*.diff``/``*.patch``, logs and outputs
+   (``*.txt``, ``*.log``, ``*.out``: ``pytest | tee log.txt``), ``/dev/null``, ``/tmp``,
+   caches and ``repro*`` scripts do not count (they are the submission and scratch work).
 
 Emitted: ``ran_repo_tests`` (any evidenced run), ``ran_tests_after_last_edit`` (an
 evidenced run after the last edit; any evidenced run when nothing was edited),
@@ -48,7 +54,7 @@ _PY = r"python(?:\d(?:\.\d+)?)?"
 RUNNER = re.compile(
     r"^(?:"
     r"py\.?test\b"
-    rf"|{_PY}\s+(?:-\S+\s+)*-m\s+(?:pytest|unittest|nose2?|tox|nox)\b"
+    rf"|(?:{_PY}\s+(?:-\S+\s+)*)?-m\s+(?:pytest|unittest|nose2?|tox|nox)\b"
     rf"|{_PY}\s+(?:-\S+\s+)*(?:\S*/)?(?:manage\.py\s+test|setup\.py\s+test|runtests\.py)\b"
     rf"|{_PY}\s+(?:-\S+\s+)*(?:\S*/)?(?:tests?/\S+|test_\S+\.py|\S+_test\.py)\b"
     r"|tox\b|nox\b|make\s+(?:\S+\s+)*(?:test|check)\b|go\s+test\b|cargo\s+test\b"
@@ -68,14 +74,25 @@ _PREFIX = re.compile(
     r"|timeout\s+(?:-\S+\s+(?:\S+\s+)?)*\d+[smhd]?\s+|coverage\s+run\s+|uv\s+run\s+|poetry\s+run\s+)"
 )
 _EDIT_CMD = re.compile(
-    r"^(?:sed\s+(?:-\S+\s+)*-i|perl\s+(?:-\S+\s+)*-\S*i|tee\b|patch\b|mv\b|cp\b|rm\b|touch\b"
-    r"|git\s+(?:apply|checkout|restore|stash)\b)"
+    r"^(?:perl\s+(?:-\S+\s+)*-\S*i|tee\b|patch\b|mv\b|cp\b|rm\b|touch\b"
+    r"|git\s+(?:apply|checkout|restore|stash|reset|mv|rm|am)\b)"
 )
+_SED_IN_PLACE = re.compile(r"^(?:-[a-zA-Z]*i\S*|--in-place\S*)$")
 _REDIRECT = re.compile(r"(?<![0-9<&])>>?\s*([^\s;&|>]+)")
 _SCRATCH = re.compile(
-    r"^(?:/dev/null|/tmp/\S*|&\d|\S*patch\.txt|\S*\.diff|\S*\.patch|\S*repro\S*)$"
+    r"^(?:/dev/null|/tmp/\S*|&\d|\S*\.(?:diff|patch|txt|log|out)|\S*repro\S*"
+    r"|\S*(?:__pycache__|\.pytest_cache)\S*)$"
 )
-_HEREDOC = re.compile(r"<<-?\s*(['\"]?)(\w+)\1[^\n]*\n.*?\n\s*\2\s*(?:\n|$)", re.DOTALL)
+_PY_WRITES = re.compile(
+    r"(?<!stdout)(?<!stderr)\.write(?:_text|_bytes)?\(|\bopen\([^),]*,\s*(?:mode\s*=\s*)?['\"]+[wax]"
+    r"|\.open\(\s*['\"]+[wax]|\.(?:unlink|rename|rmdir)\("
+    r"|os\.(?:remove|unlink|rename|replace)\(|shutil\.(?:copy\w*|move|rmtree)\("
+)
+_HEREDOC = re.compile(
+    r"<<-?[ \t]*(['\"]?)(\w+)\1([^\n]*)\n(.*?)\n[ \t]*\2[ \t]*(?:\n|$)", re.DOTALL
+)
+_BODY = "\x00"  # marks where a heredoc body was lifted out: \x00<index>\x00
+_INTERPRETER = re.compile(r"^(?:python(?:\d(?:\.\d+)?)?|perl|ruby|node)\b")
 
 
 @dataclass(frozen=True)
@@ -97,9 +114,24 @@ class RanTests:
 
 def split_segments(command: str) -> list[str]:
     """Shell segments of a command (rule steps 1-2), prefixes stripped, empty ones dropped."""
+    bodies: list[str] = []
+
+    def lift(m: re.Match[str]) -> str:
+        bodies.append(m.group(4))
+        return f" {_BODY}{len(bodies) - 1}{_BODY} {m.group(3)}\n"
+
     segments: list[str] = []
-    for raw in _split_outside_quotes(_HEREDOC.sub("\n", command)):
+    for raw in _split_outside_quotes(_HEREDOC.sub(lift, command)):
         seg = _strip_prefixes(raw.strip())
+        if _BODY in seg:
+            found = re.search(rf"{_BODY}(\d+){_BODY}", seg)
+            body = bodies[int(found.group(1))] if found else ""
+            seg = re.sub(rf"\s*{_BODY}\d+{_BODY}", "", seg).strip()
+            if re.match(r"^(?:ba)?sh\b", seg):
+                segments += split_segments(body)
+                continue
+            if interpreter := _INTERPRETER.match(seg):
+                seg = f"{interpreter.group(0)} -c {shlex.quote(body)}"
         inner = re.match(r"^(?:ba)?sh\s+(?:-\S+\s+)*-c\s+(.+)$", seg, re.DOTALL)
         if inner:
             try:
@@ -119,17 +151,19 @@ def is_test_invocation(segment: str, test_cmds: Sequence[str] = ()) -> bool:
 
 def is_edit(segment: str) -> bool:
     """Whether a segment changes a repository file (rule step 5)."""
-    if _EDIT_CMD.match(segment):
-        paths = [a for a in segment.split()[1:] if not a.startswith("-")]
+    if re.match(r"^sed\b", segment):
+        words = _words(segment)
+        if any(_SED_IN_PLACE.match(w) for w in words[1:]):
+            return not all(_SCRATCH.match(p) for p in words[-1:])
+    elif _EDIT_CMD.match(segment):
+        paths = [a for a in _words(segment)[1:] if not a.startswith("-")]
         if re.match(r"^(?:mv|cp)\b", segment):
             paths = paths[-1:]
         return not (paths and all(_SCRATCH.match(p) for p in paths))
     targets = _REDIRECT.findall(_mask_quoted(segment))
     if any(not _SCRATCH.match(t) for t in targets):
         return True
-    return bool(re.match(rf"^{_PY}\b", segment)) and bool(
-        re.search(r"\.write(?:_text)?\(|open\([^)]*['\"][wa]", segment)
-    )
+    return bool(re.match(rf"^{_PY}\b", segment)) and bool(_PY_WRITES.search(segment))
 
 
 def runner_prefixes(test_cmd: str | None) -> list[str]:
@@ -243,6 +277,13 @@ def _strip_prefixes(segment: str) -> str:
         if stripped == segment:
             return segment.rstrip(") ")
         segment = stripped
+
+
+def _words(segment: str) -> list[str]:
+    try:
+        return shlex.split(segment)
+    except ValueError:
+        return segment.split()
 
 
 def _mask_quoted(segment: str) -> str:
