@@ -25,9 +25,18 @@ scored or budget failure, ``None`` with no result), ``exit_status``, ``outcome``
 ``outcome_reason``, ``turns`` (``info.model_stats.api_calls``), ``resolved``,
 ``eval_report``, the ran-tests fields of ``ran_tests.RanTests``, ``timings`` and
 ``agent_metrics`` (``turns``, ``total_tool_time``, which Miles books as non-generation
-time). Every infrastructure fault (container start or pull, checkout, model endpoint,
-grader, trial timeout, cancellation) gives ``outcome="infra_no_result"`` with the reason,
-never a scored failure.
+time). Every infrastructure fault (container start or pull, checkout, a container lost
+mid-trial, model endpoint, grader, trial timeout, cancellation) gives
+``outcome="infra_no_result"`` with the reason and the error text, never a scored
+failure. A request the endpoint refuses for exceeding the context is a budget failure
+(``context_limit``, ``endpoint.litellm_model``).
+
+What is *not* infrastructure raises: a task the grader cannot judge (no FAIL_TO_PASS
+tests, no SWE-smith profile; ``ValueError`` before any container starts) and any other
+exception, which is a fault in rescue or its libraries and must surface as an error, not
+be booked as a lost rollout. Infrastructure is ``sandbox.SandboxError`` (containers, the
+grader's docker steps) and the model endpoint's errors (``openai.APIError``, which
+litellm's errors are, ``OSError``, ``TimeoutError``).
 """
 
 from __future__ import annotations
@@ -47,23 +56,21 @@ from typing import Any
 
 from rescue.outcomes import Outcome, classify_exit_status
 from swe_smith_tasks.agent_settings import AgentSettings
+from swe_smith_tasks.endpoint import litellm_model
 from swe_smith_tasks.grading import Grade, grade_patch, profile_of, task_instance
 from swe_smith_tasks.ran_tests import RanTests, read_test_runs
-from swe_smith_tasks.sandbox import Container, DockerContainer, LocalContainer, checkout_task
+from swe_smith_tasks.sandbox import (
+    Container,
+    DockerContainer,
+    LocalContainer,
+    SandboxError,
+    checkout_task,
+)
 
 # mini-swe-agent prints a banner and litellm fetches a price map on import; a trainer
 # wants neither (cost tracking is off).
 os.environ.setdefault("MSWEA_SILENT_STARTUP", "1")
 os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
-
-#: OpenAI chat parameters passed as such; other sampling keys go in ``extra_body`` (SGLang).
-_OPENAI_PARAMS = frozenset(
-    {
-        *("temperature", "top_p", "max_tokens", "max_completion_tokens", "seed", "stop", "n"),
-        *("presence_penalty", "frequency_penalty", "logprobs", "top_logprobs", "logit_bias"),
-        *("user", "response_format", "tool_choice", "parallel_tool_calls"),
-    }
-)
 
 
 async def run(
@@ -79,10 +86,12 @@ async def run(
     """One trial of the task in ``metadata`` (module docstring); never raises on infra faults.
 
     ``settings`` default to ``AgentSettings.from_env()``; ``model`` replaces the litellm
-    model (any mini-swe-agent model object). A missing ``instance_id`` raises ValueError.
+    model (any mini-swe-agent model object). A task the grader cannot judge (no
+    ``instance_id``, no FAIL_TO_PASS test, no SWE-smith profile) raises ValueError.
     """
     settings = settings or AgentSettings.from_env()
     instance = task_instance(metadata or {})
+    profile_of(instance)  # a task without a profile cannot be graded: refuse it now
     trial = Trial(
         instance=instance,
         task=_task_text(prompt),
@@ -136,6 +145,7 @@ class Trial:
     timings: dict[str, float] = field(default_factory=dict)
     agent: Any = None
     tests: RanTests = field(default_factory=RanTests)
+    exit_status: str = ""
     error: str = ""
     trial_dir: Path | None = None
 
@@ -149,15 +159,14 @@ class Trial:
             checkout_task(sandbox, iid, hide_history=self.settings.hide_history)
             self.timings["sandbox_s"] = time.monotonic() - start
             exit_status, patch, messages = self._agent(sandbox)
-        except Exception as e:
-            reason = getattr(e, "reason", type(e).__name__)
-            return self.no_result(exit_status or reason, reason, _describe(e))
+        except SandboxError as e:  # infrastructure; any other exception is a fault: it raises
+            return self.no_result(self.exit_status or e.reason, e.reason, _describe(e))
         finally:
             self._close_all()
             self.timings["agent_s"] = time.monotonic() - start - self.timings.get("sandbox_s", 0)
         self.tests = read_test_runs(
             messages,
-            test_cmd=_quiet(lambda: profile_of(self.instance).test_cmd),
+            test_cmd=profile_of(self.instance).test_cmd,
             test_files=self.instance["FAIL_TO_PASS"] + self.instance["PASS_TO_PASS"],
         )
         grade: Grade | None = None
@@ -168,9 +177,8 @@ class Trial:
                 grade = grade_patch(
                     self._container("eval"), self.instance, patch, log_dir=self._log_dir()
                 )
-            except Exception as e:
-                grade = Grade("error", False, reason=getattr(e, "reason", "grader_error"))
-                grade.report["error"] = _describe(e)
+            except SandboxError as e:  # the grader's containers: no verdict
+                grade = Grade("error", False, reason=e.reason, report={"error": _describe(e)})
             finally:
                 self._close_all()
             self.timings["grade_s"] = grade.seconds or 0.0
@@ -245,12 +253,13 @@ class Trial:
                 role=role,
                 executable=s.docker_executable,
                 run_args=s.docker_run_args,
+                limits=s.docker_limits(),
                 lifetime_s=s.trial_timeout_s + 60,
                 start_timeout_s=s.start_timeout_s,
             )
         self.containers.append(container)
         if self.cancel.is_set():
-            raise RuntimeError("cancelled")
+            raise SandboxError("cancelled", "the trial was cancelled")
         return container
 
     def _agent(self, sandbox: Container) -> tuple[str, str, list[dict]]:
@@ -274,36 +283,21 @@ class Trial:
         self.agent = agent
         try:
             info = agent.run(self.task)
-        except Exception:  # the agent recorded the exception's name as its exit status
+        except Exception as e:  # the agent recorded the exception's name as its exit status
             info = agent.messages[-1].get("extra", {}) if agent.messages else {}
-            self.error = str(info.get("exception_str", ""))[:2000]
+            self.exit_status = str(info.get("exit_status", type(e).__name__))
+            self.error = str(info.get("exception_str", str(e)))[:2000]
+            if isinstance(e, SandboxError) or not _is_endpoint_fault(e):
+                raise  # a lost container (infrastructure, with its reason) or a fault
         return str(info.get("exit_status", "")), str(info.get("submission", "")), agent.messages
 
     def _litellm_model(self, model_config: Mapping[str, Any]) -> Any:
-        import litellm
-        from minisweagent.models.litellm_model import LitellmModel
-
-        litellm.suppress_debug_info = True  # else a provider banner per unpriced call
-        api_base = self.base_url.rstrip("/")
-        api_base = api_base if api_base.endswith("/v1") else api_base + "/v1"
-        sampling = {k: v for k, v in self.request_kwargs.items() if k in _OPENAI_PARAMS}
-        extra_body = {k: v for k, v in self.request_kwargs.items() if k not in _OPENAI_PARAMS}
-        kwargs = {
-            **dict(model_config.get("model_kwargs", {})),
-            **sampling,
-            "api_base": api_base,
-            "api_key": os.environ.get("RESCUE_SWE_API_KEY", "EMPTY"),
-            "timeout": self.settings.request_timeout_s,
-            **({"extra_body": extra_body} if extra_body else {}),
-        }
-        templates = {
-            k: v for k, v in model_config.items() if k.endswith("_template") and isinstance(v, str)
-        }
-        return LitellmModel(
-            model_name=f"openai/{self.settings.model_name}",
-            model_kwargs=kwargs,
-            cost_tracking="ignore_errors",
-            **templates,
+        return litellm_model(
+            base_url=self.base_url,
+            model_name=self.settings.model_name,
+            request_kwargs=self.request_kwargs,
+            timeout_s=self.settings.request_timeout_s,
+            model_config=model_config,
         )
 
     def _log_dir(self, name: str | None = None) -> Path | None:
@@ -409,11 +403,15 @@ def _task_text(prompt: Any) -> str:
     raise ValueError(f"prompt must be a string or a list of chat messages, got {type(prompt)}")
 
 
-def _quiet(fn: Callable[[], Any]) -> Any:
-    try:
-        return fn()
-    except Exception:
-        return None
+def _is_endpoint_fault(e: BaseException) -> bool:
+    """Whether an exception out of the agent's run is the model endpoint's (infrastructure).
+
+    litellm's errors subclass ``openai.APIError`` (``ContextWindowExceededError`` too,
+    which the classifier books as a budget failure by its name).
+    """
+    import openai
+
+    return isinstance(e, (openai.APIError, OSError, TimeoutError))
 
 
 def _describe(e: BaseException) -> str:

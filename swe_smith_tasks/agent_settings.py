@@ -31,6 +31,8 @@ _ENV = {
     "environment": "RESCUE_SWE_ENVIRONMENT",
     "docker_executable": "MSWEA_DOCKER_EXECUTABLE",
     "docker_run_args": "RESCUE_SWE_DOCKER_RUN_ARGS",
+    "container_memory": "RESCUE_SWE_CONTAINER_MEMORY",
+    "container_cpus": "RESCUE_SWE_CONTAINER_CPUS",
     "local_images": "RESCUE_SWE_LOCAL_IMAGES",
     "config": "RESCUE_SWE_CONFIG",
     "hide_history": "RESCUE_SWE_HIDE_HISTORY",
@@ -63,7 +65,14 @@ class AgentSettings:
     docker_executable: str | None = None
     """Docker CLI (MSWEA_DOCKER_EXECUTABLE; default ``docker``)."""
     docker_run_args: tuple[str, ...] = ()
-    """Extra ``docker run`` arguments, e.g. ``--cpus 2 --memory 8g`` (shell-split)."""
+    """Extra ``docker run`` arguments, e.g. ``--shm-size 2g`` (shell-split; after the limits,
+    so they win)."""
+    container_memory: str = "10g"
+    """``docker run --memory`` of every task container, as the SWE-smith harness grades
+    (``0`` = no limit)."""
+    container_cpus: float | None = None
+    """``docker run --cpus`` of every task container; default the node's cores shared among
+    ``max_concurrency`` trials (at least 0.1); ``0`` = no limit."""
     local_images: str | None = None
     """Folder of directory images for ``environment=local``."""
     config: str = "swebench.yaml"
@@ -80,6 +89,8 @@ class AgentSettings:
             raise ValueError(f"RESCUE_SWE_MAX_CONCURRENCY={self.max_concurrency}: must be >= 1")
         if self.environment not in ("docker", "local"):
             raise ValueError(f"RESCUE_SWE_ENVIRONMENT={self.environment!r}; allowed: docker, local")
+        if self.container_cpus is not None and not self.container_cpus >= 0:
+            raise ValueError(f"RESCUE_SWE_CONTAINER_CPUS={self.container_cpus}: must be >= 0")
         if self.environment == "local" and not self.local_images:
             raise ValueError("RESCUE_SWE_ENVIRONMENT=local needs RESCUE_SWE_LOCAL_IMAGES")
         for name in ("command_timeout_s", "request_timeout_s", "start_timeout_s"):
@@ -93,6 +104,18 @@ class AgentSettings:
                 f"{_ENV['trial_timeout_s']}={self.trial_timeout_s} must be below "
                 f"{_ENV['outer_timeout_s']}={self.outer_timeout_s} (the trainer's timeout)"
             )
+
+    def docker_limits(self) -> tuple[str, ...]:
+        """The ``docker run`` resource flags of a task container (``--memory``, ``--cpus``)."""
+        flags: tuple[str, ...] = ()
+        if self.container_memory not in ("", "0", "none"):
+            flags += ("--memory", self.container_memory)
+        cpus = self.container_cpus
+        if cpus is None:
+            cpus = max(0.1, round((os.cpu_count() or 1) / self.max_concurrency, 2))
+        if cpus > 0:
+            flags += ("--cpus", f"{cpus:g}")
+        return flags
 
     @classmethod
     def from_env(cls, env: Mapping[str, str] | None = None, **overrides: Any) -> AgentSettings:
@@ -109,7 +132,7 @@ class AgentSettings:
                     values[f.name] = tuple(shlex.split(raw))
                 elif f.name == "hide_history":
                     values[f.name] = raw.strip().lower() not in ("0", "false", "no", "off")
-                elif f.type in ("int", "float"):
+                elif f.type in ("int", "float", "float | None"):
                     values[f.name] = int(raw) if f.type == "int" else float(raw)
                 else:
                     values[f.name] = raw

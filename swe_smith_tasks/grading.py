@@ -24,6 +24,16 @@ without both start/end markers (the eval container was lost, the script never ra
 ``error`` with reason ``no_test_output``, never an unresolved verdict: swesmith's grader
 would call it unresolved. An empty patch is graded unresolved without running anything:
 the bug is still there.
+
+What is the grader's fault, not the agent's (``SandboxError``, no verdict): a checkout
+or a file copy that fails; a ``docker exec`` that fails while applying the patch
+(``grader_exec_failed``: the exec could not run, or its container is gone) rather than
+the patch not applying; a test run killed before the profile's timeout (exit 137: the
+daemon or the OOM killer, ``eval_killed``) or whose container is gone
+(``eval_container_lost``).
+
+A task without FAIL_TO_PASS tests is refused (``ValueError``): with no test to fail, an
+empty log would grade ``resolved``.
 """
 
 from __future__ import annotations
@@ -36,7 +46,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from swe_smith_tasks.sandbox import Container, SandboxError, checkout_command
+from swe_smith_tasks.sandbox import Container, SandboxError, checkout_command, lost
 
 #: Failing test names kept in a grade's report (the full lists can hold hundreds).
 MAX_LISTED_FAILURES = 20
@@ -67,8 +77,9 @@ class Grade:
 def task_instance(metadata: Mapping[str, Any]) -> dict[str, Any]:
     """The SWE-smith instance dict the harness expects, from a prompt's metadata.
 
-    Needs ``instance_id``; ``repo`` defaults to the instance id's repo part;
-    ``FAIL_TO_PASS``/``PASS_TO_PASS`` may be lists or JSON strings (default empty).
+    Needs ``instance_id`` and a non-empty ``FAIL_TO_PASS``; ``repo`` defaults to the
+    instance id's repo part; ``FAIL_TO_PASS``/``PASS_TO_PASS`` may be lists or JSON strings
+    (``PASS_TO_PASS`` default empty).
     """
     import json
 
@@ -84,6 +95,11 @@ def task_instance(metadata: Mapping[str, Any]) -> dict[str, Any]:
         if not isinstance(tests, list):
             raise ValueError(f"metadata[{key!r}] must be a list of test names, got {tests!r}")
         instance[key] = [str(t) for t in tests]
+    if not instance["FAIL_TO_PASS"]:
+        raise ValueError(
+            f"metadata['FAIL_TO_PASS'] of {instance_id} is missing or empty: a task needs at "
+            "least one failing test to be graded (rescue swe prepare skips such rows)"
+        )
     return instance
 
 
@@ -174,6 +190,8 @@ def grade_patch(
         applied = container.exec(f"{apply_cmd} {scratch}/patch.diff 2>&1", timeout_s=120)
         if applied.returncode == 0:
             break
+        if applied.returncode == -1 or lost(container, applied.output, applied.returncode):
+            raise SandboxError("grader_exec_failed", applied.output[-500:])
     else:
         _keep(log_dir, patch=patch, log=applied.output if applied else "")
         return Grade(
@@ -203,12 +221,18 @@ def grade_patch(
     wrote = container.exec(f"cat > {scratch}/eval.sh", timeout_s=60, input=script)
     if wrote.returncode != 0:
         raise SandboxError("grader_copy_failed", wrote.output[-500:])
+    started = time.monotonic()
     run = container.exec(
         f"timeout -s KILL {int(timeout_s)} bash {scratch}/eval.sh 2>&1", timeout_s=timeout_s + 30
     )
+    ran_s = time.monotonic() - started
     _keep(log_dir, patch=patch, log=run.output, script=script)
-    if run.timed_out or run.returncode in (124, 137):
+    if run.timed_out or run.returncode == 124 or (run.returncode == 137 and ran_s >= timeout_s):
         grade = Grade("timeout", False, reason="tests_timeout")
+    elif run.returncode == 137:  # killed before our timeout fired: the daemon, OOM
+        raise SandboxError("eval_killed", f"exit 137 after {ran_s:.0f}s: {run.output[-300:]}")
+    elif lost(container, run.output, run.returncode):
+        raise SandboxError("eval_container_lost", run.output[-500:])
     else:
         grade = grade_from_log(inst, patch, run.output)
     return Grade(

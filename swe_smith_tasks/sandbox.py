@@ -19,8 +19,17 @@ Specification
   development without Docker and for the tests, where images are directories
   ``<images>/<image name with / and : as _>/testbed``.
 
-Failures to start a container or check out the task raise ``SandboxError``; the agent
-turns it into ``infra_no_result``.
+- ``alive()`` says whether the container still runs (``docker inspect``). A command that
+  fails with a daemon error (``DAEMON_ERROR``: no such container, not running, daemon
+  unreachable) in a container that is no longer alive raises ``SandboxError
+  ("container_lost")`` from the agent's environment: a daemon restart or a removed
+  container ends the trial as ``infra_no_result``, never as a turn-cap hit.
+- ``limits`` are the ``docker run`` resource flags every container gets
+  (``AgentSettings.docker_limits``: ``--memory 10g`` as the SWE-smith harness grades,
+  ``--cpus`` the trial's share of the node); ``run_args`` come after them and win.
+
+Failures to start a container or check out the task, and a lost container, raise
+``SandboxError``; the agent turns it into ``infra_no_result``.
 """
 
 from __future__ import annotations
@@ -28,6 +37,7 @@ from __future__ import annotations
 import contextlib
 import functools
 import os
+import re
 import shlex
 import shutil
 import subprocess
@@ -45,6 +55,11 @@ CONTAINER_LABEL = "rescue-swe=1"
 WORKDIR = "/testbed"
 #: Scratch folder for the grader's files inside a container.
 SCRATCH = "/rescue"
+#: What the docker client prints when the container or the daemon is gone.
+DAEMON_ERROR = re.compile(
+    r"No such container|is not running|Cannot connect to the Docker daemon"
+    r"|Error response from daemon"
+)
 
 
 class SandboxError(RuntimeError):
@@ -88,6 +103,7 @@ class DockerContainer:
         role: str,
         executable: str | None = None,
         run_args: tuple[str, ...] = (),
+        limits: tuple[str, ...] = (),
         lifetime_s: float = 7200,
         start_timeout_s: float = 300,
     ) -> None:
@@ -98,7 +114,7 @@ class DockerContainer:
         cmd = [
             self.executable,
             *("run", "-d", "--rm", "--name", self.name, "--label", CONTAINER_LABEL),
-            *("-w", WORKDIR, *run_args, image, "sleep", f"{int(lifetime_s)}s"),
+            *("-w", WORKDIR, *limits, *run_args, image, "sleep", f"{int(lifetime_s)}s"),
         ]
         try:
             proc = subprocess.run(cmd, capture_output=True, text=True, timeout=start_timeout_s)
@@ -125,6 +141,14 @@ class DockerContainer:
         cmd += [self.id or self.name, "bash", "-c", command]
         return _run(cmd, timeout_s=timeout_s, input=input)
 
+    def alive(self) -> bool:
+        """Whether the container still runs (``docker inspect``; False when it cannot say)."""
+        result = _run(
+            [self.executable, "inspect", "--format", "{{.State.Running}}", self.id or self.name],
+            timeout_s=60,
+        )
+        return result.returncode == 0 and result.output.strip() == "true"
+
     def mini_environment(self, *, timeout_s: int, env: dict[str, str]) -> Any:
         """mini-swe-agent's ``DockerEnvironment`` bound to this container (it starts none)."""
         return _bound_docker_environment()(
@@ -135,6 +159,7 @@ class DockerContainer:
             env=env,
             interpreter=["bash", "-c"],
             container_id=self.id,
+            sandbox=self,
         )
 
     def close(self) -> None:
@@ -180,6 +205,10 @@ class LocalContainer:
             env={**os.environ, **(env or {})},
         )
 
+    def alive(self) -> bool:
+        """Whether the copy still exists."""
+        return Path(self.workdir).is_dir()
+
     def mini_environment(self, *, timeout_s: int, env: dict[str, str]) -> Any:
         """mini-swe-agent's ``LocalEnvironment`` in the copy's work tree."""
         from minisweagent.environments.local import LocalEnvironment
@@ -193,6 +222,11 @@ class LocalContainer:
 
 
 Container = DockerContainer | LocalContainer
+
+
+def lost(container: Container, result_output: str, returncode: int) -> bool:
+    """Whether a failed command failed because its container is gone (rule in the docstring)."""
+    return returncode != 0 and bool(DAEMON_ERROR.search(result_output)) and not container.alive()
 
 
 def image_dir_name(image: str) -> str:
@@ -272,11 +306,19 @@ def _bound_docker_environment() -> type:
         container_id: str
 
     class BoundDockerEnvironment(DockerEnvironment):
-        def __init__(self, **kwargs: Any) -> None:
+        def __init__(self, *, sandbox: DockerContainer, **kwargs: Any) -> None:
+            self.sandbox = sandbox
             super().__init__(config_class=BoundDockerEnvironmentConfig, **kwargs)
 
         def _start_container(self) -> None:
             self.container_id = self.config.container_id
+
+        def execute(self, action: dict, cwd: str = "", *, timeout: int | None = None) -> dict:
+            """mini-swe-agent's ``execute``; a command that failed in a lost container raises."""
+            output = super().execute(action, cwd, timeout=timeout)
+            if lost(self.sandbox, str(output.get("output", "")), int(output["returncode"])):
+                raise SandboxError("container_lost", str(output.get("output", ""))[-500:])
+            return output
 
         def cleanup(self) -> None:
             """The container belongs to ``DockerContainer``, which removes it."""

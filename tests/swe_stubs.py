@@ -8,7 +8,10 @@
   executable and points ``FAKE_DOCKER_ROOT`` at a fresh state folder.
 - ``ScriptedOpenAI`` is an OpenAI-compatible chat endpoint on 127.0.0.1 answering from a
   script: ``{"command": c}`` (one bash tool call), ``{"text": t}`` (no tool call: a format
-  error), ``{"sleep": s}`` (stall); the last item repeats.
+  error; ``<tool_call>…</tool_call>`` text is what SGLang without a tool-call parser
+  returns), ``{"sleep": s}`` (stall), ``{"status": 400, "error": m}`` (SGLang's error body
+  with message ``m``); the last item repeats. ``on_request(n)``, when given, runs before
+  request ``n`` (0-based) is answered.
 """
 
 from __future__ import annotations
@@ -122,8 +125,9 @@ def docker_calls(root: Path) -> list[list[str]]:
 class ScriptedOpenAI:
     """OpenAI-compatible ``/v1/chat/completions`` on loopback, answering from a script."""
 
-    def __init__(self, script: list[dict]) -> None:
+    def __init__(self, script: list[dict], on_request=None) -> None:
         self.script = list(script)
+        self.on_request = on_request
         self.requests: list[dict] = []
         self.first_request = threading.Event()
         stub = self
@@ -138,11 +142,15 @@ class ScriptedOpenAI:
                 stub.first_request.set()
                 n = len(stub.requests) - 1
                 item = stub.script[min(n, len(stub.script) - 1)]
+                if stub.on_request is not None:
+                    stub.on_request(n)
                 if "sleep" in item:
                     time.sleep(item["sleep"])
-                payload = json.dumps(stub.response(item, n)).encode()
+                status = item.get("status", 200)
+                reply = stub.response(item, n) if status == 200 else stub.error(item)
+                payload = json.dumps(reply).encode()
                 try:
-                    self.send_response(200)
+                    self.send_response(status)
                     self.send_header("Content-Type", "application/json")
                     self.send_header("Content-Length", str(len(payload)))
                     self.end_headers()
@@ -179,6 +187,19 @@ class ScriptedOpenAI:
             "model": "model",
             "choices": [{"index": 0, "message": message, "finish_reason": finish}],
             "usage": {"prompt_tokens": 1, "completion_tokens": 1, "total_tokens": 2},
+        }
+
+    @staticmethod
+    def error(item: dict) -> dict:
+        """SGLang's OpenAI-style error body (``ErrorResponse``)."""
+        status = item["status"]
+        kind = "BadRequestError" if status == 400 else "InternalServerError"
+        return {
+            "object": "error",
+            "message": item["error"],
+            "type": kind,
+            "param": None,
+            "code": status,
         }
 
     def close(self) -> None:

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import os
+import shutil
 import sys
 import time
 from pathlib import Path
@@ -108,10 +109,16 @@ def test_submitted_fix_is_solved_through_the_docker_code_path(docker):
     runs = [c for c in calls if c[0] == "run"]
     assert len(runs) == 2  # the agent's sandbox, then a fresh container for grading
     assert all(c[c.index("--name") + 1].startswith(CONTAINER_PREFIX) for c in runs)
-    assert all(c[c.index("--cpus") + 1] == "2" for c in runs)
+    # The default limits (10g, a CPU share), then run_args, which win where they overlap.
+    assert all(flag_values(c, "--cpus")[-1] == "2" for c in runs)
+    assert all(flag_values(c, "--memory") == ["10g"] for c in runs)
     assert any(c[0] == "exec" and c[-3:-1] == ["bash", "-c"] and c[-1] == FIX for c in calls)
     assert live_containers(docker.root) == []
     assert classify(metadata=result).outcome is Outcome.SOLVED
+
+
+def flag_values(call: list[str], flag: str) -> list[str]:
+    return [call[i + 1] for i, word in enumerate(call[:-1]) if word == flag]
 
 
 def test_wrong_fix_is_a_scored_submitted_failure(local_images, tmp_path):
@@ -321,3 +328,161 @@ def test_reward_func_reads_the_reward_and_scores_no_result_as_zero():
         0.0,
         0.0,
     ]
+
+
+# ── context limits, lost containers, and faults that are not infrastructure ─────────────
+
+SGLANG_CONTEXT_ERRORS = [
+    "The input (39012 tokens) is longer than the model's context length (40960 tokens).",
+    "Requested token count exceeds the model's maximum context length of 40960 tokens. You "
+    "requested a total of 41220 tokens: 33028 tokens from the input messages and 8192 tokens "
+    "for the completion. Please reduce the number of tokens in the input messages or the "
+    "completion to fit within the limit.",
+    "max_completion_tokens is too large: 8192.This model supports at most 1932 completion tokens.",
+    "Input length (40100 tokens) exceeds the maximum allowed length (40000 tokens). Use a "
+    "shorter input or enable --allow-auto-truncate.",
+]
+
+
+@pytest.mark.parametrize(
+    "message", SGLANG_CONTEXT_ERRORS, ids=["input", "total", "completion", "scheduler"]
+)
+def test_a_request_over_the_context_ends_the_trial_as_a_context_limit(local_images, message):
+    settings = AgentSettings(environment="local", local_images=local_images, **FAST)
+    result, server = play([{"command": "ls"}, {"status": 400, "error": message}], settings)
+    assert (result["exit_status"], result["outcome"]) == (
+        "ContextWindowExceededError",
+        "budget_failure",
+    )
+    assert result["outcome_reason"] == "context_limit" and result["reward"] == 0.0
+    assert len(server.requests) == 2  # refused once, never retried
+    assert classify(metadata=result).outcome is Outcome.BUDGET_FAILURE
+
+
+def test_a_server_error_that_is_not_about_context_stays_infra(local_images):
+    settings = AgentSettings(environment="local", local_images=local_images, **FAST)
+    result, _ = play([{"status": 400, "error": "Invalid tool_choice: 'maybe'"}], settings)
+    assert (result["outcome"], result["exit_status"]) == ("infra_no_result", "BadRequestError")
+
+
+def test_a_container_lost_mid_trial_is_infra_not_a_turn_cap(docker):
+    def daemon_restart(n):
+        if n == 2:  # after two commands ran: every container is gone
+            for folder in (docker.root / "containers").iterdir():
+                shutil.rmtree(folder)
+
+    settings = AgentSettings(docker_executable=docker.shim, step_limit=6, **FAST)
+    server = ScriptedOpenAI([{"command": "ls"}], on_request=daemon_restart)
+    try:
+        result = asyncio.run(
+            agent.run(server.base_url, PROBLEM, {}, dict(METADATA), settings=settings)
+        )
+    finally:
+        server.close()
+    assert (result["outcome"], result["outcome_reason"]) == ("infra_no_result", "container_lost")
+    assert result["reward"] is None and "No such container" in result["error"]
+    assert len(server.requests) == 3  # stopped at the first failed command, not at the cap
+    inspects = [c for c in docker_calls(docker.root) if c[0] == "inspect"]
+    assert len(inspects) == 1
+
+
+def test_a_failing_command_in_a_live_container_is_an_observation(docker):
+    settings = AgentSettings(docker_executable=docker.shim, step_limit=3, **FAST)
+    result, _ = play(
+        [{"command": "docker ps; echo 'Error response from daemon' >&2; exit 1"}], settings
+    )
+    assert (result["outcome"], result["outcome_reason"]) == ("budget_failure", "turn_cap")
+
+
+class BrokenModel:
+    """A model object whose query has a bug (what a fault in rescue's code looks like)."""
+
+    config = SimpleNamespace(model_name="broken")
+
+    def query(self, messages, **kwargs):
+        return {}["choices"]
+
+    def format_message(self, **kwargs):
+        return kwargs
+
+    def format_observation_messages(self, message, outputs, template_vars=None):
+        return []
+
+    def get_template_vars(self, **kwargs):
+        return {}
+
+    def serialize(self):
+        return {}
+
+
+def test_a_fault_in_the_code_raises_instead_of_being_booked_as_infrastructure(local_images):
+    settings = AgentSettings(environment="local", local_images=local_images, **FAST)
+    with pytest.raises(KeyError, match="choices"):
+        asyncio.run(
+            agent.run(
+                "http://x", PROBLEM, {}, dict(METADATA), settings=settings, model=BrokenModel()
+            )
+        )
+
+
+def test_a_fault_after_the_agent_raises_too(local_images, monkeypatch):
+    def broken(*args, **kwargs):
+        raise TypeError("read_test_runs() got an unexpected keyword argument")
+
+    monkeypatch.setattr(agent, "read_test_runs", broken)
+    settings = AgentSettings(environment="local", local_images=local_images, **FAST)
+    with pytest.raises(TypeError, match="unexpected keyword"):
+        play(FIX_SCRIPT, settings)
+
+
+def test_a_task_without_a_profile_is_refused_before_any_container(docker):
+    settings = AgentSettings(docker_executable=docker.shim, **FAST)
+    metadata = {**METADATA, "repo": "swesmith/nobody__nothing.12345678"}
+    with pytest.raises(ValueError, match="no SWE-smith profile"):
+        play(FIX_SCRIPT, settings, metadata=metadata)
+    assert docker_calls(docker.root) == []
+
+
+@pytest.mark.parametrize("f2p", [None, [], "[]"])
+def test_a_task_without_fail_to_pass_tests_is_refused(docker, f2p):
+    settings = AgentSettings(docker_executable=docker.shim, **FAST)
+    metadata = {k: v for k, v in METADATA.items() if k != "FAIL_TO_PASS"}
+    if f2p is not None:
+        metadata["FAIL_TO_PASS"] = f2p
+    with pytest.raises(ValueError, match="FAIL_TO_PASS"):
+        play(FIX_SCRIPT, settings, metadata=metadata)
+    assert docker_calls(docker.root) == []
+
+
+def test_task_containers_get_the_harness_limits_by_default(monkeypatch):
+    monkeypatch.setattr(os, "cpu_count", lambda: 64)
+    assert AgentSettings(max_concurrency=128).docker_limits() == (
+        "--memory",
+        "10g",
+        "--cpus",
+        "0.5",
+    )
+    assert AgentSettings(max_concurrency=16).docker_limits() == ("--memory", "10g", "--cpus", "4")
+    env = AgentSettings.from_env(
+        {"RESCUE_SWE_CONTAINER_MEMORY": "4g", "RESCUE_SWE_CONTAINER_CPUS": "1.5"}
+    )
+    assert env.docker_limits() == ("--memory", "4g", "--cpus", "1.5")
+    off = AgentSettings.from_env(
+        {"RESCUE_SWE_CONTAINER_MEMORY": "0", "RESCUE_SWE_CONTAINER_CPUS": "0"}
+    )
+    assert off.docker_limits() == ()
+    with pytest.raises(ValueError, match="RESCUE_SWE_CONTAINER_CPUS"):
+        AgentSettings(container_cpus=-1)
+
+
+def test_a_fault_before_the_agent_raises_instead_of_being_booked_as_infrastructure(
+    docker, monkeypatch
+):
+    def broken(container, instance_id, **kwargs):
+        raise AttributeError("'NoneType' object has no attribute 'exec'")
+
+    monkeypatch.setattr(agent, "checkout_task", broken)
+    settings = AgentSettings(docker_executable=docker.shim, **FAST)
+    with pytest.raises(AttributeError, match="no attribute 'exec'"):
+        play(FIX_SCRIPT, settings)
+    assert live_containers(docker.root) == []  # the sandbox is still removed

@@ -199,3 +199,56 @@ def test_missing_task_branch_in_the_grader_raises_sandbox_error(container):
             container, {**METADATA, "instance_id": METADATA["instance_id"] + "x"}, GOLD_PATCH
         )
     assert err.value.reason == "grader_checkout_failed"
+
+
+@pytest.mark.parametrize("f2p", [None, []])
+def test_a_task_without_fail_to_pass_tests_is_never_graded(f2p):
+    row = {k: v for k, v in ROWS[0].items() if k != "FAIL_TO_PASS"}
+    if f2p is not None:
+        row["FAIL_TO_PASS"] = f2p
+    log = harness_log({t: "PASSED" for t in row["PASS_TO_PASS"]})
+    with pytest.raises(ValueError, match="FAIL_TO_PASS"):
+        grade_from_log(row, PATCH, log)
+    with pytest.raises(ValueError, match="FAIL_TO_PASS"):
+        grade_patch(None, row, PATCH)
+
+
+def test_a_docker_exec_failure_while_applying_is_the_graders_fault(container, monkeypatch):
+    real_exec = container.exec
+
+    def exec_then_daemon_restart(command, **kwargs):
+        if "patch.diff" in command and "cat >" not in command:  # the first apply attempt
+            container.close()  # the daemon restarted: the container is gone
+        return real_exec(command, **kwargs)
+
+    monkeypatch.setattr(container, "exec", exec_then_daemon_restart)
+    with pytest.raises(SandboxError) as err:
+        grade_patch(container, METADATA, GOLD_PATCH)
+    assert err.value.reason == "grader_exec_failed" and "No such container" in str(err.value)
+
+
+def test_an_apply_exec_that_cannot_run_is_the_graders_fault(container, monkeypatch):
+    real_exec = container.exec
+
+    def exec_fails(command, **kwargs):
+        if "patch.diff" in command and "cat >" not in command:
+            return ExecResult(-1, "OSError: [Errno 12] Cannot allocate memory")
+        return real_exec(command, **kwargs)
+
+    monkeypatch.setattr(container, "exec", exec_fails)
+    with pytest.raises(SandboxError) as err:
+        grade_patch(container, METADATA, GOLD_PATCH)
+    assert err.value.reason == "grader_exec_failed"
+
+
+def test_tests_killed_before_the_timeout_are_the_graders_fault(container):
+    """Exit 137 long before the profile timeout: the OOM killer or the daemon, not the agent."""
+    killer = (
+        "diff --git a/conftest.py b/conftest.py\nnew file mode 100644\n--- /dev/null\n"
+        "+++ b/conftest.py\n@@ -0,0 +1,2 @@\n+import os, signal\n"
+        "+os.kill(os.getppid(), signal.SIGKILL)\n"
+    )
+    with pytest.raises(SandboxError) as err:
+        grade_patch(container, METADATA, GOLD_PATCH + killer, timeout_s=60)
+    assert err.value.reason == "eval_killed"
+    assert classify_exit_status("Submitted", eval_status="error").outcome is Outcome.INFRA_NO_RESULT

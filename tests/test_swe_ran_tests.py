@@ -221,7 +221,7 @@ COMMANDS = [
     ("git diff -- calc.py > patch.txt", False, False),
     ("git status && git diff", False, False),
     ("find . -name 'test_*.py' | xargs grep -l add", False, False),
-    ("python -c \"import calc; print(calc.add(2, 3))\"", False, False),
+    ('python -c "import calc; print(calc.add(2, 3))"', False, False),
     (PY_HEREDOC_READ, False, False),
     ("python reproduce_bug.py > /tmp/out.txt 2>&1; cat /tmp/out.txt", False, False),
     ("cat > reproduce_issue.py <<'EOF'\nimport calc\nprint(calc.add(2, 3))\nEOF", False, False),
