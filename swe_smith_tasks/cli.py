@@ -1,15 +1,17 @@
 """SWE-smith tasks: prepare the prompt data, run the pilot, reap leftover containers.
 
 ``rescue swe prepare`` writes the Miles prompt JSONL from the SWE-smith dataset (or a
-local file), optionally restricted to a pilot subset. ``rescue swe pilot`` runs n trials
-per task against an OpenAI-compatible endpoint and writes the subset of tasks whose
-success rate lies in the window. ``rescue swe reap`` removes the containers trials left
-behind. Each step's heavy imports happen inside it.
+local file), optionally restricted to a pilot subset. ``rescue swe probe`` checks that a
+served endpoint returns tool calls as the agent reads them. ``rescue swe pilot`` runs n
+trials per task against an OpenAI-compatible endpoint and writes the subset of tasks
+whose success rate lies in the window. ``rescue swe reap`` removes the containers trials
+left behind. Each step's heavy imports happen inside it.
 """
 
 from __future__ import annotations
 
 import argparse
+import json
 import sys
 from collections import Counter
 
@@ -22,7 +24,7 @@ _WINDOW = Window()
 
 
 def configure(parser: argparse.ArgumentParser) -> None:
-    """Add the ``prepare``, ``pilot`` and ``reap`` subcommands."""
+    """Add the ``prepare``, ``probe``, ``pilot`` and ``reap`` subcommands."""
     sub = parser.add_subparsers(dest="swe_command", metavar="STEP", required=True)
 
     p = sub.add_parser("prepare", help="SWE-smith rows -> Miles prompt JSONL")
@@ -44,6 +46,26 @@ def configure(parser: argparse.ArgumentParser) -> None:
         default=IMAGE_NAMESPACE,
         help="namespace task images are rewritten to, from swebench/ or jyangballin/ "
         f"(default {IMAGE_NAMESPACE}; e.g. a local mirror registry.local:5000/swebench)",
+    )
+
+    e = sub.add_parser("probe", help="check that an endpoint returns tool calls in tool_calls")
+    e.add_argument("--base-url", required=True, help="OpenAI-compatible endpoint of the policy")
+    e.add_argument("--model", required=True, help="model name sent to the endpoint")
+    e.add_argument(
+        "--tool-call-parser",
+        default=None,
+        help="the tool-call parser the server should run, named when it does not (default: none)",
+    )
+    e.add_argument(
+        "--reasoning-parser",
+        default=None,
+        help="the reasoning parser the server should run, named when it does not (default: none)",
+    )
+    e.add_argument(
+        "--chat-template-kwargs",
+        type=_json_object,
+        default=None,
+        help="JSON object sent as chat_template_kwargs, as training sends it (default: none)",
     )
 
     q = sub.add_parser("pilot", help="n trials per task; keep tasks with success in the window")
@@ -71,6 +93,13 @@ def configure(parser: argparse.ArgumentParser) -> None:
         type=int,
         default=None,
         help="max new tokens per model call (default: the server's)",
+    )
+    q.add_argument(
+        "--chat-template-kwargs",
+        type=_json_object,
+        default=None,
+        help="JSON object sent as chat_template_kwargs with every request, as Miles' session "
+        "server sends its family's (default: none)",
     )
     q.add_argument(
         "--low",
@@ -143,7 +172,39 @@ def configure(parser: argparse.ArgumentParser) -> None:
 
 def main(args: argparse.Namespace) -> int:
     """Run the chosen step; 0 on success."""
-    return {"prepare": _prepare, "pilot": _pilot, "reap": _reap}[args.swe_command](args)
+    steps = {"prepare": _prepare, "probe": _probe, "pilot": _pilot, "reap": _reap}
+    return steps[args.swe_command](args)
+
+
+def _json_object(text: str) -> dict:
+    try:
+        value = json.loads(text)
+    except json.JSONDecodeError as e:
+        raise argparse.ArgumentTypeError(f"not JSON ({e}): {text!r}") from None
+    if not isinstance(value, dict):
+        raise argparse.ArgumentTypeError(f"not a JSON object: {text!r}")
+    return value
+
+
+def _probe(args: argparse.Namespace) -> int:
+    from swe_smith_tasks.endpoint import probe_tool_calls
+
+    probe = probe_tool_calls(
+        args.base_url,
+        args.model,
+        tool_call_parser=args.tool_call_parser,
+        reasoning_parser=args.reasoning_parser,
+        request_kwargs=(
+            {"chat_template_kwargs": args.chat_template_kwargs}
+            if args.chat_template_kwargs
+            else None
+        ),
+    )
+    if probe.ok:
+        print(f"ok: {probe.message}")
+        return 0
+    print(f"rescue swe probe: {probe.message}", file=sys.stderr)
+    return 1
 
 
 def _prepare(args: argparse.Namespace) -> int:
@@ -170,6 +231,11 @@ def _pilot(args: argparse.Namespace) -> int:
     tasks = pilot.sample_tasks(pilot.load_tasks(args.tasks), args.max_tasks, args.seed)
     if args.summarize_only:
         records = pilot.load_results(f"{args.out}/{pilot.RESULTS}")
+        if not records:
+            raise ValueError(
+                f"--summarize-only: no results in {args.out}/{pilot.RESULTS}: "
+                "run the pilot first (without --summarize-only)"
+            )
     else:
         missing = [f for f in ("base_url", "model") if not getattr(args, f)]
         if missing:
@@ -179,6 +245,8 @@ def _pilot(args: argparse.Namespace) -> int:
         request_kwargs = {"temperature": args.temperature}
         if args.max_tokens is not None:
             request_kwargs["max_tokens"] = args.max_tokens
+        if args.chat_template_kwargs:
+            request_kwargs["chat_template_kwargs"] = args.chat_template_kwargs
         trial_kwargs = (
             pilot.default_agent_kwargs(args.model, args.concurrency, args.log_dir)
             if args.agent == pilot.DEFAULT_TRIAL_FN
@@ -205,6 +273,9 @@ def _pilot(args: argparse.Namespace) -> int:
                 file=sys.stderr,
             )
             return 130
+        except pilot.TrialErrors as e:
+            print(f"rescue swe pilot: {e}", file=sys.stderr)
+            return 1
     stats = subset.summarize([t.instance_id for t in tasks], records, args.n, window)
     paths = subset.write_outputs(
         args.out, stats, records, n=args.n, window=window, model=args.model
@@ -215,6 +286,14 @@ def _pilot(args: argparse.Namespace) -> int:
         print(
             f"warning: no trial had a result (most common reason: {reason}); "
             "check the endpoint, Docker and the task images",
+            file=sys.stderr,
+        )
+    if infra and not args.summarize_only:
+        reasons = ", ".join(f"{r} {k}" for r, k in infra.most_common(3))
+        print(
+            f"{infra.total()} trial(s) had no result ({reasons}; error text in "
+            f"{args.out}/{pilot.RESULTS}); a rerun skips them: rerun with --retry-infra "
+            "(make pilot PILOT_RETRY_INFRA=1) to try them again",
             file=sys.stderr,
         )
     kept = sum(s.decision == "keep" for s in stats)

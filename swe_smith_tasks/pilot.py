@@ -20,8 +20,14 @@ process killed mid-write) is dropped on resume; any other bad line is an error.
 
 Outcome of a trial: the result goes through ``rescue.outcomes.classify`` as an agentic
 sample, which takes the agent's ``outcome`` as is (and labels a result without
-``exit_status``, e.g. ``None``, ``infra_no_result``). An exception raised by the trial
-function is ``infra_no_result`` with reason ``exception:<type>``.
+``exit_status``, e.g. ``None``, ``infra_no_result``). A no-result line keeps the agent's
+``error`` text.
+
+Errors. The agent turns every infrastructure fault into a result; an exception raised by
+the trial function is a fault in the code, not a lost trial: it is written to
+``errors.jsonl`` (the trial, the error, its traceback; the first one is also printed),
+never to ``results.jsonl``, so a rerun tries the trial again. The other trials go on;
+at the end ``run_pilot`` raises ``TrialErrors`` with the count.
 
 The subset rule (success window, Wilson interval, infra threshold) is in
 ``swe_smith_tasks.subset``.
@@ -43,7 +49,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from rescue.outcomes import OUTCOMES, Classification, Outcome, classify
+from rescue.outcomes import OUTCOMES, Outcome, classify
 
 TrialFn = Callable[..., Awaitable[Mapping[str, Any] | None]]
 Key = tuple[str, int]
@@ -58,8 +64,22 @@ KEPT_FIELDS = (
     "ran_tests_after_last_edit",
     "n_test_runs",
     "timings",
+    "error",
 )
 RESULTS = "results.jsonl"
+ERRORS = "errors.jsonl"
+
+
+class TrialErrors(RuntimeError):
+    """Trials whose function raised (a fault in the code): written to ``errors.jsonl``."""
+
+    def __init__(self, count: int, path: Path) -> None:
+        super().__init__(
+            f"{count} trial(s) raised an error (a fault in the code, not infrastructure): "
+            f"see {path}; fix it and rerun the same command (finished trials are kept)"
+        )
+        self.count = count
+        self.path = path
 
 
 @dataclass(frozen=True)
@@ -166,15 +186,9 @@ def resolve_trial_fn(spec: str | TrialFn = DEFAULT_TRIAL_FN) -> TrialFn:
     return getattr(importlib.import_module(module), name)
 
 
-def _record(
-    task: PilotTask, trial: int, model: str, result: Any, error: str | None, elapsed: float
-) -> dict[str, Any]:
-    if error is not None:
-        c = Classification(Outcome.INFRA_NO_RESULT, f"exception:{error.split(':', 1)[0]}")
-        result = {}
-    else:
-        result = dict(result) if isinstance(result, Mapping) else {}
-        c = classify(reward=result.get("reward"), metadata=result, agentic=True)
+def _record(task: PilotTask, trial: int, model: str, result: Any, elapsed: float) -> dict[str, Any]:
+    result = dict(result) if isinstance(result, Mapping) else {}
+    c = classify(reward=result.get("reward"), metadata=result, agentic=True)
     rec = {
         "instance_id": task.instance_id,
         "trial": trial,
@@ -183,8 +197,6 @@ def _record(
     }
     rec.update({k: result[k] for k in KEPT_FIELDS if k in result})
     rec.update({"model": model, "elapsed_s": round(elapsed, 3)})
-    if error is not None:
-        rec["error"] = error
     return rec
 
 
@@ -211,6 +223,8 @@ class _Progress:
         if not self.enabled:
             return
         mix = " ".join(f"{o.value.split('_')[0]}={self.counts[o.value]}" for o in OUTCOMES)
+        if self.counts["error"]:
+            mix += f" error={self.counts['error']}"
         if self.bar is not None:
             self.bar.set_postfix_str(mix, refresh=False)
             self.bar.update(1)
@@ -246,7 +260,7 @@ async def _run_trials(
     async def one(key: Key) -> dict[str, Any]:
         nonlocal first_error
         task, trial = tasks[key[0]], key[1]
-        start, error, result = time.monotonic(), None, None
+        start = time.monotonic()
         inner = asyncio.ensure_future(
             trial_fn(
                 base_url=base_url,
@@ -268,18 +282,24 @@ async def _run_trials(
             raise
         try:
             result = inner.result()
-        except Exception as e:  # an agent fault is a trial without a result, not a crash
-            error = f"{type(e).__name__}: {e}"
+        except Exception as e:  # a fault in the code: an error, never a lost trial
             if first_error:
                 first_error = False
                 traceback.print_exception(e, file=sys.stderr)
-        return _record(task, trial, model, result, error, time.monotonic() - start)
+            return {
+                "instance_id": task.instance_id,
+                "trial": trial,
+                "error": f"{type(e).__name__}: {e}",
+                "traceback": "".join(traceback.format_exception(e)),
+                "model": model,
+            }
+        return _record(task, trial, model, result, time.monotonic() - start)
 
     async def worker() -> None:
         while queue:
             rec = await one(queue.pop())
             sink(rec)
-            progress.update(rec["outcome"])
+            progress.update(rec.get("outcome", "error"))
 
     await asyncio.gather(*(worker() for _ in range(min(concurrency, len(queue)))))
 
@@ -305,7 +325,8 @@ def run_pilot(
     arguments of the trial function), ``retry_infra=False``. ``model`` names the policy in
     the results (a results file of another model is refused). Returns every
     finished trial of these tasks. A ``KeyboardInterrupt`` propagates; what finished is on
-    disk and a rerun continues.
+    disk and a rerun continues. Trials whose function raised are in ``errors.jsonl`` and
+    raise ``TrialErrors`` once the others are done.
     """
     if n < 1 or concurrency < 1:
         raise ValueError(f"--n {n} / --concurrency {concurrency}: both must be >= 1")
@@ -330,9 +351,16 @@ def run_pilot(
     ]
     fn = resolve_trial_fn(trial_fn)
     bar = _Progress(total=len(tasks) * n, initial=len(tasks) * n - len(pending), enabled=progress)
+    errors = 0
     with path.open("a") as f:
 
         def sink(rec: dict[str, Any]) -> None:
+            nonlocal errors
+            if "outcome" not in rec:
+                errors += 1
+                with (out / ERRORS).open("a") as e:
+                    e.write(json.dumps(rec, default=str) + "\n")
+                return
             f.write(json.dumps(rec, default=str) + "\n")
             f.flush()
             done[(rec["instance_id"], rec["trial"])] = rec
@@ -355,4 +383,6 @@ def run_pilot(
                 )
         finally:
             bar.close()
+    if errors:
+        raise TrialErrors(errors, out / ERRORS)
     return {k: r for k, r in done.items() if k[0] in by_id}

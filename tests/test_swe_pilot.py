@@ -14,7 +14,14 @@ import pytest
 
 from rescue.outcomes import Outcome
 from swe_smith_tasks import cli as swe_cli
-from swe_smith_tasks.pilot import PilotTask, load_results, load_tasks, run_pilot, sample_tasks
+from swe_smith_tasks.pilot import (
+    PilotTask,
+    TrialErrors,
+    load_results,
+    load_tasks,
+    run_pilot,
+    sample_tasks,
+)
 from swe_smith_tasks.prepare import prepare
 from swe_smith_tasks.subset import Window, summarize, wilson_interval, write_outputs
 
@@ -196,18 +203,47 @@ def test_trial_outcome_comes_from_the_shared_classifier(tmp_path):
     assert records[("t0", 0)]["turns"] == 40
 
 
-def test_agent_exception_is_an_infra_trial(tmp_path, capsys):
+def test_agent_exception_is_an_error_not_an_infra_trial(tmp_path, capsys):
+    async def agent(base_url, prompt, request_kwargs, metadata, **kw):
+        if metadata["instance_id"] == "t0":
+            raise TypeError("unsupported operand type(s) for +: 'int' and 'str'")
+        return {"outcome": S, "reward": 1.0, "exit_status": "Submitted"}
+
+    with pytest.raises(TrialErrors, match="2 trial\\(s\\) raised an error") as err:
+        run_pilot(_tasks(2), tmp_path, base_url="u", model="m", n=2, trial_fn=agent, progress=False)
+    assert err.value.count == 2
+    assert "Traceback" in capsys.readouterr().err  # the first one is shown
+    assert sorted((r["instance_id"], r["trial"]) for r in _lines(tmp_path / "results.jsonl")) == [
+        ("t1", 0),
+        ("t1", 1),
+    ]
+    errors = _lines(tmp_path / "errors.jsonl")
+    assert [(e["instance_id"], e["error"].split(":")[0]) for e in errors] == [
+        ("t0", "TypeError")
+    ] * 2
+    assert "Traceback" in errors[0]["traceback"]
+    fixed = ScriptedAgent()  # the bug fixed: a rerun tries exactly the errored trials again
+    records = run_pilot(
+        _tasks(2), tmp_path, base_url="u", model="m", n=2, trial_fn=fixed, progress=False
+    )
+    assert sorted(fixed.calls) == [("t0", 0), ("t0", 1)] and len(records) == 4
+
+
+def test_a_no_result_keeps_the_agents_error_text(tmp_path):
     async def agent(**kw):
-        raise RuntimeError("docker run failed")
+        return {
+            "outcome": INF,
+            "outcome_reason": "container_start",
+            "exit_status": "container_start",
+            "reward": None,
+            "error": "container_start: swebench/x: pull access denied",
+        }
 
     records = run_pilot(
-        _tasks(1), tmp_path, base_url="u", model="m", n=2, trial_fn=agent, progress=False
+        _tasks(1), tmp_path, base_url="u", model="m", n=1, trial_fn=agent, progress=False
     )
-    assert {(r["outcome"], r["reason"]) for r in records.values()} == {
-        (INF, "exception:RuntimeError")
-    }
-    assert "docker run failed" in records[("t0", 0)]["error"]
-    assert "Traceback" in capsys.readouterr().err  # the first one is shown
+    assert records[("t0", 0)]["error"] == "container_start: swebench/x: pull access denied"
+    assert _lines(tmp_path / "results.jsonl")[0]["error"].endswith("pull access denied")
 
 
 def test_retry_infra_reruns_only_trials_without_result(tmp_path):
@@ -478,3 +514,61 @@ def test_cli_retry_infra(tmp_path, monkeypatch):
     monkeypatch.setitem(sys.modules, "fake_swe_agent", types.SimpleNamespace(run=second))
     assert swe_cli.main(_parse(*argv, "--retry-infra")) == 0
     assert sorted(second.calls) == sorted((t.instance_id, 0) for t in load_tasks(tasks_file))
+
+
+def test_cli_errors_exit_nonzero_and_write_no_subset(tmp_path, monkeypatch, capsys):
+    tasks_file = tmp_path / "all.jsonl"
+    prepare(str(FIXTURE), tasks_file)
+
+    async def buggy(**kw):
+        raise KeyError("exit_status")
+
+    monkeypatch.setitem(sys.modules, "fake_swe_agent", types.SimpleNamespace(run=buggy))
+    out = tmp_path / "p"
+    argv = ["pilot", "--tasks", str(tasks_file), "--out", str(out), "--n", "1"]
+    argv += ["--base-url", "u", "--model", "m", "--agent", "fake_swe_agent.run", "--no-progress"]
+    assert swe_cli.main(_parse(*argv)) == 1
+    err = capsys.readouterr().err
+    assert "3 trial(s) raised an error (a fault in the code, not infrastructure)" in err
+    assert not (out / "subset.txt").exists()
+
+
+def test_cli_rerun_says_how_to_retry_infra_trials(tmp_path, monkeypatch, capsys):
+    tasks_file = tmp_path / "all.jsonl"
+    prepare(str(FIXTURE), tasks_file)
+    agent = ScriptedAgent({(t.instance_id, 0): INF for t in load_tasks(tasks_file)})
+    monkeypatch.setitem(sys.modules, "fake_swe_agent", types.SimpleNamespace(run=agent))
+    argv = ["pilot", "--tasks", str(tasks_file), "--out", str(tmp_path / "p"), "--n", "2"]
+    argv += ["--base-url", "u", "--model", "m", "--agent", "fake_swe_agent.run", "--no-progress"]
+    for _ in range(2):  # the run, then a rerun that runs nothing
+        assert swe_cli.main(_parse(*argv)) == 0
+        err = capsys.readouterr().err
+        assert "3 trial(s) had no result" in err
+        assert "rerun with --retry-infra (make pilot PILOT_RETRY_INFRA=1)" in err
+
+
+def test_cli_summarize_only_without_results_is_an_error(tmp_path):
+    tasks_file = tmp_path / "all.jsonl"
+    prepare(str(FIXTURE), tasks_file)
+    argv = ["pilot", "--tasks", str(tasks_file), "--out", str(tmp_path / "p"), "--summarize-only"]
+    with pytest.raises(ValueError, match="--summarize-only: no results in"):
+        swe_cli.main(_parse(*argv))
+
+
+def test_cli_sends_the_chat_template_kwargs_with_every_request(tmp_path, monkeypatch):
+    tasks_file = tmp_path / "all.jsonl"
+    prepare(str(FIXTURE), tasks_file)
+    seen = []
+
+    async def agent(base_url, prompt, request_kwargs, metadata, **kw):
+        seen.append(request_kwargs)
+        return {"outcome": S, "reward": 1.0, "exit_status": "Submitted"}
+
+    monkeypatch.setitem(sys.modules, "fake_swe_agent", types.SimpleNamespace(run=agent))
+    argv = ["pilot", "--tasks", str(tasks_file), "--out", str(tmp_path / "p"), "--n", "1"]
+    argv += ["--base-url", "u", "--model", "m", "--agent", "fake_swe_agent.run", "--no-progress"]
+    argv += ["--chat-template-kwargs", '{"clear_thinking": false}']
+    assert swe_cli.main(_parse(*argv)) == 0
+    assert seen == [{"temperature": 1.0, "chat_template_kwargs": {"clear_thinking": False}}] * 3
+    with pytest.raises(SystemExit):
+        _parse(*argv[:-1], "[1]")
