@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import argparse
 import json
+from pathlib import Path
 
 import pytest
 
@@ -99,3 +100,18 @@ def test_context_limit_messages_are_recognised_and_others_are_not():
         json.dumps({"message": "The input (5 tokens) is longer than the model's context length"})
     )
     assert not is_context_limit("Invalid tool_choice")
+
+
+def test_the_swe_extra_pins_a_litellm_that_mini_swe_agent_accepts():
+    tomllib = pytest.importorskip("tomllib")
+    from importlib.metadata import requires, version
+
+    from packaging.requirements import Requirement
+
+    pyproject = tomllib.loads((Path(__file__).parents[1] / "pyproject.toml").read_text())
+    extra = [Requirement(r) for r in pyproject["project"]["optional-dependencies"]["swe"]]
+    (pin,) = [r for r in extra if r.name == "litellm"]
+    (pinned,) = [s.version for s in pin.specifier if s.operator == "=="]
+    (agent_needs,) = [Requirement(r) for r in requires("mini-swe-agent") if r.startswith("litellm")]
+    assert agent_needs.specifier.contains(pinned)  # e.g. not the withdrawn 1.82.7/1.82.8
+    assert version("litellm") == pinned  # the version these tests ran against
