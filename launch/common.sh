@@ -59,6 +59,52 @@ rescue_note() {
 
 # ── Checks ──────────────────────────────────────────────────────────────────────────────
 
+# Settings that are counts, sizes, ports or waits: checked before any arithmetic uses them.
+RESCUE_POSITIVE=(NNODES GPUS_PER_NODE RAY_PORT RAY_DASHBOARD_PORT ACTOR_NUM_NODES
+  ROLLOUT_GPUS_PER_ENGINE MAX_TURNS MAX_SEQ_LEN MAX_RESPONSE_LEN ROLLOUT_BATCH_SIZE N_SAMPLES
+  NUM_ROLLOUT TP CP MAX_TOKENS_PER_GPU SAVE_INTERVAL CKPT_GB DUMP_MB_PER_STEP HOUSEKEEP_S
+  PILOT_PORT PILOT_WAIT_S PILOT_N PILOT_CONCURRENCY)
+RESCUE_NON_NEGATIVE=(STALENESS NODE_RANK RAY_WAIT_S CKPT_KEEP)
+# Empty means derived (rescue_derive_layout) or unset.
+RESCUE_OPTIONAL_POSITIVE=(ACTOR_GPUS_PER_NODE ROLLOUT_NUM_GPUS GLOBAL_BATCH_SIZE AGENT_CONCURRENCY
+  PILOT_TASKS)
+RESCUE_OPTIONAL_NON_NEGATIVE=(HEALTH_CHECK_FIRST_WAIT)
+RESCUE_SWITCHES=(RAY_STOP DRY_RUN PREFLIGHT REAP PULL_IMAGES EXTEND_CONTEXT PILOT_ALL
+  PILOT_RETRY_INFRA DRGRPO)
+
+# Every setting every launcher reads: one line naming the first bad one, never a shell error.
+rescue_check_settings() {
+  local name value
+  for name in "${RESCUE_POSITIVE[@]}" "${RESCUE_OPTIONAL_POSITIVE[@]}"; do
+    value=${!name}
+    [[ -z $value && " ${RESCUE_OPTIONAL_POSITIVE[*]} " == *" $name "* ]] && continue
+    [[ $value =~ ^[1-9][0-9]*$ ]] || rescue_die "$name='$value' is not a positive integer: set $name=N"
+  done
+  for name in "${RESCUE_NON_NEGATIVE[@]}" "${RESCUE_OPTIONAL_NON_NEGATIVE[@]}"; do
+    value=${!name}
+    [[ -z $value && " ${RESCUE_OPTIONAL_NON_NEGATIVE[*]} " == *" $name "* ]] && continue
+    [[ $value =~ ^[0-9]+$ ]] || rescue_die "$name='$value' is not a non-negative integer: set $name=N"
+  done
+  for name in "${RESCUE_SWITCHES[@]}"; do
+    value=${!name}
+    [[ $value == 0 || $value == 1 ]] || rescue_die "$name='$value': set $name=0 or $name=1"
+  done
+  [[ $SEED =~ ^-?[0-9]+$ ]] || rescue_die "SEED='$SEED' is not an integer: set SEED to an integer"
+  case $DUMP_STEPS in
+    all | [0-9] | [1-9][0-9]*) ;;
+    *) rescue_die "DUMP_STEPS='$DUMP_STEPS' is not a step count: set DUMP_STEPS=N, 0 or all" ;;
+  esac
+  if ((NODE_RANK >= NNODES)); then
+    rescue_die "NODE_RANK='$NODE_RANK' is not in 0..$((NNODES - 1)): set NODE_RANK for this node"
+  fi
+  if ((NNODES > 1)) && [[ $MASTER_ADDR == 127.0.0.1 || $MASTER_ADDR == localhost ]]; then
+    rescue_die "NNODES=$NNODES needs MASTER_ADDR: set MASTER_ADDR to node 0's address on every node"
+  fi
+  rescue_family
+  rescue_derive_layout
+}
+
+# The arm's own settings (ARM, A, BASELINE); rescue_check_settings checks the rest.
 rescue_check_arm() {
   case $ARM in
     drop | never-drop | protect) ;;
@@ -74,16 +120,6 @@ rescue_check_arm() {
   elif [[ -n $A ]]; then
     rescue_die "A=$A applies only to ARM=protect: unset A or set ARM=protect"
   fi
-  if [[ $ARM == never-drop && -n $STALENESS_SET && $CENSUS_BUFFER != 1 ]]; then
-    rescue_die "STALENESS applies only to ARM=drop and ARM=protect (or CENSUS_BUFFER=1): unset STALENESS"
-  fi
-  case $CENSUS_BUFFER in
-    0 | 1) ;;
-    *) rescue_die "CENSUS_BUFFER='$CENSUS_BUFFER': set CENSUS_BUFFER=0 or CENSUS_BUFFER=1" ;;
-  esac
-  [[ $STALENESS =~ ^[0-9]+$ ]] ||
-    rescue_die "STALENESS='$STALENESS' is not a non-negative integer: set STALENESS=K"
-  [[ $SEED =~ ^-?[0-9]+$ ]] || rescue_die "SEED='$SEED' is not an integer: set SEED to an integer"
   case $BASELINE in
     all | survivors) ;;
     *) rescue_die "BASELINE='$BASELINE' is not a baseline population: set BASELINE=all or BASELINE=survivors" ;;
@@ -91,10 +127,6 @@ rescue_check_arm() {
   case $ESTIMATOR in
     group | turn) ;;
     *) rescue_die "ESTIMATOR='$ESTIMATOR' is not an estimator: set ESTIMATOR=group or ESTIMATOR=turn" ;;
-  esac
-  case $DRGRPO in
-    0 | 1) ;;
-    *) rescue_die "DRGRPO='$DRGRPO': set DRGRPO=0 or DRGRPO=1" ;;
   esac
   if [[ -n $DRGRPO_DIVISOR ]]; then
     [[ $DRGRPO == 1 ]] ||
@@ -104,17 +136,71 @@ rescue_check_arm() {
       rescue_die "DRGRPO_DIVISOR='$DRGRPO_DIVISOR' is not a number > 0: set DRGRPO_DIVISOR=D or leave it empty"
     fi
   fi
-  [[ $NNODES =~ ^[1-9][0-9]*$ ]] || rescue_die "NNODES='$NNODES' is not a node count: set NNODES=1 or more"
-  if ! [[ $NODE_RANK =~ ^[0-9]+$ ]] || ((NODE_RANK >= NNODES)); then
-    rescue_die "NODE_RANK='$NODE_RANK' is not in 0..$((NNODES - 1)): set NODE_RANK for this node"
-  fi
-  if ((NNODES > 1)) && [[ $MASTER_ADDR == 127.0.0.1 || $MASTER_ADDR == localhost ]]; then
-    rescue_die "NNODES=$NNODES needs MASTER_ADDR: set MASTER_ADDR to node 0's address on every node"
-  fi
-  case $DUMP_STEPS in
-    all | [0-9] | [1-9][0-9]*) ;;
-    *) rescue_die "DUMP_STEPS='$DUMP_STEPS' is not a step count: set DUMP_STEPS=N, 0 or all" ;;
+}
+
+# ── The model family: SGLang's parsers and Miles' chat template for TITO_MODEL ──────────
+
+# One row per family Miles binds parsers to (miles/utils/chat_template_utils/tito_tokenizer.py;
+# a test checks every row against Miles' resolve_reasoning_and_tool_call_parser and
+# resolve_fixed_chat_template): tool-call parser, reasoning parser, Miles' fixed chat
+# template (- for the checkpoint's own) and the chat_template_kwargs Miles' session server
+# sends. Sets TOOL_CALL_PARSER, REASONING_PARSER, CHAT_TEMPLATE (a path under MILES_DIR, or
+# empty) and CHAT_TEMPLATE_KWARGS (JSON).
+rescue_family() {
+  local row
+  case $TITO_MODEL in
+    qwen3) row='qwen25 qwen3 qwen3_fixed.jinja {"clear_thinking":false}' ;;
+    qwen35) row='qwen3_coder qwen3 qwen3.5_fixed.jinja {"clear_thinking":false}' ;;
+    qwennext) row='qwen25 qwen3 qwen3_thinking_2507_and_next_fixed.jinja {"clear_thinking":false}' ;;
+    glm47) row='glm47 glm45 - {"clear_thinking":false}' ;;
+    nemotron3) row='qwen3_coder nemotron_3 - {"truncate_history_thinking":false}' ;;
+    kimi26) row='kimi_k2_raw_id kimi_k2 - {"preserve_thinking":true}' ;;
+    minimax_m25) row='minimax-m2 minimax-append-think minimax_m25_fixed.jinja {"clear_thinking":false}' ;;
+    minimax_m27) row='minimax-m2 minimax-append-think minimax_m27_fixed.jinja {"clear_thinking":false}' ;;
+    deepseekv32) row='deepseekv32 deepseek-v3 - {"drop_thinking":false}' ;;
+    deepseekv4) row='deepseekv4 deepseek-v4 - {"drop_thinking":false}' ;;
+    inkling) row='inkling inkling inkling_fixed.jinja {}' ;;
+    *) rescue_die "TITO_MODEL='$TITO_MODEL' has no parsers in rescue_family: set TITO_MODEL to one of qwen3, qwen35, qwennext, glm47, nemotron3, kimi26, minimax_m25, minimax_m27, deepseekv32, deepseekv4, inkling" ;;
   esac
+  local template
+  read -r TOOL_CALL_PARSER REASONING_PARSER template CHAT_TEMPLATE_KWARGS <<<"$row"
+  CHAT_TEMPLATE=
+  [[ $template == - ]] || CHAT_TEMPLATE=$MILES_DIR/miles/utils/chat_template_utils/templates/$template
+}
+
+# ── The layout: defaults that depend on other settings, and the GPU split ─────────────
+
+rescue_derive_layout() {
+  if [[ -z $ACTOR_GPUS_PER_NODE ]]; then
+    if ((NNODES == 1)); then ACTOR_GPUS_PER_NODE=$((GPUS_PER_NODE / 2)); else ACTOR_GPUS_PER_NODE=$GPUS_PER_NODE; fi
+  fi
+  if [[ -z $ROLLOUT_NUM_GPUS ]]; then
+    ROLLOUT_NUM_GPUS=$((NNODES * GPUS_PER_NODE - ACTOR_NUM_NODES * ACTOR_GPUS_PER_NODE))
+  fi
+  GLOBAL_BATCH_SIZE=${GLOBAL_BATCH_SIZE:-$((ROLLOUT_BATCH_SIZE * N_SAMPLES))}
+  AGENT_CONCURRENCY=${AGENT_CONCURRENCY:-$((ROLLOUT_BATCH_SIZE * N_SAMPLES))}
+  HEALTH_CHECK_FIRST_WAIT=${HEALTH_CHECK_FIRST_WAIT:-$((MAX_TURNS * 60))}
+  if [[ -z $NODE_ADDR ]]; then
+    if ((NODE_RANK == 0)); then NODE_ADDR=$MASTER_ADDR; else
+      NODE_ADDR=$(hostname -I 2>/dev/null | awk '{ print $1 }')
+      [[ -n $NODE_ADDR ]] || rescue_die "cannot tell this node's address (hostname -I): set NODE_ADDR"
+    fi
+  fi
+  local training=$((ACTOR_NUM_NODES * ACTOR_GPUS_PER_NODE)) total=$((NNODES * GPUS_PER_NODE))
+  if ((NNODES == 1 && GPUS_PER_NODE < 2)); then
+    rescue_die "GPUS_PER_NODE=$GPUS_PER_NODE on one node leaves no GPU for training or rollout: run on a node with 2 or more GPUs (training and SGLang each need one)"
+  fi
+  ((ACTOR_NUM_NODES <= NNODES)) ||
+    rescue_die "ACTOR_NUM_NODES=$ACTOR_NUM_NODES exceeds NNODES=$NNODES: set ACTOR_NUM_NODES <= NNODES"
+  ((ACTOR_GPUS_PER_NODE >= 1 && ACTOR_GPUS_PER_NODE <= GPUS_PER_NODE)) ||
+    rescue_die "ACTOR_GPUS_PER_NODE=$ACTOR_GPUS_PER_NODE is not in 1..GPUS_PER_NODE=$GPUS_PER_NODE: set ACTOR_GPUS_PER_NODE"
+  ((training % (TP * CP) == 0)) ||
+    rescue_die "TP=$TP x CP=$CP = $((TP * CP)) does not divide the $training training GPUs (ACTOR_NUM_NODES x ACTOR_GPUS_PER_NODE): set TP, CP or ACTOR_GPUS_PER_NODE"
+  ((ROLLOUT_NUM_GPUS >= 1 && training + ROLLOUT_NUM_GPUS <= total)) ||
+    rescue_die "ROLLOUT_NUM_GPUS=$ROLLOUT_NUM_GPUS with $training training GPUs does not fit $total GPUs (NNODES x GPUS_PER_NODE): set ROLLOUT_NUM_GPUS or ACTOR_GPUS_PER_NODE"
+  ((ROLLOUT_NUM_GPUS % ROLLOUT_GPUS_PER_ENGINE == 0)) ||
+    rescue_die "ROLLOUT_GPUS_PER_ENGINE=$ROLLOUT_GPUS_PER_ENGINE does not divide ROLLOUT_NUM_GPUS=$ROLLOUT_NUM_GPUS: set ROLLOUT_GPUS_PER_ENGINE"
+  return 0
 }
 
 rescue_check_miles() {
@@ -192,25 +278,30 @@ PY
 
 # ── The arm's flags, and the flags every arm shares ─────────────────────────────────────
 
-# ARM_FLAGS: what distinguishes the arms, and nothing else.
+# ARM_FLAGS: the Miles flags of the arm. Every arm runs through rescue's buffer with the
+# staleness limit (the gate reads RESCUE_ARM, rescue_runtime_env), so every arm has the same
+# census and the same exclusion of groups without a result; an arm adds its own flags here.
 rescue_arm_flags() {
-  ARM_FLAGS=()
-  local buffer=(--custom-async-data-buffer-path rescue.miles.buffer.RescueDataBuffer)
+  ARM_FLAGS=(
+    --custom-async-data-buffer-path rescue.miles.buffer.RescueDataBuffer
+    --max-weight-staleness "$STALENESS"
+  )
   case $ARM in
-    drop) ARM_FLAGS=(--max-weight-staleness "$STALENESS") ;;
-    never-drop) ;;
+    drop | never-drop) ;;
     protect)
-      ARM_FLAGS=(--max-weight-staleness "$STALENESS" "${buffer[@]}")
       # With ESTIMATOR=turn every arm has the reward hook (a shared flag).
       [[ $ESTIMATOR == turn ]] ||
         ARM_FLAGS+=(--custom-reward-post-process-path rescue.miles.reward.post_process_rewards)
       ;;
   esac
-  # CENSUS_BUFFER=1: drop and never-drop run through rescue's buffer too (RESCUE_ARM decides,
-  # weights stay 1), so their census also counts the stale groups and their outcomes.
-  if [[ $CENSUS_BUFFER == 1 && $ARM != protect ]]; then
-    ARM_FLAGS=(--max-weight-staleness "$STALENESS" "${buffer[@]}")
-  fi
+}
+
+# ARM_ENV: the runtime-env settings of the arm (the gate's, and the protect hook's).
+rescue_arm_env() {
+  ARM_ENV=("RESCUE_ARM=$ARM")
+  case $ARM in
+    protect) ARM_ENV+=("RESCUE_A=$A" "RESCUE_BASELINE=$BASELINE") ;;
+  esac
 }
 
 # SHARED_FLAGS: identical in every arm except for the names derived from the arm.
@@ -238,6 +329,10 @@ rescue_shared_flags() {
     --custom-agent-function-path swe_smith_tasks.agent.run
     --custom-rm-path swe_smith_tasks.agent.reward_func
     --use-session-server --tito-model "$TITO_MODEL"
+    # SGLang must parse the family's tool calls (and thinking) out of the text, and hold the
+    # whole trajectory: Miles does not derive these from --tito-model
+    --sglang-tool-call-parser "$TOOL_CALL_PARSER" --sglang-reasoning-parser "$REASONING_PARSER"
+    --sglang-context-length "$MAX_SEQ_LEN"
     # GRPO, one off-policy correction for every arm
     --advantage-estimator grpo --eps-clip "$EPS_CLIP" --eps-clip-high "$EPS_CLIP_HIGH" --use-tis
     --optimizer adam --lr "$LR" --lr-decay-style constant --weight-decay 0.1
@@ -254,6 +349,8 @@ rescue_shared_flags() {
     --num-gpus-per-node "$GPUS_PER_NODE" --rollout-num-gpus "$ROLLOUT_NUM_GPUS"
     --rollout-num-gpus-per-engine "$ROLLOUT_GPUS_PER_ENGINE"
     --sglang-mem-fraction-static "$SGLANG_MEM_FRACTION"
+    --pin-rollout-manager-to-head
+    --use-fault-tolerance --rollout-health-check-first-wait "$HEALTH_CHECK_FIRST_WAIT"
     --tensor-model-parallel-size "$TP" --sequence-parallel --pipeline-model-parallel-size 1
     --context-parallel-size "$CP" --recompute-granularity full --recompute-method uniform
     --recompute-num-layers 1 --use-dynamic-batch-size --max-tokens-per-gpu "$MAX_TOKENS_PER_GPU"
@@ -302,13 +399,13 @@ rescue_runtime_env() {
     CUDA_DEVICE_MAX_CONNECTIONS=1
     "MASTER_ADDR=$MASTER_ADDR"
     "no_proxy=127.0.0.1,$MASTER_ADDR"
-    "RESCUE_ARM=$ARM"
     "RESCUE_SEED=$SEED"
     "WANDB_TAGS=$WANDB_TAGS"
   )
-  [[ $ARM == protect ]] && env+=("RESCUE_A=$A" "RESCUE_BASELINE=$BASELINE")
-  env+=("RESCUE_ESTIMATOR=$ESTIMATOR")
+  rescue_arm_env
+  env+=("${ARM_ENV[@]}" "RESCUE_ESTIMATOR=$ESTIMATOR")
   [[ -n $DRGRPO_DIVISOR ]] && env+=("RESCUE_DRGRPO_DIVISOR=$DRGRPO_DIVISOR")
+  [[ $EXTEND_CONTEXT == 1 ]] && env+=(SGLANG_ALLOW_OVERWRITE_LONGER_CONTEXT_LEN=1)
   rescue_agent_vars "$AGENT_CONCURRENCY"
   env+=("${AGENT_VARS[@]}")
   RUNTIME_ENV_JSON=$("$JOB_PYTHON" -c '
@@ -319,15 +416,19 @@ print(json.dumps({"env_vars": dict(kv.split("=", 1) for kv in sys.argv[1:])}, se
 
 # ── Ray ─────────────────────────────────────────────────────────────────────────────────
 
+# Ray on this node, started as its own session: every process Ray starts (GCS, raylet,
+# workers, Miles' session server and SGLang engines) keeps that session id, which is
+# recorded, so a later run stops exactly these (RAY_STOP=1) and nothing else on the node.
 rescue_ray_start() {
-  if [[ $RAY_STOP == 1 ]]; then rescue_run ray stop --force; fi
+  [[ $RAY_STOP == 1 ]] && rescue_stop_recorded ray
+  local -a cmd=(ray start)
   if [[ $NODE_RANK == 0 ]]; then
-    rescue_run ray start --head --node-ip-address "$MASTER_ADDR" --port "$RAY_PORT" \
-      --dashboard-port "$RAY_DASHBOARD_PORT" --num-gpus "$GPUS_PER_NODE" --disable-usage-stats
+    cmd+=(--head --node-ip-address "$NODE_ADDR" --port "$RAY_PORT" --dashboard-port "$RAY_DASHBOARD_PORT")
   else
-    rescue_run ray start --address "$MASTER_ADDR:$RAY_PORT" --num-gpus "$GPUS_PER_NODE" \
-      --disable-usage-stats
+    cmd+=(--address "$MASTER_ADDR:$RAY_PORT" --node-ip-address "$NODE_ADDR")
   fi
+  cmd+=(--num-gpus "$GPUS_PER_NODE" --disable-usage-stats)
+  rescue_spawn ray wait "${cmd[@]}"
 }
 
 # Node 0 waits until the cluster holds NNODES * GPUS_PER_NODE GPUs.
@@ -346,10 +447,70 @@ rescue_ray_wait() {
   done
 }
 
-# ── The dump window ─────────────────────────────────────────────────────────────────────
+# ── Processes this launcher starts, recorded by session id ─────────────────────────────
+
+# rescue_spawn NAME wait|background CMD...: run CMD as a new session whose id (its leader's
+# process id) is recorded in RUN_STATE_DIR/NAME.sid; `wait` waits for CMD (its daemons stay
+# in the session), `background` leaves it running and sets SPAWNED_SID. DRY_RUN=1 prints CMD.
+rescue_spawn() {
+  local name=$1 mode=$2
+  shift 2
+  if [[ $DRY_RUN == 1 ]]; then
+    rescue_print_cmd "$@"
+    rescue_note "$name runs as its own session, its id recorded in $RUN_STATE_DIR/$name.sid"
+    SPAWNED_SID=
+    return 0
+  fi
+  mkdir -p "$RUN_STATE_DIR"
+  local record=$RUN_STATE_DIR/$name.sid
+  printf '+ %s\n' "$(rescue_print_cmd "$@")" >&2
+  # shellcheck disable=SC2016  # $$ and $@ belong to the new session's shell
+  local leader='echo "$$" >"$0"; exec "$@"'
+  if [[ $mode == wait ]]; then
+    setsid -w bash -c "$leader" "$record" "$@"
+  else
+    setsid bash -c "$leader" "$record" "$@" &
+    SPAWNED_SID=$!
+  fi
+}
+
+# Process ids of the live members of session $1.
+rescue_session_pids() {
+  ps -e -o pid=,sid= | awk -v s="$1" '$2 == s { print $1 }'
+}
+
+# rescue_stop_recorded NAME: stop the session an earlier run recorded as NAME (TERM, then
+# KILL after 30 s), and forget it. Processes of other sessions are never touched.
+rescue_stop_recorded() {
+  local record=$RUN_STATE_DIR/$1.sid sid pids
+  [[ -f $record ]] || return 0
+  sid=$(<"$record")
+  [[ $sid =~ ^[1-9][0-9]*$ ]] || {
+    rm -f -- "$record"
+    return 0
+  }
+  pids=$(rescue_session_pids "$sid")
+  if [[ -z $pids ]]; then
+    [[ $DRY_RUN == 1 ]] || rm -f -- "$record"
+    return 0
+  fi
+  rescue_note "stop $1 left by an earlier run: session $sid ($(wc -w <<<"$pids") processes, recorded in $record)"
+  [[ $DRY_RUN == 1 ]] && return 0
+  # shellcheck disable=SC2086  # one pid per word
+  kill -TERM $pids 2>/dev/null || true
+  local deadline=$((SECONDS + 30))
+  while [[ -n $(rescue_session_pids "$sid") ]] && ((SECONDS < deadline)); do sleep 1; done
+  pids=$(rescue_session_pids "$sid")
+  # shellcheck disable=SC2086
+  [[ -z $pids ]] || kill -KILL $pids 2>/dev/null || true
+  rm -f -- "$record"
+}
+
+# ── The housekeeper: dump window and checkpoint retention, detached from this shell ─────
 
 # Deletes the dumps of steps >= DUMP_STEPS (Miles' --save-debug-rollout-data has no limit).
 rescue_prune_dumps() {
+  [[ $DUMP_STEPS == 0 || $DUMP_STEPS == all ]] && return 0
   local f id
   for f in "$DUMP_DIR"/rollout_data/*.pt "$DUMP_DIR"/dashboard_columns/rollout_*.parquet; do
     [[ -e $f ]] || continue
@@ -360,11 +521,40 @@ rescue_prune_dumps() {
   done
 }
 
-rescue_dump_window() {
-  [[ $DUMP_STEPS == 0 || $DUMP_STEPS == all ]] && return 0
-  rescue_note "while the job runs: delete rollout dumps of steps >= DUMP_STEPS=$DUMP_STEPS in $DUMP_DIR every 60 s"
+# Keeps the CKPT_KEEP newest Megatron checkpoints (SAVE_DIR/iter_NNNNNNN) and the one
+# latest_checkpointed_iteration.txt names; never one newer than that (it may be half written).
+rescue_prune_checkpoints() {
+  ((CKPT_KEEP > 0)) || return 0
+  local latest_file=$SAVE_DIR/latest_checkpointed_iteration.txt latest d n
+  [[ -f $latest_file ]] || return 0
+  latest=$(tr -dc '0-9' <"$latest_file")
+  [[ -n $latest ]] || return 0
+  local -a done=()
+  for d in "$SAVE_DIR"/iter_*; do
+    [[ -d $d ]] || continue
+    n=${d##*/iter_}
+    [[ $n =~ ^[0-9]+$ ]] && ((10#$n <= 10#$latest)) && done+=("$((10#$n)) $d")
+  done
+  local kept=0 line
+  while read -r n d; do
+    [[ -n $d ]] || continue
+    kept=$((kept + 1))
+    ((kept <= CKPT_KEEP || 10#$n == 10#$latest)) && continue
+    rm -rf -- "$d"
+  done < <(printf '%s\n' "${done[@]}" | sort -rn)
+}
+
+# Node 0: start launch/housekeep.sh as its own session; it prunes every HOUSEKEEP_S s until
+# the Ray job SUBMISSION_ID ends, whatever happens to this shell.
+rescue_housekeeper() {
+  [[ $DUMP_STEPS == 0 || $DUMP_STEPS == all ]] && ((CKPT_KEEP == 0)) && return 0
+  [[ $RAY_STOP == 1 ]] && rescue_stop_recorded housekeeper
+  rescue_note "until job $SUBMISSION_ID ends: keep dumps of steps < DUMP_STEPS=$DUMP_STEPS in $DUMP_DIR and the CKPT_KEEP=$CKPT_KEEP newest checkpoints in $SAVE_DIR, every HOUSEKEEP_S=$HOUSEKEEP_S s"
   [[ $DRY_RUN == 1 ]] && return 0
-  (while sleep 60; do rescue_prune_dumps; done) &
-  PRUNER_PID=$!
-  trap 'kill "$PRUNER_PID" 2>/dev/null || true; rescue_prune_dumps' EXIT
+  mkdir -p "$OUTPUT_DIR/$RUN_NAME"
+  rescue_spawn housekeeper background nohup env "DUMP_DIR=$DUMP_DIR" "SAVE_DIR=$SAVE_DIR" \
+    "SUBMISSION_ID=$SUBMISSION_ID" "DUMP_STEPS=$DUMP_STEPS" "CKPT_KEEP=$CKPT_KEEP" \
+    "HOUSEKEEP_S=$HOUSEKEEP_S" "RAY_DASHBOARD_PORT=$RAY_DASHBOARD_PORT" "OUTPUT_DIR=$OUTPUT_DIR" \
+    "RUN_STATE_DIR=$RUN_STATE_DIR" "PATH=$PATH" bash "$LAUNCH_DIR/housekeep.sh" \
+    >>"$OUTPUT_DIR/$RUN_NAME/housekeeper.log" 2>&1 </dev/null
 }

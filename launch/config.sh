@@ -6,22 +6,23 @@
 #   make swe-arm ARM=protect A=0.5 SEED=2 STALENESS=3 NUM_ROLLOUT=100
 #
 # ── The arm ─────────────────────────────────────────────────────────────────────────────
-#   ARM                (required) drop | never-drop | protect
-#                      drop:       Miles' default buffer, --max-weight-staleness K
-#                      never-drop: Miles' default buffer, no staleness limit
-#                      protect:    --max-weight-staleness K, rescue's buffer
-#                                  (rescue.miles.buffer.RescueDataBuffer) and the reward hook
-#                                  (rescue.miles.reward.post_process_rewards) for the 1/A weights
+#   ARM                (required) drop | never-drop | protect. Every arm runs through
+#                      rescue's buffer (rescue.miles.buffer.RescueDataBuffer) with
+#                      --max-weight-staleness K, so every arm has the same group census
+#                      and the same exclusion of groups without a result; the arm is its
+#                      gate (RESCUE_ARM):
+#                      drop:       a stale group goes to the unused handler (Miles' behaviour)
+#                      never-drop: every group is trained with weight 1 (K only labels
+#                                  groups stale in the census)
+#                      protect:    a stale group is kept with probability A, weight 1/A
+#                                  (the reward hook rescue.miles.reward.post_process_rewards
+#                                  applies the weights)
 #   A                  (protect only, required there) keep probability of a stale group,
-#                      0 < A <= 1 (RESCUE_A). A=1 is never-drop through rescue's buffer.
+#                      0 < A <= 1 (RESCUE_A). A=1 is never-drop with protect's hook.
 #   SEED               1. Replicate seed: the protect coin (RESCUE_SEED), Miles' --seed and
 #                      --rollout-seed (prompt order). Equal seeds give the arms the same prompts.
-#   STALENESS          2. K of --max-weight-staleness (drop and protect only): a group is
-#                      stale when current weight version - its oldest version > K.
-#   CENSUS_BUFFER      0. 1: drop and never-drop also run through rescue's buffer (with
-#                      --max-weight-staleness K; RESCUE_ARM keeps Miles' drop, or keeps every
-#                      group with weight 1), so their group census counts the stale groups
-#                      and the outcomes drop discards. Training is unchanged.
+#   STALENESS          2. K of --max-weight-staleness: a group is stale when current weight
+#                      version - its oldest version > K.
 #   BASELINE           all. Group-baseline population of the protect reward hook
 #                      (RESCUE_BASELINE): all | survivors.
 #
@@ -44,12 +45,23 @@
 #   GPUS_PER_NODE      8. GPUs each node gives to Ray.
 #   RAY_PORT           6379. Ray head port.
 #   RAY_DASHBOARD_PORT 8265. Ray dashboard port (`ray job submit --address`).
-#   RAY_STOP           1. Stop any Ray on the node (`ray stop --force`) before `ray start`.
 #   RAY_WAIT_S         600. Seconds node 0 waits for all NNODES nodes to join.
+#   NODE_ADDR          MASTER_ADDR on node 0, else this node's first address (hostname -I).
+#                      The address this node gives Ray (--node-ip-address).
+#   RAY_STOP           1. Before starting, stop what this launcher started on this node in
+#                      an earlier run (Ray, the housekeeper, the pilot's SGLang server), by
+#                      the process ids it recorded in RUN_STATE_DIR; nothing else is touched.
+#   RUN_STATE_DIR      OUTPUT_DIR/.launch/<hostname>. Where those process ids are recorded.
 #   ACTOR_NUM_NODES    1. Training nodes.
 #   ACTOR_GPUS_PER_NODE  GPUS_PER_NODE/2 on one node, else GPUS_PER_NODE. Training GPUs a node.
+#                      TP x CP must divide ACTOR_NUM_NODES x ACTOR_GPUS_PER_NODE.
 #   ROLLOUT_NUM_GPUS   NNODES*GPUS_PER_NODE - ACTOR_NUM_NODES*ACTOR_GPUS_PER_NODE (SGLang).
-#   ROLLOUT_GPUS_PER_ENGINE  1. GPUs per SGLang engine.
+#   ROLLOUT_GPUS_PER_ENGINE  1. GPUs per SGLang engine (must divide ROLLOUT_NUM_GPUS).
+#   The RolloutManager (the agent's trials, Docker, the dumps) is pinned to node 0
+#   (--pin-rollout-manager-to-head).
+#   HEALTH_CHECK_FIRST_WAIT  MAX_TURNS*60. Seconds before Miles' fault tolerance for the
+#                      rollout engines (--use-fault-tolerance) starts its health checks: one
+#                      40-turn trial with 60 s commands.
 #
 # ── Paths ───────────────────────────────────────────────────────────────────────────────
 #   MILES_DIR          /root/miles. Miles checkout (must hold train_async.py).
@@ -68,15 +80,32 @@
 # ── Model and rollout (shared by the arms) ──────────────────────────────────────────────
 #   MODEL_TYPE         qwen3-8B. Miles model script scripts/models/MODEL_TYPE.py.
 #   MODEL_ARGS         (empty) Megatron architecture flags; empty reads them from MODEL_TYPE.
-#   TITO_MODEL         qwen3. --tito-model of Miles' session server.
+#   TITO_MODEL         qwen3. The model family: --tito-model of Miles' session server, and
+#                      with it (rescue_family in common.sh, checked against Miles' own
+#                      registry) SGLang's tool-call and reasoning parsers
+#                      (--sglang-tool-call-parser, --sglang-reasoning-parser; qwen3: qwen25
+#                      and qwen3), the chat template and its kwargs, for training and the
+#                      pilot's server alike. Without the tool-call parser SGLang returns the
+#                      agent's tool calls as text and every trial ends in format errors.
 #   MAX_TURNS          40. Turn cap of the agent: model calls per trial (RESCUE_SWE_STEP_LIMIT).
 #   AGENT_CONCURRENCY  ROLLOUT_BATCH_SIZE*N_SAMPLES. Trials at once (RESCUE_SWE_MAX_CONCURRENCY).
 #   AGENT_ENV          (empty) More settings of the agent for the job's runtime env and the
-#                      pilot, as NAME=VALUE words, e.g. 'RESCUE_SWE_DOCKER_RUN_ARGS=--cpus=2
+#                      pilot, as NAME=VALUE words, e.g. 'RESCUE_SWE_CONTAINER_CPUS=2
 #                      RESCUE_SWE_TRIAL_TIMEOUT=5400' (names: swe_smith_tasks/agent_settings.py).
-#   MAX_SEQ_LEN        65536. Whole-trajectory context (--max-seq-len,
-#                      --rollout-max-context-len). Above Qwen3-8B's native 32768: the
-#                      checkpoint needs YaRN rope scaling (pre-flight checks).
+#                      Task containers get --memory 10g and a CPU share of the node's cores
+#                      among the trials by default (RESCUE_SWE_CONTAINER_MEMORY/_CPUS).
+#   MAX_SEQ_LEN        40960. Whole-trajectory context: --max-seq-len,
+#                      --rollout-max-context-len and SGLang's context (--sglang-context-length,
+#                      the pilot's --context-length), Qwen3-8B's max_position_embeddings. A
+#                      request that would not fit ends the trial as a budget failure
+#                      (context_limit). Rollout and training must be the same model: no
+#                      rope_scaling in the checkpoint (SGLang would apply YaRN, Miles'
+#                      Megatron trains plain RoPE; pre-flight refuses it).
+#   EXTEND_CONTEXT     0. 1: allow MAX_SEQ_LEN above the checkpoint's max_position_embeddings,
+#                      plain RoPE on both sides past the trained range (the same, untrained
+#                      positions in rollout and training); sets
+#                      SGLANG_ALLOW_OVERWRITE_LONGER_CONTEXT_LEN=1 for the engines and the
+#                      pilot's server. An explicit choice; pre-flight fails without it.
 #   MAX_RESPONSE_LEN   8192. Tokens per model call (--rollout-max-response-len).
 #   ROLLOUT_BATCH_SIZE 16. Prompts per step.
 #   N_SAMPLES          8. Rollouts per prompt (the group size n).
@@ -94,6 +123,10 @@
 #   MAX_TOKENS_PER_GPU 32768. Dynamic batch size budget.
 #   SGLANG_MEM_FRACTION 0.8. --sglang-mem-fraction-static.
 #   SAVE_INTERVAL      20. Steps between checkpoints.
+#   CKPT_KEEP          2. Checkpoints kept in SAVE_DIR (the newest; the housekeeper deletes
+#                      older iter_* folders); 0 keeps all.
+#   CKPT_GB            120. Disk estimate of one checkpoint (Qwen3-8B with its Adam state);
+#                      pre-flight needs room for CKPT_KEEP + 1 of them.
 #   EXTRA_ARGS         (empty) Appended verbatim to train_async.py's flags (word-split).
 #
 # ── Logging and dumps ───────────────────────────────────────────────────────────────────
@@ -102,14 +135,21 @@
 #   WANDB_GROUP        RUN_NAME. Miles names the run after its group (random suffix off), so
 #                      this is also the run name; WANDB_TAGS arm:..,a:..,k:..,seed:.. group
 #                      the seeds of one arm.
+#   SUBMISSION_ID      RUN_NAME-<date>-<time>. Ray job id of the run (the housekeeper follows
+#                      the job by it; `ray job status SUBMISSION_ID`).
 #   WANDB_MODE         online | offline | disabled (default online). Online needs
 #                      WANDB_API_KEY exported before the launch (Ray inherits it).
 #   DUMP_DIR           OUTPUT_DIR/RUN_NAME/dumps. Rollout dumps (--save-debug-rollout-data).
 #   DUMP_STEPS         50. Keep the dumps of steps 0..DUMP_STEPS-1; 0 = no dumps, all = every
 #                      step. Miles dumps every step once the flag is set and has no step
-#                      limit, so node 0 deletes later steps' dumps as they appear.
+#                      limit, so node 0's housekeeper deletes later steps' dumps as they
+#                      appear.
 #   DUMP_MB_PER_STEP   300. Disk estimate per dumped step (pre-flight needs
-#                      DUMP_STEPS*DUMP_MB_PER_STEP free).
+#                      DUMP_STEPS*DUMP_MB_PER_STEP free, with the checkpoints).
+#   HOUSEKEEP_S        60. Seconds between the housekeeper's rounds. The housekeeper (dump
+#                      window, checkpoint retention) runs detached on node 0, its process id
+#                      recorded, until the Ray job ends: it does not depend on the shell that
+#                      submitted the job.
 #
 # ── Behaviour of the launcher ───────────────────────────────────────────────────────────
 #   DRY_RUN            0. 1: print the exact commands (ray start, ray job submit with every
@@ -129,33 +169,42 @@
 #   IMAGE_NAMESPACE    swebench. Namespace task images are rewritten to (e.g. a mirror).
 #   PILOT_BASE_URL     (empty) OpenAI-compatible endpoint for the pilot; empty starts an
 #                      SGLang server on HF_CHECKPOINT (GPUS_PER_NODE data-parallel
-#                      replicas, context MAX_SEQ_LEN) at PILOT_PORT for the pilot's duration.
+#                      replicas) at PILOT_PORT for the pilot's duration, with training's
+#                      context (MAX_SEQ_LEN), parsers and chat template (TITO_MODEL). Either
+#                      way the endpoint must return tool calls in tool_calls: `rescue swe
+#                      probe` checks it first and names the missing parser flag.
 #   PILOT_MODEL        Qwen3-8B. Model name sent to the endpoint (served name of that server).
 #   PILOT_PORT         30000.   PILOT_WAIT_S 900 s for that server to come up.
 #   PILOT_N            8. Trials per task (the group size of training).
 #   PILOT_CONCURRENCY  64. Trials at once.
-#   PILOT_TASKS        (empty) Pilot a random sample (seed SEED) of this many tasks; empty = all.
+#   PILOT_TASKS        (empty) Pilot a random sample (seed SEED) of this many tasks. Empty is
+#                      refused (a pilot of the whole dataset is days of GPU time) unless
+#                      PILOT_ALL=1.
+#   PILOT_ALL          0. 1: pilot every task of TASKS_JSONL when PILOT_TASKS is empty.
+#   PILOT_RETRY_INFRA  0. 1: rerun the trials that had no result (infrastructure) in PILOT_OUT.
 #   PILOT_LOW          0.2.  PILOT_HIGH 0.5. Success-rate window of the kept tasks.
 #   PILOT_OUT          OUTPUT_DIR/pilot. Pilot results (resumable) and SUBSET_FILE.
 #   REAP_ARGS          (empty) Flags of `rescue swe reap` for `make reap`, e.g. '--dry-run'.
-#   The pilot's agent uses MAX_TURNS, AGENT_ENV, MAX_RESPONSE_LEN and TEMPERATURE, as
-#   training does.
+#   The pilot's agent uses MAX_TURNS, AGENT_ENV, MAX_RESPONSE_LEN, TEMPERATURE and the
+#   family's chat_template_kwargs, as training does.
 #
-# Errors (one line on stderr, exit status 2):
+# Errors (one line on stderr, exit status 2; every setting is checked before it is used):
 #   ARM='x' is not an arm: set ARM=drop, ARM=never-drop or ARM=protect
 #   ARM=protect needs A: set A with 0 < A <= 1, e.g. A=0.5
 #   A='x' is outside (0, 1]: set A with 0 < A <= 1
 #   A=x applies only to ARM=protect: unset A or set ARM=protect
-#   STALENESS applies only to ARM=drop and ARM=protect (or CENSUS_BUFFER=1): unset STALENESS
-#   STALENESS='x' is not a non-negative integer: set STALENESS=K
+#   NAME='x' is not a non-negative integer: set NAME=N (every count, size, port and wait)
 #   SEED='x' is not an integer: set SEED to an integer
 #   BASELINE='x' is not a baseline population: set BASELINE=all or BASELINE=survivors
 #   ESTIMATOR='x' is not an estimator: set ESTIMATOR=group or ESTIMATOR=turn
 #   DRGRPO='x': set DRGRPO=0 or DRGRPO=1
 #   DRGRPO_DIVISOR='x' is not a number > 0: set DRGRPO_DIVISOR=D or leave it empty
 #   DRGRPO_DIVISOR applies only to DRGRPO=1: unset DRGRPO_DIVISOR or set DRGRPO=1
+#   TITO_MODEL='x' has no parsers in rescue_family: set TITO_MODEL to one of ...
 #   NODE_RANK='x' is not in 0..NNODES-1: set NODE_RANK for this node
 #   NNODES=n needs MASTER_ADDR: set MASTER_ADDR to node 0's address on every node
+#   TP=t x CP=c = k does not divide the n training GPUs (ACTOR_NUM_NODES x ACTOR_GPUS_PER_NODE)
+#   GPUS_PER_NODE=1 on one node leaves no GPU for training or rollout: ...
 #   no Miles checkout at MILES_DIR=...: set MILES_DIR to a Miles checkout with train_async.py
 #   no GPUs visible (...): run on a GPU node or set GPUS_PER_NODE / CUDA_VISIBLE_DEVICES
 
@@ -165,10 +214,8 @@ RESCUE_DIR=$(cd "$LAUNCH_DIR/.." && pwd)
 ARM=${ARM:-}
 A=${A:-}
 SEED=${SEED:-1}
-STALENESS_SET=${STALENESS:+1}
 STALENESS=${STALENESS:-2}
 BASELINE=${BASELINE:-all}
-CENSUS_BUFFER=${CENSUS_BUFFER:-0}
 ESTIMATOR=${ESTIMATOR:-group}
 DRGRPO=${DRGRPO:-0}
 DRGRPO_DIVISOR=${DRGRPO_DIVISOR:-}
@@ -181,16 +228,17 @@ RAY_PORT=${RAY_PORT:-6379}
 RAY_DASHBOARD_PORT=${RAY_DASHBOARD_PORT:-8265}
 RAY_WAIT_S=${RAY_WAIT_S:-600}
 RAY_STOP=${RAY_STOP:-1}
+NODE_ADDR=${NODE_ADDR:-}
 ACTOR_NUM_NODES=${ACTOR_NUM_NODES:-1}
-if [[ -z ${ACTOR_GPUS_PER_NODE:-} ]]; then
-  if [[ $NNODES == 1 ]]; then ACTOR_GPUS_PER_NODE=$((GPUS_PER_NODE / 2)); else ACTOR_GPUS_PER_NODE=$GPUS_PER_NODE; fi
-fi
-ROLLOUT_NUM_GPUS=${ROLLOUT_NUM_GPUS:-$((NNODES * GPUS_PER_NODE - ACTOR_NUM_NODES * ACTOR_GPUS_PER_NODE))}
+ACTOR_GPUS_PER_NODE=${ACTOR_GPUS_PER_NODE:-}
+ROLLOUT_NUM_GPUS=${ROLLOUT_NUM_GPUS:-}
 ROLLOUT_GPUS_PER_ENGINE=${ROLLOUT_GPUS_PER_ENGINE:-1}
+HEALTH_CHECK_FIRST_WAIT=${HEALTH_CHECK_FIRST_WAIT:-}
 
 MILES_DIR=${MILES_DIR:-/root/miles}
 MEGATRON_DIR=${MEGATRON_DIR:-/root/Megatron-LM}
 OUTPUT_DIR=${OUTPUT_DIR:-/root/rescue-runs}
+RUN_STATE_DIR=${RUN_STATE_DIR:-$OUTPUT_DIR/.launch/$(hostname -s 2>/dev/null || echo node)}
 HF_CHECKPOINT=${HF_CHECKPOINT:-/root/models/Qwen3-8B}
 REF_LOAD=${REF_LOAD:-/root/models/Qwen3-8B_torch_dist}
 TASKS_JSONL=${TASKS_JSONL:-$OUTPUT_DIR/data/swe_smith_tasks.jsonl}
@@ -202,13 +250,14 @@ MODEL_TYPE=${MODEL_TYPE:-qwen3-8B}
 MODEL_ARGS=${MODEL_ARGS:-}
 TITO_MODEL=${TITO_MODEL:-qwen3}
 MAX_TURNS=${MAX_TURNS:-40}
-MAX_SEQ_LEN=${MAX_SEQ_LEN:-65536}
+MAX_SEQ_LEN=${MAX_SEQ_LEN:-40960}
+EXTEND_CONTEXT=${EXTEND_CONTEXT:-0}
 MAX_RESPONSE_LEN=${MAX_RESPONSE_LEN:-8192}
 ROLLOUT_BATCH_SIZE=${ROLLOUT_BATCH_SIZE:-16}
 N_SAMPLES=${N_SAMPLES:-8}
-GLOBAL_BATCH_SIZE=${GLOBAL_BATCH_SIZE:-$((ROLLOUT_BATCH_SIZE * N_SAMPLES))}
+GLOBAL_BATCH_SIZE=${GLOBAL_BATCH_SIZE:-}
 NUM_ROLLOUT=${NUM_ROLLOUT:-200}
-AGENT_CONCURRENCY=${AGENT_CONCURRENCY:-$((ROLLOUT_BATCH_SIZE * N_SAMPLES))}
+AGENT_CONCURRENCY=${AGENT_CONCURRENCY:-}
 AGENT_ENV=${AGENT_ENV:-}
 TEMPERATURE=${TEMPERATURE:-1.0}
 PAUSE_MODE=${PAUSE_MODE:-in_place}
@@ -221,12 +270,15 @@ CP=${CP:-2}
 MAX_TOKENS_PER_GPU=${MAX_TOKENS_PER_GPU:-32768}
 SGLANG_MEM_FRACTION=${SGLANG_MEM_FRACTION:-0.8}
 SAVE_INTERVAL=${SAVE_INTERVAL:-20}
+CKPT_KEEP=${CKPT_KEEP:-2}
+CKPT_GB=${CKPT_GB:-120}
 EXTRA_ARGS=${EXTRA_ARGS:-}
 
 WANDB_PROJECT=${WANDB_PROJECT:-rescue-swe}
 WANDB_MODE=${WANDB_MODE:-online}
 DUMP_STEPS=${DUMP_STEPS:-50}
 DUMP_MB_PER_STEP=${DUMP_MB_PER_STEP:-300}
+HOUSEKEEP_S=${HOUSEKEEP_S:-60}
 
 DRY_RUN=${DRY_RUN:-0}
 PREFLIGHT=${PREFLIGHT:-1}
@@ -250,7 +302,12 @@ PILOT_PORT=${PILOT_PORT:-30000}
 PILOT_N=${PILOT_N:-8}
 PILOT_CONCURRENCY=${PILOT_CONCURRENCY:-64}
 PILOT_TASKS=${PILOT_TASKS:-}
+PILOT_ALL=${PILOT_ALL:-0}
+PILOT_RETRY_INFRA=${PILOT_RETRY_INFRA:-0}
 REAP_ARGS=${REAP_ARGS:-}
 
-# Names derived from the arm (RUN_NAME, WANDB_GROUP, SAVE_DIR, DUMP_DIR) are set by
-# rescue_derive_names in common.sh once the arm is validated.
+# Derived settings are set in common.sh once the settings they come from are checked:
+# the layout (ACTOR_GPUS_PER_NODE, ROLLOUT_NUM_GPUS, GLOBAL_BATCH_SIZE, AGENT_CONCURRENCY,
+# HEALTH_CHECK_FIRST_WAIT, NODE_ADDR) by rescue_derive_layout, the family (TOOL_CALL_PARSER,
+# REASONING_PARSER, CHAT_TEMPLATE, CHAT_TEMPLATE_KWARGS) by rescue_family, and the names
+# (RUN_NAME, WANDB_GROUP, SAVE_DIR, DUMP_DIR) by rescue_derive_names.

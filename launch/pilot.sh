@@ -4,7 +4,10 @@
 # (settings in launch/config.sh). Interrupted, it resumes where it stopped.
 #
 # Without PILOT_BASE_URL it serves HF_CHECKPOINT with SGLang on this node for the pilot's
-# duration and stops that server afterwards.
+# duration, as training serves it: the same context (MAX_SEQ_LEN), tool-call and reasoning
+# parsers and chat template (TITO_MODEL). A server an earlier pilot left running is stopped
+# first (its recorded session only). Before any trial, `rescue swe probe` checks that the
+# endpoint returns the agent's tool calls in tool_calls, and names the missing flag if not.
 set -euo pipefail
 
 RESCUE_PROG=pilot
@@ -13,8 +16,11 @@ source "$(dirname "${BASH_SOURCE[0]}")/config.sh"
 # shellcheck source=common.sh
 source "$LAUNCH_DIR/common.sh"
 
+rescue_check_settings
 [[ -s $TASKS_JSONL || $DRY_RUN == 1 ]] ||
   rescue_die "no TASKS_JSONL=$TASKS_JSONL: run make swe-prepare first"
+[[ -n $PILOT_TASKS || $PILOT_ALL == 1 ]] ||
+  rescue_die "PILOT_TASKS is empty: set PILOT_TASKS=N to pilot a random sample of N tasks, or PILOT_ALL=1 to pilot every task of TASKS_JSONL"
 
 # The agent plays the pilot with the training settings (turn cap and AGENT_ENV).
 rescue_agent_vars "$PILOT_CONCURRENCY"
@@ -22,23 +28,29 @@ rescue_agent_vars "$PILOT_CONCURRENCY"
 base_url=$PILOT_BASE_URL
 if [[ -z $base_url ]]; then
   rescue_check_gpus
+  if [[ -n $CHAT_TEMPLATE && ! -f $CHAT_TEMPLATE ]]; then
+    rescue_die "no chat template $CHAT_TEMPLATE for TITO_MODEL=$TITO_MODEL: set MILES_DIR to the Miles checkout training uses"
+  fi
   base_url=http://127.0.0.1:$PILOT_PORT
   server=("$JOB_PYTHON" -m sglang.launch_server --model-path "$HF_CHECKPOINT"
     --served-model-name "$PILOT_MODEL" --host 127.0.0.1 --port "$PILOT_PORT"
-    --dp-size "$GPUS_PER_NODE" --context-length "$MAX_SEQ_LEN")
+    --dp-size "$GPUS_PER_NODE" --context-length "$MAX_SEQ_LEN"
+    --tool-call-parser "$TOOL_CALL_PARSER" --reasoning-parser "$REASONING_PARSER")
+  [[ -n $CHAT_TEMPLATE ]] && server+=(--chat-template "$CHAT_TEMPLATE")
+  [[ $EXTEND_CONTEXT == 1 ]] && server=(env SGLANG_ALLOW_OVERWRITE_LONGER_CONTEXT_LEN=1 "${server[@]}")
+  [[ $RAY_STOP == 1 ]] && rescue_stop_recorded pilot-sglang
   if [[ $DRY_RUN == 1 ]]; then
-    rescue_print_cmd "${server[@]}"
+    rescue_spawn pilot-sglang background "${server[@]}"
     rescue_note "wait up to PILOT_WAIT_S=$PILOT_WAIT_S s for $base_url/health; stop the server when the pilot ends"
   else
     mkdir -p "$PILOT_OUT"
-    printf '+ %s &\n' "$(rescue_print_cmd "${server[@]}")" >&2
-    "${server[@]}" >"$PILOT_OUT/sglang.log" 2>&1 &
-    SERVER_PID=$!
-    trap 'kill "$SERVER_PID" 2>/dev/null || true' EXIT
+    rescue_spawn pilot-sglang background "${server[@]}" >"$PILOT_OUT/sglang.log" 2>&1
+    SERVER_SID=$SPAWNED_SID
+    trap 'rescue_stop_recorded pilot-sglang' EXIT
     deadline=$((SECONDS + PILOT_WAIT_S))
     until "$JOB_PYTHON" -c 'import sys, urllib.request; urllib.request.urlopen(sys.argv[1], timeout=5)' \
       "$base_url/health" 2>/dev/null; do
-      kill -0 "$SERVER_PID" 2>/dev/null ||
+      kill -0 "$SERVER_SID" 2>/dev/null ||
         rescue_die "the SGLang server exited (log: $PILOT_OUT/sglang.log): fix it or set PILOT_BASE_URL"
       ((SECONDS < deadline)) ||
         rescue_die "the SGLang server did not answer within PILOT_WAIT_S=$PILOT_WAIT_S s (log: $PILOT_OUT/sglang.log)"
@@ -47,11 +59,18 @@ if [[ -z $base_url ]]; then
   fi
 fi
 
+# The endpoint must return tool calls where mini-swe-agent reads them.
+rescue_cli swe probe --base-url "$base_url" --model "$PILOT_MODEL" \
+  --tool-call-parser "$TOOL_CALL_PARSER" --reasoning-parser "$REASONING_PARSER" \
+  --chat-template-kwargs "$CHAT_TEMPLATE_KWARGS" ||
+  rescue_die "the endpoint $base_url fails the tool-call probe (above): fix the server's flags, then rerun"
+
 pilot=(swe pilot --tasks "$TASKS_JSONL" --out "$PILOT_OUT"
   --base-url "$base_url" --model "$PILOT_MODEL" --n "$PILOT_N" --concurrency "$PILOT_CONCURRENCY"
   --seed "$SEED" --temperature "$TEMPERATURE" --max-tokens "$MAX_RESPONSE_LEN"
-  --low "$PILOT_LOW" --high "$PILOT_HIGH")
+  --chat-template-kwargs "$CHAT_TEMPLATE_KWARGS" --low "$PILOT_LOW" --high "$PILOT_HIGH")
 [[ -n $PILOT_TASKS ]] && pilot+=(--max-tasks "$PILOT_TASKS")
+[[ $PILOT_RETRY_INFRA == 1 ]] && pilot+=(--retry-infra)
 rescue_cli "${AGENT_VARS[@]}" "${pilot[@]}"
 if [[ $DRY_RUN != 1 && "$PILOT_OUT/subset.txt" != "$SUBSET_FILE" ]]; then
   cp "$PILOT_OUT/subset.txt" "$SUBSET_FILE"

@@ -4,8 +4,10 @@
 # default is documented in launch/config.sh.
 #
 # Node 0 (NODE_RANK=0): checks, pre-flight, Ray head, waits for the other nodes, submits
-# Miles' train_async.py as a Ray job, and keeps only the first DUMP_STEPS rollout dumps.
-# Other nodes: checks, then join the Ray cluster at MASTER_ADDR.
+# Miles' train_async.py as a Ray job, and starts the housekeeper (dump window, checkpoint
+# retention) detached from this shell. Other nodes: checks, then join the Ray cluster at
+# MASTER_ADDR. On every node, what an earlier run of this launcher left running there is
+# stopped first (RAY_STOP=1; recorded process ids only).
 set -euo pipefail
 
 RESCUE_PROG=swe-arm
@@ -15,6 +17,7 @@ source "$(dirname "${BASH_SOURCE[0]}")/config.sh"
 source "$LAUNCH_DIR/common.sh"
 
 rescue_check_arm
+rescue_check_settings
 rescue_check_miles
 rescue_check_gpus
 rescue_derive_names
@@ -25,7 +28,7 @@ rescue_reap() {
 }
 
 if [[ $NODE_RANK != 0 ]]; then
-  rescue_note "node $NODE_RANK of $NNODES: join the Ray cluster at $MASTER_ADDR:$RAY_PORT"
+  rescue_note "node $NODE_RANK of $NNODES ($NODE_ADDR): join the Ray cluster at $MASTER_ADDR:$RAY_PORT"
   rescue_reap
   rescue_ray_start
   exit 0
@@ -34,18 +37,18 @@ fi
 rescue_arm_flags
 rescue_shared_flags
 rescue_runtime_env
+SUBMISSION_ID=${SUBMISSION_ID:-$RUN_NAME-$(date +%Y%m%d-%H%M%S)}
 
-summary="$RUN_NAME: ARM=$ARM${A:+ A=$A} SEED=$SEED ESTIMATOR=$ESTIMATOR DRGRPO=$DRGRPO"
-[[ ${#ARM_FLAGS[@]} == 0 ]] || summary+=" STALENESS=$STALENESS"
-rescue_note "$summary on $NNODES node(s)"
+rescue_note "$RUN_NAME: ARM=$ARM${A:+ A=$A} SEED=$SEED STALENESS=$STALENESS ESTIMATOR=$ESTIMATOR DRGRPO=$DRGRPO on $NNODES node(s)"
 if [[ $PREFLIGHT == 1 ]]; then
+  export DUMP_DIR SAVE_DIR # where pre-flight sizes the disk
   rescue_run "$LAUNCH_DIR/preflight.sh"
 fi
 rescue_reap
 rescue_ray_start
 rescue_ray_wait
 if [[ $DRY_RUN != 1 ]]; then mkdir -p "$OUTPUT_DIR/$RUN_NAME"; fi
-rescue_dump_window
+rescue_housekeeper
 rescue_run ray job submit --address "http://127.0.0.1:$RAY_DASHBOARD_PORT" \
-  --runtime-env-json "$RUNTIME_ENV_JSON" \
+  --submission-id "$SUBMISSION_ID" --runtime-env-json "$RUNTIME_ENV_JSON" \
   -- "$JOB_PYTHON" "$MILES_DIR/train_async.py" "${ARM_FLAGS[@]}" "${SHARED_FLAGS[@]}"

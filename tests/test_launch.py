@@ -1,156 +1,111 @@
-"""The SWE-arm launchers: the dry-run commands of each arm, the checks, the pre-flight.
+"""The SWE-arm launcher: the dry-run commands of each arm, the settings, the family, the checks.
 
-The launchers run with ``DRY_RUN=1`` against a stand-in Miles checkout (``train_async.py``
-and a model script), so no GPU, Ray or Miles is needed. The printed ``ray job submit``
-line is parsed with ``shlex`` into ``{flag: [values]}``; nothing is grepped.
+The launchers run with ``DRY_RUN=1`` against stand-ins (``launch_env``); the printed
+``ray job submit`` line is parsed into ``{flag: [values]}``.
 """
 
 from __future__ import annotations
 
-import json
 import os
 import re
-import shlex
 import shutil
-import stat
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
+from launch_env import (
+    LAUNCH,
+    ROOT,
+    command_lines,
+    dry_run,
+    eight_gpus,
+    executable,
+    flag_dict,
+    launch,
+    submitted,
+)
+from launch_env import bin_dir as bin_dir  # a fixture
+from launch_env import miles_dir as miles_dir  # a fixture
 
-ROOT = Path(__file__).resolve().parents[1]
-LAUNCH = ROOT / "launch"
-
+ARMS = ("drop", "never-drop", "protect")
 #: The flags that distinguish the arms; every other flag is shared.
 ARM_FLAGS = {
-    "drop": {"--max-weight-staleness": ["2"]},
+    "drop": {},
     "never-drop": {},
     "protect": {
-        "--max-weight-staleness": ["2"],
-        "--custom-async-data-buffer-path": ["rescue.miles.buffer.RescueDataBuffer"],
         "--custom-reward-post-process-path": ["rescue.miles.reward.post_process_rewards"],
     },
 }
 ARM_FLAG_NAMES = {flag for flags in ARM_FLAGS.values() for flag in flags}
-#: Shared flags whose value is derived from the run name (arm, A, seed).
+#: The runtime-env settings that distinguish the arms.
+ARM_ENV = {
+    "drop": {"RESCUE_ARM": "drop"},
+    "never-drop": {"RESCUE_ARM": "never-drop"},
+    "protect": {"RESCUE_ARM": "protect", "RESCUE_A": "0.5", "RESCUE_BASELINE": "all"},
+}
+#: Shared flags and settings whose value is derived from the run name (arm, A, seed).
 NAMED_FLAGS = {"--load", "--save", "--wandb-group", "--wandb-dir", "--save-debug-rollout-data"}
+NAMED_ENV = {"WANDB_TAGS"}
 
 
-def _executable(path: Path, text: str) -> None:
-    path.write_text(text)
-    path.chmod(path.stat().st_mode | stat.S_IEXEC)
+# ── each arm has exactly its own settings ───────────────────────────────────────────────
 
 
-@pytest.fixture
-def miles_dir(tmp_path: Path) -> Path:
-    """A stand-in Miles checkout: train_async.py and the Qwen3-8B model script."""
-    miles = tmp_path / "miles"
-    (miles / "scripts" / "models").mkdir(parents=True)
-    (miles / "train_async.py").write_text("")
-    (miles / "scripts" / "models" / "qwen3-8B.py").write_text(
-        'def model_args():\n    return "--num-layers 36\\n --hidden-size 4096 "\n'
-    )
-    return miles
-
-
-@pytest.fixture
-def bin_dir(tmp_path: Path) -> Path:
-    """Stand-ins for the node's commands; ray fails, so nothing can start by accident."""
-    d = tmp_path / "bin"
-    d.mkdir()
-    _executable(d / "nvidia-smi", "#!/bin/sh\nexit 0\n")  # no GPUs
-    _executable(d / "ray", "#!/bin/sh\necho 'ray must not run in tests' >&2\nexit 99\n")
-    return d
-
-
-def launch(
-    script: str, bin_dir: Path, miles_dir: Path | None, **env: str
-) -> subprocess.CompletedProcess[str]:
-    base = {
-        "PATH": f"{bin_dir}{os.pathsep}{os.environ['PATH']}",
-        "HOME": os.environ.get("HOME", "/tmp"),
-        "JOB_PYTHON": sys.executable,
-        "RESCUE_PY": sys.executable,
-        "OUTPUT_DIR": "/runs",
+@pytest.mark.parametrize("arm", ARMS)
+def test_each_arm_submits_exactly_its_own_flags(arm, bin_dir, miles_dir):
+    flags, env, _ = submitted(dry_run(arm, bin_dir, miles_dir).stdout)
+    assert {f: v for f, v in flags.items() if f in ARM_FLAG_NAMES} == ARM_FLAGS[arm]
+    assert {k: v for k, v in env.items() if k.startswith("RESCUE_") and "SWE" not in k} == {
+        **ARM_ENV[arm],
+        "RESCUE_SEED": "1",
+        "RESCUE_ESTIMATOR": "group",
     }
-    if miles_dir is not None:
-        base["MILES_DIR"] = str(miles_dir)
-    return subprocess.run(
-        ["bash", str(LAUNCH / script)],
-        env={**base, **env},
+
+
+def test_every_arm_runs_through_rescues_buffer_with_the_staleness_limit(bin_dir, miles_dir):
+    for arm in ARMS:
+        flags, _, _ = submitted(dry_run(arm, bin_dir, miles_dir, STALENESS="3").stdout)
+        assert flags["--custom-async-data-buffer-path"] == ["rescue.miles.buffer.RescueDataBuffer"]
+        assert flags["--max-weight-staleness"] == ["3"]
+
+
+def _make_dry_run(arm: str, miles_dir: Path) -> str:
+    result = subprocess.run(
+        ["make", "-s", "--no-print-directory", "swe-arm", f"ARM={arm}"]
+        + (["A=0.5"] if arm == "protect" else []),
+        cwd=ROOT,
+        env={
+            **os.environ,
+            "DRY_RUN": "1",
+            "MILES_DIR": str(miles_dir),
+            "JOB_PYTHON": sys.executable,
+            "SUBMISSION_ID": "fixed",
+        },
         capture_output=True,
         text=True,
         timeout=60,
     )
-
-
-def command_lines(stdout: str) -> list[list[str]]:
-    """The printed commands, each split as the shell would (comment lines skipped)."""
-    return [shlex.split(line) for line in stdout.splitlines() if line and not line.startswith("#")]
-
-
-def flag_dict(words: list[str]) -> dict[str, list[str]]:
-    """``--flag v1 v2 --switch`` -> ``{"--flag": ["v1", "v2"], "--switch": []}``; no repeats."""
-    flags: dict[str, list[str]] = {}
-    current = None
-    for word in words:
-        if word.startswith("--"):
-            assert word not in flags, f"flag {word} given twice"
-            flags[word] = []
-            current = word
-        else:
-            assert current is not None, f"value {word!r} before any flag"
-            flags[current].append(word)
-    return flags
-
-
-def submitted(stdout: str) -> tuple[dict[str, list[str]], dict[str, str], list[str]]:
-    """(train_async.py flags, runtime env vars, the words before train_async.py's flags)."""
-    submits = [w for w in command_lines(stdout) if w[:3] == ["ray", "job", "submit"]]
-    assert len(submits) == 1, stdout
-    words = submits[0]
-    sep = words.index("--")
-    ray_opts = flag_dict(words[3:sep])
-    (env_json,) = ray_opts["--runtime-env-json"]
-    env = json.loads(env_json)["env_vars"]
-    job = words[sep + 1 :]
-    assert job[1].endswith("/train_async.py")
-    return flag_dict(job[2:]), env, job[:2]
-
-
-def dry_run(arm: str, bin_dir: Path, miles_dir: Path, **env: str):
-    extra = {"A": "0.5"} if arm == "protect" else {}
-    result = launch("swe_arm.sh", bin_dir, miles_dir, ARM=arm, DRY_RUN="1", **{**extra, **env})
     assert result.returncode == 0, result.stderr
-    return result
+    return result.stdout
 
 
-# ── each arm has exactly its flags ───────────────────────────────────────────────────────
-
-
-@pytest.mark.parametrize("arm", sorted(ARM_FLAGS))
-def test_each_arm_submits_exactly_its_own_flags(arm, bin_dir, miles_dir):
-    flags, env, _ = submitted(dry_run(arm, bin_dir, miles_dir).stdout)
-    own = {f: v for f, v in flags.items() if f in ARM_FLAG_NAMES}
-    assert own == ARM_FLAGS[arm]
-    assert env["RESCUE_ARM"] == arm
-    assert env["RESCUE_SEED"] == "1"
-    if arm == "protect":
-        assert env["RESCUE_A"] == "0.5"
-        assert env["RESCUE_BASELINE"] == "all"
-    else:
-        assert "RESCUE_A" not in env and "RESCUE_BASELINE" not in env
-
-
-def test_the_arms_share_every_other_flag(bin_dir, miles_dir):
-    shared = {}
-    for arm in ARM_FLAGS:
-        flags, _, _ = submitted(dry_run(arm, bin_dir, miles_dir).stdout)
-        shared[arm] = {
-            f: v for f, v in flags.items() if f not in ARM_FLAG_NAMES and f not in NAMED_FLAGS
-        }
+@pytest.mark.skipif(shutil.which("make") is None, reason="make is not installed")
+def test_make_swe_arm_dry_runs_of_the_three_arms_differ_only_by_the_arms_own_settings(miles_dir):
+    shared, shared_env, rest = {}, {}, {}
+    for arm in ARMS:
+        out = _make_dry_run(arm, miles_dir)
+        flags, env, _ = submitted(out)
+        shared[arm] = {f: v for f, v in flags.items() if f not in ARM_FLAG_NAMES | NAMED_FLAGS}
+        shared_env[arm] = {k: v for k, v in env.items() if k not in {*ARM_ENV[arm], *NAMED_ENV}}
+        assert {k: env[k] for k in ARM_ENV[arm]} == ARM_ENV[arm]
+        # every other printed command (Ray, pre-flight, reaper) is the same too
+        rest[arm] = [
+            w for w in command_lines(out) if w[:3] != ["ray", "job", "submit"] and "submit" not in w
+        ]
     assert shared["drop"] == shared["never-drop"] == shared["protect"]
+    assert shared_env["drop"] == shared_env["never-drop"] == shared_env["protect"]
+    assert rest["drop"] == rest["never-drop"] == rest["protect"]
 
 
 #: The train-side logging contract, in every arm.
@@ -166,7 +121,7 @@ DRGRPO_FLAGS = {
 }
 
 
-@pytest.mark.parametrize("arm", sorted(ARM_FLAGS))
+@pytest.mark.parametrize("arm", ARMS)
 def test_by_default_every_arm_logs_the_contract_with_the_group_estimator(arm, bin_dir, miles_dir):
     flags, env, _ = submitted(dry_run(arm, bin_dir, miles_dir).stdout)
     assert {f: flags.get(f) for f in LOGGING_FLAGS} == LOGGING_FLAGS
@@ -178,7 +133,7 @@ def test_by_default_every_arm_logs_the_contract_with_the_group_estimator(arm, bi
 def test_estimator_turn_and_drgrpo_are_applied_identically_to_every_arm(bin_dir, miles_dir):
     settings = {"ESTIMATOR": "turn", "DRGRPO": "1", "DRGRPO_DIVISOR": "4096"}
     shared = {}
-    for arm in ARM_FLAGS:
+    for arm in ARMS:
         flags, env, _ = submitted(dry_run(arm, bin_dir, miles_dir, **settings).stdout)
         wanted = {**LOGGING_FLAGS, **REWARD_HOOK, **DRGRPO_FLAGS}
         assert {f: flags.get(f) for f in wanted} == wanted
@@ -212,11 +167,20 @@ def test_shared_settings_of_the_swe_arms(bin_dir, miles_dir):
         "--custom-rm-path": ["swe_smith_tasks.agent.reward_func"],
         "--custom-rollout-log-function-path": ["rescue.miles.log.log_rollout"],
         "--use-session-server": [],
+        "--tito-model": ["qwen3"],
+        # the Qwen3 family's parsers in SGLang's registry: without them no tool call parses
+        "--sglang-tool-call-parser": ["qwen25"],
+        "--sglang-reasoning-parser": ["qwen3"],
+        # one context for Megatron, the session and SGLang: Qwen3-8B's 40,960 positions
+        "--max-seq-len": ["40960"],
+        "--rollout-max-context-len": ["40960"],
+        "--sglang-context-length": ["40960"],
+        "--use-fault-tolerance": [],
+        "--rollout-health-check-first-wait": ["2400"],
+        "--pin-rollout-manager-to-head": [],
         "--n-samples-per-prompt": ["8"],
         "--rollout-batch-size": ["16"],
         "--global-batch-size": ["128"],
-        "--max-seq-len": ["65536"],
-        "--rollout-max-context-len": ["65536"],
         "--prompt-data": ["/runs/data/swe_smith_pilot.jsonl"],
         "--use-wandb": [],
         "--wandb-project": ["rescue-swe"],
@@ -234,6 +198,7 @@ def test_shared_settings_of_the_swe_arms(bin_dir, miles_dir):
     assert "--colocate" not in flags and "--rollout-function-path" not in flags
     assert env["RESCUE_SWE_STEP_LIMIT"] == "40"
     assert env["RESCUE_SWE_MAX_CONCURRENCY"] == "128"
+    assert "SGLANG_ALLOW_OVERWRITE_LONGER_CONTEXT_LEN" not in env
     assert env["PYTHONPATH"].split(":")[0] == str(ROOT)
     assert env["WANDB_TAGS"] == "arm:protect,seed:1,a:0.5,k:2"
     assert job[0] == sys.executable
@@ -247,16 +212,34 @@ def test_dry_run_starts_a_ray_head_and_runs_nothing(bin_dir, miles_dir):
     head = flag_dict(starts[0][2:])
     assert head["--head"] == [] and head["--num-gpus"] == ["8"]
     assert head["--node-ip-address"] == ["127.0.0.1"]
+    assert not [w for w in lines if w[:2] == ["ray", "stop"]]  # never a node-wide stop
     assert "ray must not run" not in result.stderr
     assert "no GPUs visible" in result.stderr  # a warning only, in a dry run
+    (submit,) = [w for w in lines if w[:3] == ["ray", "job", "submit"]]
+    assert flag_dict(submit[3 : submit.index("--")])["--submission-id"][0].startswith(
+        "swe-drop-k2-seed1-"
+    )
 
 
-def test_other_nodes_join_the_head_and_submit_nothing(bin_dir, miles_dir):
-    result = dry_run("drop", bin_dir, miles_dir, NNODES="2", NODE_RANK="1", MASTER_ADDR="10.0.0.1")
+def test_other_nodes_join_the_head_with_their_own_address_and_submit_nothing(bin_dir, miles_dir):
+    result = dry_run(
+        "drop",
+        bin_dir,
+        miles_dir,
+        NNODES="2",
+        NODE_RANK="1",
+        MASTER_ADDR="10.0.0.1",
+        NODE_ADDR="10.0.0.2",
+    )
     lines = command_lines(result.stdout)
     assert not [w for w in lines if w[:2] == ["ray", "job"]]
     (start,) = [w for w in lines if w[:2] == ["ray", "start"]]
-    assert flag_dict(start[2:])["--address"] == ["10.0.0.1:6379"]
+    flags = flag_dict(start[2:])
+    assert flags["--address"] == ["10.0.0.1:6379"] and flags["--node-ip-address"] == ["10.0.0.2"]
+    executable(bin_dir / "hostname", "#!/bin/sh\n[ \"$1\" = -I ] && echo '10.0.0.7 fe80::1'\n")
+    result = dry_run("drop", bin_dir, miles_dir, NNODES="2", NODE_RANK="1", MASTER_ADDR="10.0.0.1")
+    (start,) = [w for w in command_lines(result.stdout) if w[:2] == ["ray", "start"]]
+    assert flag_dict(start[2:])["--node-ip-address"] == ["10.0.0.7"]
 
 
 def test_two_nodes_give_one_node_to_training_and_one_to_rollout(bin_dir, miles_dir):
@@ -279,15 +262,21 @@ OVERRIDES = [
     ({"ROLLOUT_BATCH_SIZE": "4"}, "--global-batch-size", ["32"]),
     ({"N_SAMPLES": "4"}, "--n-samples-per-prompt", ["4"]),
     ({"MAX_SEQ_LEN": "32768"}, "--max-seq-len", ["32768"]),
+    ({"MAX_SEQ_LEN": "32768"}, "--sglang-context-length", ["32768"]),
     ({"MAX_RESPONSE_LEN": "4096"}, "--rollout-max-response-len", ["4096"]),
     ({"WANDB_PROJECT": "p"}, "--wandb-project", ["p"]),
     ({"WANDB_MODE": "offline"}, "--wandb-mode", ["offline"]),
     ({"RUN_NAME": "r"}, "--wandb-group", ["r"]),
     ({"PROMPT_DATA": "/d.jsonl"}, "--prompt-data", ["/d.jsonl"]),
     ({"HF_CHECKPOINT": "/m"}, "--hf-checkpoint", ["/m"]),
-    ({"TP": "4"}, "--tensor-model-parallel-size", ["4"]),
+    ({"TP": "4", "CP": "1"}, "--tensor-model-parallel-size", ["4"]),
     ({"LR": "2e-6"}, "--lr", ["2e-6"]),
-    ({"TITO_MODEL": "default"}, "--tito-model", ["default"]),
+    ({"TITO_MODEL": "glm47"}, "--tito-model", ["glm47"]),
+    ({"TITO_MODEL": "glm47"}, "--sglang-tool-call-parser", ["glm47"]),
+    ({"TITO_MODEL": "glm47"}, "--sglang-reasoning-parser", ["glm45"]),
+    ({"TITO_MODEL": "qwen35"}, "--sglang-tool-call-parser", ["qwen3_coder"]),
+    ({"MAX_TURNS": "10"}, "--rollout-health-check-first-wait", ["600"]),
+    ({"HEALTH_CHECK_FIRST_WAIT": "900"}, "--rollout-health-check-first-wait", ["900"]),
     ({"MODEL_ARGS": "--num-layers 2"}, "--num-layers", ["2"]),
     ({"EXTRA_ARGS": "--foo 1 --bar"}, "--foo", ["1"]),
     ({"DUMP_STEPS": "0"}, "--save-debug-rollout-data", None),
@@ -308,24 +297,21 @@ def test_agent_settings_reach_the_runtime_env(bin_dir, miles_dir):
             miles_dir,
             MAX_TURNS="12",
             AGENT_CONCURRENCY="9",
-            AGENT_ENV="RESCUE_SWE_TRIAL_TIMEOUT=100 RESCUE_SWE_DOCKER_RUN_ARGS=--cpus=2",
+            AGENT_ENV="RESCUE_SWE_TRIAL_TIMEOUT=100 RESCUE_SWE_CONTAINER_CPUS=2",
         ).stdout
     )
     assert env["RESCUE_SWE_STEP_LIMIT"] == "12"
     assert env["RESCUE_SWE_MAX_CONCURRENCY"] == "9"
     assert env["RESCUE_SWE_TRIAL_TIMEOUT"] == "100"
-    assert env["RESCUE_SWE_DOCKER_RUN_ARGS"] == "--cpus=2"
+    assert env["RESCUE_SWE_CONTAINER_CPUS"] == "2"
 
 
-@pytest.mark.parametrize("arm", ["drop", "never-drop"])
-def test_census_buffer_runs_drop_and_never_drop_through_rescues_buffer(arm, bin_dir, miles_dir):
-    flags, env, _ = submitted(dry_run(arm, bin_dir, miles_dir, CENSUS_BUFFER="1").stdout)
-    own = {f: v for f, v in flags.items() if f in ARM_FLAG_NAMES}
-    assert own == {
-        "--max-weight-staleness": ["2"],
-        "--custom-async-data-buffer-path": ["rescue.miles.buffer.RescueDataBuffer"],
-    }
-    assert env["RESCUE_ARM"] == arm and "RESCUE_A" not in env
+def test_a_longer_context_is_an_explicit_choice_with_sglangs_override(bin_dir, miles_dir):
+    flags, env, _ = submitted(
+        dry_run("drop", bin_dir, miles_dir, MAX_SEQ_LEN="65536", EXTEND_CONTEXT="1").stdout
+    )
+    assert flags["--sglang-context-length"] == ["65536"]
+    assert env["SGLANG_ALLOW_OVERWRITE_LONGER_CONTEXT_LEN"] == "1"
 
 
 def test_the_arm_entries_set_their_arm(bin_dir, miles_dir):
@@ -349,14 +335,14 @@ INVALID = [
     ({"ARM": "protect", "A": "half"}, "A='half' is outside (0, 1]: set A with 0 < A <= 1"),
     ({"ARM": "drop", "A": "0.5"}, "A=0.5 applies only to ARM=protect: unset A or set ARM=protect"),
     (
-        {"ARM": "never-drop", "STALENESS": "2"},
-        "STALENESS applies only to ARM=drop and ARM=protect (or CENSUS_BUFFER=1): unset STALENESS",
-    ),
-    (
         {"ARM": "drop", "STALENESS": "-1"},
-        "STALENESS='-1' is not a non-negative integer: set STALENESS=K",
+        "STALENESS='-1' is not a non-negative integer: set STALENESS=N",
     ),
     ({"ARM": "drop", "SEED": "x"}, "SEED='x' is not an integer: set SEED to an integer"),
+    (
+        {"ARM": "drop", "DUMP_STEPS": "some"},
+        "DUMP_STEPS='some' is not a step count: set DUMP_STEPS=N, 0 or all",
+    ),
     (
         {"ARM": "drop", "NNODES": "2"},
         "NNODES=2 needs MASTER_ADDR: set MASTER_ADDR to node 0's address on every node",
@@ -368,6 +354,31 @@ INVALID = [
     (
         {"ARM": "protect", "A": "0.5", "BASELINE": "loo"},
         "BASELINE='loo' is not a baseline population: set BASELINE=all or BASELINE=survivors",
+    ),
+    (
+        {"ARM": "drop", "TITO_MODEL": "llama"},
+        "TITO_MODEL='llama' has no parsers in rescue_family: set TITO_MODEL to one of qwen3, "
+        "qwen35, qwennext, glm47, nemotron3, kimi26, minimax_m25, minimax_m27, deepseekv32, "
+        "deepseekv4, inkling",
+    ),
+    (
+        {"ARM": "drop", "TP": "3"},
+        "TP=3 x CP=2 = 6 does not divide the 4 training GPUs (ACTOR_NUM_NODES x "
+        "ACTOR_GPUS_PER_NODE): set TP, CP or ACTOR_GPUS_PER_NODE",
+    ),
+    (
+        {"ARM": "drop", "GPUS_PER_NODE": "1"},
+        "GPUS_PER_NODE=1 on one node leaves no GPU for training or rollout: run on a node with "
+        "2 or more GPUs (training and SGLang each need one)",
+    ),
+    (
+        {"ARM": "drop", "ROLLOUT_GPUS_PER_ENGINE": "3"},
+        "ROLLOUT_GPUS_PER_ENGINE=3 does not divide ROLLOUT_NUM_GPUS=4: set ROLLOUT_GPUS_PER_ENGINE",
+    ),
+    (
+        {"ARM": "drop", "ACTOR_GPUS_PER_NODE": "8"},
+        "ROLLOUT_NUM_GPUS=0 with 8 training GPUs does not fit 8 GPUs (NNODES x GPUS_PER_NODE): "
+        "set ROLLOUT_NUM_GPUS or ACTOR_GPUS_PER_NODE",
     ),
     (
         {"ARM": "drop", "ESTIMATOR": "loo"},
@@ -382,6 +393,10 @@ INVALID = [
         {"ARM": "drop", "DRGRPO": "1", "DRGRPO_DIVISOR": "0"},
         "DRGRPO_DIVISOR='0' is not a number > 0: set DRGRPO_DIVISOR=D or leave it empty",
     ),
+    (
+        {"ARM": "drop", "EXTEND_CONTEXT": "yes"},
+        "EXTEND_CONTEXT='yes': set EXTEND_CONTEXT=0 or EXTEND_CONTEXT=1",
+    ),
 ]
 
 
@@ -391,6 +406,38 @@ def test_invalid_input_fails_with_its_message(env, message, bin_dir, miles_dir):
     assert result.returncode == 2
     assert result.stderr == f"swe-arm: error: {message}\n"
     assert result.stdout == ""
+
+
+def _integer_settings() -> list[str]:
+    text = (LAUNCH / "common.sh").read_text()
+    names: list[str] = []
+    for array in ("POSITIVE", "NON_NEGATIVE", "OPTIONAL_POSITIVE", "OPTIONAL_NON_NEGATIVE"):
+        body = re.search(rf"^RESCUE_{array}=\(([^)]*)\)", text, flags=re.M).group(1)
+        names += body.split()
+    return names
+
+
+@pytest.mark.parametrize("name", _integer_settings())
+@pytest.mark.parametrize("script", ["swe_arm.sh", "pilot.sh", "preflight.sh"])
+def test_a_bad_number_is_one_line_naming_it_in_every_launcher(name, script, bin_dir, miles_dir):
+    prog = {"swe_arm.sh": "swe-arm"}.get(script, script.removesuffix(".sh"))
+    result = launch(script, bin_dir, miles_dir, DRY_RUN="1", ARM="drop", **{name: "8x"})
+    assert result.returncode == 2, result.stdout
+    assert re.fullmatch(
+        rf"{prog}: error: {name}='8x' is not a (positive|non-negative) integer: set {name}=N\n",
+        result.stderr,
+    )
+    assert "unbound variable" not in result.stderr and result.stdout == ""
+
+
+def test_integer_settings_cover_every_numeric_default(bin_dir):
+    numeric = re.findall(
+        r"^([A-Z][A-Z0-9_]*)=\$\{\1:-([0-9]+)\}$", (LAUNCH / "config.sh").read_text(), re.M
+    )
+    switches = re.search(r"^RESCUE_SWITCHES=\(([^)]*)\)", (LAUNCH / "common.sh").read_text(), re.M)
+    unchecked = [n for n, _ in numeric if n not in _integer_settings() + switches.group(1).split()]
+    # checked on their own: SEED may be negative, DUMP_STEPS may be "all"
+    assert unchecked == ["SEED", "DUMP_STEPS"]
 
 
 def test_no_miles_checkout_fails_with_what_to_set(bin_dir, tmp_path):
@@ -413,8 +460,7 @@ def test_no_gpus_fails_outside_a_dry_run(bin_dir, miles_dir):
 
 
 def test_too_few_gpus_counts_cuda_visible_devices(bin_dir, miles_dir):
-    gpus = "".join(f"echo 'GPU {i}: NVIDIA H100 (UUID: GPU-{i})'\n" for i in range(8))
-    _executable(bin_dir / "nvidia-smi", "#!/bin/sh\n" + gpus)
+    eight_gpus(bin_dir)
     result = launch("swe_arm.sh", bin_dir, miles_dir, ARM="drop", CUDA_VISIBLE_DEVICES="0,1")
     assert result.returncode == 2
     assert "too few GPUs visible (found 2, need GPUS_PER_NODE=8)" in result.stderr
@@ -458,146 +504,6 @@ def test_make_swe_arm_dry_run_passes_the_variables(miles_dir):
     assert flags["--seed"] == ["3"]
 
 
-# ── the other launchers ──────────────────────────────────────────────────────────────────
-
-
-def test_prepare_writes_all_tasks_then_the_pilot_subset(bin_dir, tmp_path):
-    result = launch("swe_prepare.sh", bin_dir, None, DRY_RUN="1", OUTPUT_DIR=str(tmp_path))
-    (only,) = [w for w in command_lines(result.stdout) if "rescue" in w]
-    assert "--subset" not in only and only[-1] == f"{tmp_path}/data/swe_smith_tasks.jsonl"
-    assert "make pilot" in result.stdout
-    (tmp_path / "pilot").mkdir()
-    (tmp_path / "pilot" / "subset.txt").write_text("task-1\n")
-    result = launch("swe_prepare.sh", bin_dir, None, DRY_RUN="1", OUTPUT_DIR=str(tmp_path))
-    _, second = [w for w in command_lines(result.stdout) if "rescue" in w]
-    i = second.index("prepare")
-    assert flag_dict(second[i + 1 :])["--subset"] == [f"{tmp_path}/pilot/subset.txt"]
-    assert flag_dict(second[i + 1 :])["--out"] == [f"{tmp_path}/data/swe_smith_pilot.jsonl"]
-
-
-def test_pilot_uses_the_training_settings(bin_dir, tmp_path):
-    result = launch(
-        "pilot.sh", bin_dir, None, DRY_RUN="1", PILOT_BASE_URL="http://h:1", PILOT_TASKS="50"
-    )
-    assert result.returncode == 0, result.stderr
-    (cmd,) = [w for w in command_lines(result.stdout) if "pilot" in w]
-    flags = flag_dict(cmd[cmd.index("pilot") + 1 :])
-    assert flags["--base-url"] == ["http://h:1"]
-    assert flags["--n"] == ["8"] and flags["--max-tasks"] == ["50"]
-    assert flags["--low"] == ["0.2"] and flags["--high"] == ["0.5"]
-    assert flags["--temperature"] == ["1.0"] and flags["--max-tokens"] == ["8192"]
-
-
-def test_pilot_agent_gets_the_training_agent_settings(bin_dir):
-    result = launch(
-        "pilot.sh",
-        bin_dir,
-        None,
-        DRY_RUN="1",
-        PILOT_BASE_URL="http://h:1",
-        MAX_TURNS="12",
-        AGENT_ENV="RESCUE_SWE_TRIAL_TIMEOUT=100 RESCUE_SWE_DOCKER_RUN_ARGS=--cpus=2",
-    )
-    assert result.returncode == 0, result.stderr
-    (cmd,) = [w for w in command_lines(result.stdout) if "pilot" in w]
-    assert cmd[0] == "env"
-    env = dict(w.split("=", 1) for w in cmd[1 : cmd.index("-m") - 1])
-    assert env["RESCUE_SWE_STEP_LIMIT"] == "12"
-    assert env["RESCUE_SWE_MAX_CONCURRENCY"] == "64"
-    assert env["RESCUE_SWE_TRIAL_TIMEOUT"] == "100"
-    assert env["RESCUE_SWE_DOCKER_RUN_ARGS"] == "--cpus=2"
-    bad = launch("pilot.sh", bin_dir, None, DRY_RUN="1", PILOT_BASE_URL="u", AGENT_ENV="oops")
-    assert bad.returncode == 2 and "AGENT_ENV entry 'oops' is not NAME=VALUE" in bad.stderr
-
-
-def test_pilot_without_endpoint_serves_the_checkpoint(bin_dir):
-    result = launch("pilot.sh", bin_dir, None, DRY_RUN="1")
-    (server,) = [w for w in command_lines(result.stdout) if "sglang.launch_server" in w]
-    flags = flag_dict(server[server.index("sglang.launch_server") + 1 :])
-    assert flags["--model-path"] == ["/root/models/Qwen3-8B"]
-    assert flags["--context-length"] == ["65536"]
-
-
-def test_dump_window_keeps_the_first_steps(tmp_path):
-    dumps = tmp_path / "dumps"
-    (dumps / "rollout_data").mkdir(parents=True)
-    (dumps / "dashboard_columns").mkdir()
-    for i in (0, 7, 49, 50, 120):
-        (dumps / "rollout_data" / f"{i}.pt").write_text("")
-        (dumps / "dashboard_columns" / f"rollout_{i}.parquet").write_text("")
-    subprocess.run(
-        [
-            "bash",
-            "-c",
-            f"source {LAUNCH}/config.sh && source {LAUNCH}/common.sh && rescue_prune_dumps",
-        ],
-        env={**os.environ, "DUMP_DIR": str(dumps), "DUMP_STEPS": "50"},
-        check=True,
-    )
-    assert sorted(p.name for p in (dumps / "rollout_data").iterdir()) == ["0.pt", "49.pt", "7.pt"]
-    assert len(list((dumps / "dashboard_columns").iterdir())) == 3
-
-
-def test_preflight_reports_each_check_and_the_pulls_needed(bin_dir, miles_dir, tmp_path):
-    gpus = "".join(f"echo 'GPU {i}: NVIDIA H100'\n" for i in range(8))
-    _executable(bin_dir / "nvidia-smi", "#!/bin/sh\n" + gpus)
-    _executable(
-        bin_dir / "docker",
-        '#!/bin/sh\ncase "$1 $2" in\n'
-        '  "info --format") echo 27.0.1 ;;\n'
-        '  "image inspect") [ "$3" = swebench/present:latest ] ;;\n'
-        "  *) exit 1 ;;\nesac\n",
-    )
-    data = tmp_path / "prompts.jsonl"
-    rows = [
-        {"prompt": "p", "metadata": {"image": "swebench/present:latest"}},
-        {"prompt": "q", "metadata": {"image": "swebench/missing:latest"}},
-    ]
-    data.write_text("".join(json.dumps(r) + "\n" for r in rows))
-    hf = tmp_path / "hf"
-    hf.mkdir()
-    (hf / "config.json").write_text(json.dumps({"max_position_embeddings": 40960}))
-    result = launch(
-        "preflight.sh",
-        bin_dir,
-        miles_dir,
-        PROMPT_DATA=str(data),
-        HF_CHECKPOINT=str(hf),
-        OUTPUT_DIR=str(tmp_path / "out"),
-        WANDB_MODE="offline",
-        DUMP_MB_PER_STEP="1",
-    )
-    status = {
-        line.split()[1]: line.split()[0] for line in result.stdout.splitlines() if line[:1] != " "
-    }
-    assert status["gpus"] == status["docker"] == status["data"] == "ok"
-    assert status["wandb"] == status["disk"] == "ok"
-    assert status["images"] == "FAIL"
-    assert status["context"] == "FAIL"  # 40960 positions < MAX_SEQ_LEN 65536
-    assert "imports" in status  # reported; its result depends on what JOB_PYTHON has
-    assert (tmp_path / "out" / "pulls-needed.txt").read_text() == (
-        "docker pull swebench/missing:latest\n"
-    )
-    assert result.returncode == 1
-
-
-def test_preflight_accepts_a_yarn_extended_checkpoint(bin_dir, miles_dir, tmp_path):
-    hf = tmp_path / "hf"
-    hf.mkdir()
-    config = {
-        "max_position_embeddings": 40960,
-        "rope_scaling": {
-            "rope_type": "yarn",
-            "factor": 4.0,
-            "original_max_position_embeddings": 32768,
-        },
-    }
-    (hf / "config.json").write_text(json.dumps(config))
-    result = launch("preflight.sh", bin_dir, miles_dir, HF_CHECKPOINT=str(hf))
-    (line,) = [x for x in result.stdout.splitlines() if x.split()[1:2] == ["context"]]
-    assert line.startswith("ok") and "131072 positions" in line
-
-
 # ── documentation and lint ───────────────────────────────────────────────────────────────
 
 
@@ -605,7 +511,7 @@ def test_every_setting_is_documented_with_its_default_in_config():
     text = (LAUNCH / "config.sh").read_text()
     header = text[: text.index("LAUNCH_DIR=")]
     names = re.findall(r"^([A-Z][A-Z0-9_]*)=\$\{\1:-", text, flags=re.M)
-    assert len(names) > 40
+    assert len(names) > 50
     undocumented = [n for n in names if not re.search(rf"\b{n}\b", header)]
     assert undocumented == []
 
@@ -625,7 +531,7 @@ def test_launchers_are_shellcheck_clean():
     assert result.returncode == 0, result.stdout
 
 
-# ── against the real Miles sources (read, never imported) ────────────────────────────────
+# ── against the real Miles sources ───────────────────────────────────────────────────────
 
 
 @pytest.fixture
@@ -637,14 +543,15 @@ def miles_src() -> Path:
 
 
 def test_every_flag_is_one_miles_reads(miles_src, bin_dir):
-    """Each flag is defined in Miles, or passed verbatim by Miles' own launchers (the
-    Megatron and SGLang flags, which Miles forwards to those parsers)."""
+    """Each flag is defined in Miles, or passed verbatim by Miles' own code and launchers (the
+    Megatron and SGLang flags, which Miles forwards to those parsers: --sglang-* is SGLang's
+    ServerArgs with a prefix)."""
     flags, _, _ = submitted(
         dry_run("protect", bin_dir, miles_src, ESTIMATOR="turn", DRGRPO="1").stdout
     )
     defined = set()
     for path in (miles_src / "miles").rglob("*.py"):
-        defined.update(re.findall(r"""["'](--[a-z0-9][a-z0-9-]*)["']""", path.read_text()))
+        defined.update(re.findall(r"""["'](--[a-z0-9][a-z0-9-]*)["'\s=]""", path.read_text()))
     launched = set()
     for folder in ("examples", "scripts"):
         for path in (miles_src / folder).rglob("*.py"):
@@ -660,3 +567,48 @@ def test_the_generate_function_and_model_script_exist_in_miles(miles_src, bin_di
     source = (miles_src / (module.replace(".", "/") + ".py")).read_text()
     assert f"async def {name}(" in source
     assert flags["--num-layers"] == ["36"] and flags["--hidden-size"] == ["4096"]  # Qwen3-8B
+
+
+def _family(tito_model: str, miles: Path) -> tuple[str, str, str, dict]:
+    out = subprocess.run(
+        [
+            "bash",
+            "-c",
+            f"source {LAUNCH}/config.sh && source {LAUNCH}/common.sh && rescue_family && "
+            'printf "%s\\n" "$TOOL_CALL_PARSER" "$REASONING_PARSER" "$CHAT_TEMPLATE" '
+            '"$CHAT_TEMPLATE_KWARGS"',
+        ],
+        env={**os.environ, "TITO_MODEL": tito_model, "MILES_DIR": str(miles)},
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout.splitlines()
+    import json
+
+    return out[0], out[1], out[2], json.loads(out[3])
+
+
+def test_the_family_table_is_miles_own_registry(miles_src):
+    """Every TITO family Miles binds parsers to has a row, and every row is Miles' binding."""
+    from miles_env import require_miles
+
+    require_miles()
+    from miles.utils.chat_template_utils import (
+        TITOTokenizerType,
+        resolve_fixed_chat_template,
+        resolve_reasoning_and_tool_call_parser,
+    )
+
+    rows = 0
+    for family in TITOTokenizerType:
+        reasoning, tool = resolve_reasoning_and_tool_call_parser(family)
+        if reasoning is None or tool is None:
+            continue
+        template, kwargs = resolve_fixed_chat_template(family)
+        got_tool, got_reasoning, got_template, got_kwargs = _family(family.value, miles_src)
+        assert (got_tool, got_reasoning, got_kwargs) == (tool, reasoning, kwargs), family
+        assert (Path(got_template).resolve() if got_template else None) == (
+            Path(template).resolve() if template else None
+        ), family
+        rows += 1
+    assert rows >= 10
