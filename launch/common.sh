@@ -101,6 +101,8 @@ rescue_check_settings() {
   if ((NNODES > 1)) && [[ $MASTER_ADDR == 127.0.0.1 || $MASTER_ADDR == localhost ]]; then
     rescue_die "NNODES=$NNODES needs MASTER_ADDR: set MASTER_ADDR to node 0's address on every node"
   fi
+  ((MAX_RESPONSE_LEN < MAX_SEQ_LEN)) ||
+    rescue_die "MAX_RESPONSE_LEN=$MAX_RESPONSE_LEN is not below MAX_SEQ_LEN=$MAX_SEQ_LEN: SGLang would refuse every request; set MAX_RESPONSE_LEN below MAX_SEQ_LEN"
   rescue_family
   rescue_derive_layout
 }

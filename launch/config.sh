@@ -106,7 +106,7 @@
 #                      positions in rollout and training); sets
 #                      SGLANG_ALLOW_OVERWRITE_LONGER_CONTEXT_LEN=1 for the engines and the
 #                      pilot's server. An explicit choice; pre-flight fails without it.
-#   MAX_RESPONSE_LEN   8192. Tokens per model call (--rollout-max-response-len).
+#   MAX_RESPONSE_LEN   8192. Tokens per model call (--rollout-max-response-len); below MAX_SEQ_LEN.
 #   ROLLOUT_BATCH_SIZE 16. Prompts per step.
 #   N_SAMPLES          8. Rollouts per prompt (the group size n).
 #   GLOBAL_BATCH_SIZE  ROLLOUT_BATCH_SIZE*N_SAMPLES. Samples per optimizer step.

@@ -17,8 +17,11 @@ SGLang's messages (``tokenizer_manager`` and the OpenAI chat server):
 
 - ``The input (N tokens) is longer than the model's context length (M tokens).``
 - ``Requested token count exceeds the model's maximum context length of M tokens. ...``
-- ``max_completion_tokens is too large: N.This model supports at most M completion tokens.``
 - ``Input length (N tokens) exceeds the maximum allowed length (M tokens). ...``
+
+Not among them: ``max_completion_tokens is too large`` (``max_tokens`` above the whole
+context) refuses every request whatever the trajectory, a misconfiguration the launchers
+reject (``MAX_RESPONSE_LEN < MAX_SEQ_LEN``); it stays an endpoint fault.
 
 ``probe_tool_calls`` is the pre-flight of a served endpoint: one chat request with
 mini-swe-agent's bash tool asking for ``echo ready``. It passes when the reply carries
@@ -45,7 +48,6 @@ from typing import Any
 CONTEXT_LIMIT_MESSAGES = (
     "is longer than the model's context length",
     "requested token count exceeds the model's maximum context length",
-    "max_completion_tokens is too large",
     "exceeds the maximum allowed length",
 )
 #: A tool call left as text: Qwen/Hermes ``<tool_call>``, the Qwen3-coder ``<function=``
