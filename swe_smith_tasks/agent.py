@@ -54,6 +54,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from rescue.errors import InputError
 from rescue.outcomes import Outcome, classify_exit_status
 from swe_smith_tasks.agent_settings import AgentSettings
 from swe_smith_tasks.endpoint import litellm_model
@@ -400,7 +401,7 @@ def _task_text(prompt: Any) -> str:
         for message in reversed(prompt):
             if isinstance(message, Mapping) and message.get("role") == "user":
                 return str(message.get("content", ""))
-    raise ValueError(f"prompt must be a string or a list of chat messages, got {type(prompt)}")
+    raise InputError(f"prompt must be a string or a list of chat messages, got {type(prompt)}")
 
 
 def _is_endpoint_fault(e: BaseException) -> bool:

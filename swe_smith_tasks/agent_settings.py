@@ -19,6 +19,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass, fields
 from typing import Any
 
+from rescue.errors import InputError
+
 _ENV = {
     "step_limit": "RESCUE_SWE_STEP_LIMIT",
     "command_timeout_s": "RESCUE_SWE_COMMAND_TIMEOUT",
@@ -84,23 +86,23 @@ class AgentSettings:
 
     def __post_init__(self) -> None:
         if self.step_limit < 1:
-            raise ValueError(f"RESCUE_SWE_STEP_LIMIT={self.step_limit}: must be >= 1")
+            raise InputError(f"RESCUE_SWE_STEP_LIMIT={self.step_limit}: must be >= 1")
         if self.max_concurrency < 1:
-            raise ValueError(f"RESCUE_SWE_MAX_CONCURRENCY={self.max_concurrency}: must be >= 1")
+            raise InputError(f"RESCUE_SWE_MAX_CONCURRENCY={self.max_concurrency}: must be >= 1")
         if self.environment not in ("docker", "local"):
-            raise ValueError(f"RESCUE_SWE_ENVIRONMENT={self.environment!r}; allowed: docker, local")
+            raise InputError(f"RESCUE_SWE_ENVIRONMENT={self.environment!r}; allowed: docker, local")
         if self.container_cpus is not None and not self.container_cpus >= 0:
-            raise ValueError(f"RESCUE_SWE_CONTAINER_CPUS={self.container_cpus}: must be >= 0")
+            raise InputError(f"RESCUE_SWE_CONTAINER_CPUS={self.container_cpus}: must be >= 0")
         if self.environment == "local" and not self.local_images:
-            raise ValueError("RESCUE_SWE_ENVIRONMENT=local needs RESCUE_SWE_LOCAL_IMAGES")
+            raise InputError("RESCUE_SWE_ENVIRONMENT=local needs RESCUE_SWE_LOCAL_IMAGES")
         for name in ("command_timeout_s", "request_timeout_s", "start_timeout_s"):
             if not 0 < getattr(self, name) < self.trial_timeout_s:
-                raise ValueError(
+                raise InputError(
                     f"{_ENV[name]}={getattr(self, name)} must be > 0 and below "
                     f"{_ENV['trial_timeout_s']}={self.trial_timeout_s}"
                 )
         if not self.trial_timeout_s < self.outer_timeout_s:
-            raise ValueError(
+            raise InputError(
                 f"{_ENV['trial_timeout_s']}={self.trial_timeout_s} must be below "
                 f"{_ENV['outer_timeout_s']}={self.outer_timeout_s} (the trainer's timeout)"
             )
@@ -137,5 +139,5 @@ class AgentSettings:
                 else:
                     values[f.name] = raw
             except ValueError:
-                raise ValueError(f"{var}={raw!r} is not a valid {f.type}") from None
+                raise InputError(f"{var}={raw!r} is not a valid {f.type}") from None
         return cls(**{**values, **overrides})

@@ -15,6 +15,7 @@ import json
 import sys
 from collections import Counter
 
+from rescue.errors import InputError
 from swe_smith_tasks.pilot import DEFAULT_TRIAL_FN
 from swe_smith_tasks.prepare import HF_DATASET, IMAGE_NAMESPACE
 from swe_smith_tasks.reaper import DEFAULT_PREFIXES
@@ -232,14 +233,14 @@ def _pilot(args: argparse.Namespace) -> int:
     if args.summarize_only:
         records = pilot.load_results(f"{args.out}/{pilot.RESULTS}")
         if not records:
-            raise ValueError(
+            raise InputError(
                 f"--summarize-only: no results in {args.out}/{pilot.RESULTS}: "
                 "run the pilot first (without --summarize-only)"
             )
     else:
         missing = [f for f in ("base_url", "model") if not getattr(args, f)]
         if missing:
-            raise ValueError(
+            raise InputError(
                 f"--{missing[0].replace('_', '-')} is required (or pass --summarize-only)"
             )
         request_kwargs = {"temperature": args.temperature}

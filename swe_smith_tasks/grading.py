@@ -46,6 +46,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from rescue.errors import InputError
 from swe_smith_tasks.sandbox import Container, SandboxError, checkout_command, lost
 
 #: Failing test names kept in a grade's report (the full lists can hold hundreds).
@@ -84,7 +85,7 @@ def task_instance(metadata: Mapping[str, Any]) -> dict[str, Any]:
     import json
 
     if not metadata.get("instance_id"):
-        raise ValueError("metadata['instance_id'] is required (a SWE-smith instance id)")
+        raise InputError("metadata['instance_id'] is required (a SWE-smith instance id)")
     instance = dict(metadata)
     instance_id = str(instance["instance_id"])
     instance.setdefault("repo", "swesmith/" + instance_id.rsplit(".", 1)[0])
@@ -93,10 +94,10 @@ def task_instance(metadata: Mapping[str, Any]) -> dict[str, Any]:
         if isinstance(tests, str):
             tests = json.loads(tests)
         if not isinstance(tests, list):
-            raise ValueError(f"metadata[{key!r}] must be a list of test names, got {tests!r}")
+            raise InputError(f"metadata[{key!r}] must be a list of test names, got {tests!r}")
         instance[key] = [str(t) for t in tests]
     if not instance["FAIL_TO_PASS"]:
-        raise ValueError(
+        raise InputError(
             f"metadata['FAIL_TO_PASS'] of {instance_id} is missing or empty: a task needs at "
             "least one failing test to be graded (rescue swe prepare skips such rows)"
         )
@@ -110,7 +111,7 @@ def profile_of(instance: Mapping[str, Any]) -> Any:
     try:
         return registry.get_from_inst(dict(instance))
     except KeyError as e:
-        raise ValueError(
+        raise InputError(
             f"metadata['repo']={instance.get('repo')!r} has no SWE-smith profile"
         ) from e
 

@@ -49,6 +49,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from rescue.errors import InputError
 from rescue.outcomes import OUTCOMES, Outcome, classify
 
 TrialFn = Callable[..., Awaitable[Mapping[str, Any] | None]]
@@ -93,7 +94,7 @@ def load_tasks(path: str | os.PathLike[str]) -> list[PilotTask]:
     """Tasks from a prompt JSONL (``prepare``'s output); errors name the line and field."""
     p = Path(path)
     if not p.is_file():
-        raise ValueError(
+        raise InputError(
             f"tasks file {str(p)!r} does not exist (write it with `rescue swe prepare`)"
         )
     tasks, seen = [], set()
@@ -103,13 +104,13 @@ def load_tasks(path: str | os.PathLike[str]) -> list[PilotTask]:
         try:
             row = json.loads(line)
         except json.JSONDecodeError as e:
-            raise ValueError(f"{p} line {lineno}: not valid JSON ({e})") from None
+            raise InputError(f"{p} line {lineno}: not valid JSON ({e})") from None
         meta = row.get("metadata") if isinstance(row, dict) else None
         iid = meta.get("instance_id") if isinstance(meta, dict) else None
         if not isinstance(iid, str) or not iid or "prompt" not in row:
-            raise ValueError(f"{p} line {lineno}: need 'prompt' and 'metadata.instance_id'")
+            raise InputError(f"{p} line {lineno}: need 'prompt' and 'metadata.instance_id'")
         if iid in seen:
-            raise ValueError(f"{p} line {lineno}: duplicate instance_id {iid!r}")
+            raise InputError(f"{p} line {lineno}: duplicate instance_id {iid!r}")
         seen.add(iid)
         tasks.append(PilotTask(iid, row["prompt"], meta))
     return tasks
@@ -122,7 +123,7 @@ def sample_tasks(
     if max_tasks is None or max_tasks >= len(tasks):
         return list(tasks)
     if max_tasks <= 0:
-        raise ValueError(f"--max-tasks {max_tasks}: must be > 0")
+        raise InputError(f"--max-tasks {max_tasks}: must be > 0")
     chosen = set(random.Random(seed).sample(range(len(tasks)), max_tasks))
     return [t for i, t in enumerate(tasks) if i in chosen]
 
@@ -152,7 +153,7 @@ def load_results(
                 if repair:
                     p.write_bytes(data[: len(data) - len(raw)])
                 break
-            raise ValueError(
+            raise InputError(
                 f"{p} line {i}: not a pilot result ({type(e).__name__}: {e})"
             ) from None
         records[key] = rec
@@ -182,7 +183,7 @@ def resolve_trial_fn(spec: str | TrialFn = DEFAULT_TRIAL_FN) -> TrialFn:
         return spec
     module, _, name = spec.partition(":") if ":" in spec else spec.rpartition(".")
     if not module or not name:
-        raise ValueError(f"--agent {spec!r}: expected 'package.module.function'")
+        raise InputError(f"--agent {spec!r}: expected 'package.module.function'")
     return getattr(importlib.import_module(module), name)
 
 
@@ -329,14 +330,14 @@ def run_pilot(
     raise ``TrialErrors`` once the others are done.
     """
     if n < 1 or concurrency < 1:
-        raise ValueError(f"--n {n} / --concurrency {concurrency}: both must be >= 1")
+        raise InputError(f"--n {n} / --concurrency {concurrency}: both must be >= 1")
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
     path = out / RESULTS
     done = load_results(path, repair=True)
     others = {r["model"] for r in done.values() if r.get("model") not in (None, model)}
     if others:
-        raise ValueError(
+        raise InputError(
             f"{path} holds trials of model {sorted(others)[0]!r}, not --model {model!r}; "
             "use another --out directory"
         )

@@ -39,6 +39,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from rescue.errors import InputError
+
 #: Default Hugging Face dataset (swesmith.constants.HF_DATASET).
 HF_DATASET = "SWE-bench/SWE-smith"
 #: Namespace swesmith's profiles use for task images (swesmith.constants.ORG_NAME_DH).
@@ -113,7 +115,7 @@ def read_subset(path: str | os.PathLike[str]) -> list[str]:
     """Instance ids listed in a subset file: one per line; blank lines and ``#`` comments skipped."""
     p = Path(path)
     if not p.is_file():
-        raise ValueError(f"subset file {str(p)!r} does not exist")
+        raise InputError(f"subset file {str(p)!r} does not exist")
     ids = []
     for line in p.read_text().splitlines():
         line = line.split("#", 1)[0].strip()
@@ -138,7 +140,7 @@ def read_rows(source: str, *, split: str = "train") -> Iterator[tuple[str, dict[
 
 def _read_file(path: Path) -> Iterator[tuple[str, dict[str, Any]]]:
     if not path.is_file():
-        raise ValueError(f"input file {str(path)!r} does not exist")
+        raise InputError(f"input file {str(path)!r} does not exist")
     suffix = path.suffix.lower()
     if suffix == ".jsonl":
         with path.open() as f:
@@ -148,15 +150,15 @@ def _read_file(path: Path) -> Iterator[tuple[str, dict[str, Any]]]:
                 try:
                     row = json.loads(line)
                 except json.JSONDecodeError as e:
-                    raise ValueError(f"{path} line {lineno}: not valid JSON ({e})") from None
+                    raise InputError(f"{path} line {lineno}: not valid JSON ({e})") from None
                 yield f"{path} line {lineno}", row
     elif suffix == ".json":
         try:
             rows = json.loads(path.read_text())
         except json.JSONDecodeError as e:
-            raise ValueError(f"{path}: not valid JSON ({e})") from None
+            raise InputError(f"{path}: not valid JSON ({e})") from None
         if not isinstance(rows, list):
-            raise ValueError(f"{path}: expected a JSON list of rows, got {type(rows).__name__}")
+            raise InputError(f"{path}: expected a JSON list of rows, got {type(rows).__name__}")
         for i, row in enumerate(rows, 1):
             yield f"{path} row {i}", row
     elif suffix == ".parquet":
@@ -168,7 +170,7 @@ def _read_file(path: Path) -> Iterator[tuple[str, dict[str, Any]]]:
                 i += 1
                 yield f"{path} row {i}", row
     else:
-        raise ValueError(
+        raise InputError(
             f"input file {str(path)!r}: unsupported suffix {suffix!r}; allowed: "
             + ", ".join(FILE_SUFFIXES)
         )
@@ -178,14 +180,14 @@ def _read_hf(name: str, split: str) -> Iterator[tuple[str, dict[str, Any]]]:
     try:
         import datasets
     except ImportError:
-        raise ValueError(
+        raise InputError(
             f"reading the Hugging Face dataset {name!r} needs the 'datasets' package "
             "(pip install 'rescue[swe]'), or pass a local .jsonl/.parquet file"
         ) from None
     try:
         ds = datasets.load_dataset(name, split=split)
     except Exception as e:
-        raise ValueError(
+        raise InputError(
             f"could not load Hugging Face dataset {name!r} (split {split!r}): "
             f"{type(e).__name__}: {e}"
         ) from None
@@ -199,13 +201,13 @@ def _test_list(where: str, iid: str, row: Mapping[str, Any], key: str) -> list[s
         try:
             value = json.loads(value)
         except json.JSONDecodeError:
-            raise ValueError(
+            raise InputError(
                 f"{where} (instance_id={iid}): field {key!r} is a string but not a JSON list"
             ) from None
     if value is None:
         value = []
     if not isinstance(value, (list, tuple)) or not all(isinstance(t, str) for t in value):
-        raise ValueError(
+        raise InputError(
             f"{where} (instance_id={iid}): field {key!r} must be a list of test ids (strings), "
             f"got {type(value).__name__}"
         )
@@ -217,7 +219,7 @@ def _nonempty_str(where: str, row: Mapping[str, Any], key: str) -> str:
     if not isinstance(value, str) or not value.strip():
         iid = row.get("instance_id")
         who = f" (instance_id={iid})" if key != "instance_id" else ""
-        raise ValueError(f"{where}{who}: field {key!r} must be a non-empty string, got {value!r}")
+        raise InputError(f"{where}{who}: field {key!r} must be a non-empty string, got {value!r}")
     return value.strip()
 
 
@@ -229,10 +231,10 @@ def task_from_row(
     Raises ``ValueError`` naming ``where`` and the field when the row is malformed.
     """
     if not isinstance(row, Mapping):
-        raise ValueError(f"{where}: expected an object (a dataset row), got {type(row).__name__}")
+        raise InputError(f"{where}: expected an object (a dataset row), got {type(row).__name__}")
     missing = [k for k in REQUIRED_FIELDS if k not in row]
     if missing:
-        raise ValueError(
+        raise InputError(
             f"{where} (instance_id={row.get('instance_id')}): missing field {missing[0]!r}; "
             f"SWE-smith rows need {', '.join(REQUIRED_FIELDS)}"
         )
@@ -243,7 +245,7 @@ def task_from_row(
     p2p = _test_list(where, iid, row, "PASS_TO_PASS")
     problem = row["problem_statement"]
     if problem is not None and not isinstance(problem, str):
-        raise ValueError(
+        raise InputError(
             f"{where} (instance_id={iid}): field 'problem_statement' must be a string, "
             f"got {type(problem).__name__}"
         )
@@ -300,7 +302,7 @@ def prepare(
                 meta = task["metadata"]
                 iid = meta["instance_id"]
                 if iid in seen:
-                    raise ValueError(
+                    raise InputError(
                         f"{where}: duplicate instance_id {iid!r} (first at {seen[iid]})"
                     )
                 seen[iid] = where

@@ -25,6 +25,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
 
+from rescue.errors import InputError
 from swe_smith_tasks.sandbox import CONTAINER_PREFIX
 
 #: Name prefixes of the containers this package (and swesmith's harness) starts.
@@ -80,7 +81,7 @@ def docker_command(
         docker = next((env[v] for v in DOCKER_ENV_VARS if env.get(v)), "docker")
     argv = shlex.split(docker) if isinstance(docker, str) else list(docker)
     if not argv:
-        raise ValueError("docker command is empty; set RESCUE_DOCKER or pass --docker")
+        raise InputError("docker command is empty; set RESCUE_DOCKER or pass --docker")
     return argv
 
 
@@ -118,7 +119,7 @@ def list_containers(
     (default 60). Raises ``DockerUnavailable`` when the engine cannot be reached.
     """
     if not prefixes or any(not p for p in prefixes):
-        raise ValueError(f"prefixes={list(prefixes)!r}: give at least one non-empty name prefix")
+        raise InputError(f"prefixes={list(prefixes)!r}: give at least one non-empty name prefix")
     argv = [
         *docker_command(docker),
         "ps",
@@ -163,7 +164,7 @@ def reap(
     all). ``timeout``: seconds per Docker call (default 120).
     """
     if older_than < 0:
-        raise ValueError(f"older_than={older_than}: must be >= 0 seconds")
+        raise InputError(f"older_than={older_than}: must be >= 0 seconds")
     report = ReapReport(dry_run=dry_run)
     now = now or datetime.now(timezone.utc)
     for c in list_containers(prefixes, docker=docker, timeout=timeout):

@@ -30,6 +30,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
+from rescue.errors import InputError
 from rescue.outcomes import OUTCOMES, Outcome
 
 SUBSET, TASKS, SUMMARY = "subset.txt", "tasks.jsonl", "summary.md"
@@ -48,13 +49,13 @@ class Window:
 
     def __post_init__(self) -> None:
         if not 0.0 <= self.low <= self.high <= 1.0:
-            raise ValueError(f"--low {self.low} / --high {self.high}: need 0 <= low <= high <= 1")
+            raise InputError(f"--low {self.low} / --high {self.high}: need 0 <= low <= high <= 1")
         if not 0.0 <= self.max_infra_fraction <= 1.0:
-            raise ValueError(
+            raise InputError(
                 f"--max-infra-fraction {self.max_infra_fraction}: need a value in [0, 1]"
             )
         if self.z <= 0:
-            raise ValueError(f"--z {self.z}: must be > 0")
+            raise InputError(f"--z {self.z}: must be > 0")
 
 
 @dataclass(frozen=True)

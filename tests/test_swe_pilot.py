@@ -572,3 +572,20 @@ def test_cli_sends_the_chat_template_kwargs_with_every_request(tmp_path, monkeyp
     assert seen == [{"temperature": 1.0, "chat_template_kwargs": {"clear_thinking": False}}] * 3
     with pytest.raises(SystemExit):
         _parse(*argv[:-1], "[1]")
+
+
+def test_bad_input_to_rescue_swe_is_one_line(tmp_path, capsys):
+    from rescue.cli import main
+
+    missing = tmp_path / "none.jsonl"
+    assert main(["swe", "pilot", "--tasks", str(missing), "--summarize-only"]) == 2
+    err = capsys.readouterr().err
+    assert err == (
+        f"rescue swe: error: tasks file {str(missing)!r} does not exist "
+        "(write it with `rescue swe prepare`)\n"
+    )
+    tasks = tmp_path / "all.jsonl"
+    prepare(str(FIXTURE), tasks)
+    argv = ["swe", "pilot", "--tasks", str(tasks), "--out", str(tmp_path / "p"), "--summarize-only"]
+    assert main(argv) == 2
+    assert capsys.readouterr().err.startswith("rescue swe: error: --summarize-only: no results in")
