@@ -12,6 +12,17 @@ lands in exactly one bucket, or is still buffered::
 length when it is given one. A group is never silently lost: whatever excluded it is a
 bucket with a count.
 
+Groups without a result (``no_result``, the one rule the Miles buffer, the slime drain
+and the simulator apply when a group arrives): a group with any rollout classified
+``infra_no_result`` (an aborted sample, a trial timeout, a lost container, an endpoint or
+grader fault, an agent function that returned nothing) has no trustworthy reward for
+that rollout, and its group baseline would be computed without it. It never reaches the
+loss: the caller sends it where the trainer sends an aborted group (Miles' unused
+handler, ``drop`` or ``retry``; slime and the simulator discard it) in every arm, and
+settles it ``aborted`` with the reason of its first such rollout. Miles itself excludes
+only groups with an ABORTED sample, which its session server sets only when no model
+call happened; any later fault would otherwise be trained as a failure with reward 0.
+
 What a step reports (keys under ``rollout/census/`` by default, the same in the simulator
 and on the cluster):
 
@@ -30,7 +41,9 @@ and on the cluster):
   ``all``, the survivors' mean for ``survivors``), and ``b_paid/dropped``, the mean over
   the rollouts of dropped stale groups of their own group's mean reward; each with its
   count (``b_paid/masked_rollouts``, ``b_paid/dropped_rollouts``, always logged; the means
-  only when the count is not 0). Rollouts without a reward neither vote nor count.
+  only when the count is not 0); rollouts without a reward neither vote nor count;
+- ``aborted/reason/<reason>``: the groups settled ``aborted`` this step, by the reason
+  ``no_result`` gave (keys only for reasons that occurred).
 """
 
 from __future__ import annotations
@@ -144,6 +157,17 @@ class RolloutRecord:
         )
 
 
+def no_result(records: Iterable[RolloutRecord]) -> str | None:
+    """Why a group has no result: its first ``infra_no_result`` rollout's reason, else None.
+
+    The rule in the module docstring; a record without a reason gives ``"no_result"``.
+    """
+    for r in records:
+        if r.outcome is Outcome.INFRA_NO_RESULT:
+            return r.reason or "no_result"
+    return None
+
+
 def outcome_metrics(records: Sequence[RolloutRecord], prefix: str = PREFIX) -> dict[str, float]:
     """Sample-level census of a set of rollouts (keys documented in the module docstring).
 
@@ -228,6 +252,7 @@ class Census:
         self._w_staleness: list[float] = []
         self._w_protected_weights: list[float] = []
         self._w_paid = {"masked": [0.0, 0], "dropped": [0.0, 0]}  # Σ baseline, rollouts
+        self._w_aborted_reasons: Counter[str] = Counter()
 
     def enter(self, group_id: Any) -> None:
         """A group entered the buffer (Miles ``put``): one entry opens."""
@@ -243,9 +268,16 @@ class Census:
         *,
         staleness: float | None = None,
         weight: float = 1.0,
+        reason: str | None = None,
     ) -> None:
-        """Close the oldest open entry of ``group_id`` into ``bucket``."""
+        """Close the oldest open entry of ``group_id`` into ``bucket``.
+
+        ``reason`` says why an ``aborted`` group had no result (``no_result``; default
+        ``"aborted"``); other buckets take none.
+        """
         bucket = Bucket(bucket)
+        if reason is not None and bucket is not Bucket.ABORTED:
+            raise ValueError(f"census: a reason is for aborted groups, not {bucket.value}")
         if self._open[group_id] <= 0:
             del self._open[group_id]
             raise ValueError(
@@ -273,6 +305,8 @@ class Census:
                 paid = self._w_paid["dropped"]
                 paid[0] += sum(scored)
                 paid[1] += len(scored)
+        elif bucket is Bucket.ABORTED:
+            self._w_aborted_reasons[reason or "aborted"] += 1
 
     def _pay_masked(self, rollouts: Sequence[RolloutRecord]) -> None:
         """Add the group's baseline once per loss-masked rollout of a trained group."""
@@ -337,5 +371,7 @@ class Census:
             m[f"{prefix}b_paid/{name}_rollouts"] = float(n)
             if n:
                 m[f"{prefix}b_paid/{name}"] = total / n
+        for reason, count in sorted(self._w_aborted_reasons.items()):
+            m[f"{prefix}aborted/reason/{reason}"] = float(count)
         self._reset_window()
         return m

@@ -21,7 +21,9 @@ Rules (each equal to Miles' own where Miles has one):
 - oldest weight version of a sample: the minimum of its numeric ``weight_versions``
   (``None`` if none is numeric); of a group: the minimum over all samples and turns;
   staleness = ``current_version - oldest`` (``None`` if either is unknown).
-- a group is aborted when any of its samples has status ``aborted``.
+- a group without a result: ``rescue.census.no_result`` of its records (a sample with
+  status ``aborted`` makes its trajectory's record ``infra_no_result``, reason
+  ``aborted``).
 - a trajectory's record (``rollout_record``): status ``aborted`` if any sample is
   aborted, else the last sample's status (Miles' merged status is the last turn's);
   reward of the last sample that has one (``reward_key`` picks a field of a dict
@@ -143,11 +145,6 @@ def group_staleness(group: Iterable[Any], current_version: int | None) -> int | 
         return None
     oldest = group_oldest_weight_version(group)
     return None if oldest is None else int(current_version) - oldest
-
-
-def is_aborted(group: Iterable[Any]) -> bool:
-    """Whether any sample of the group was aborted (Miles rejects such groups at put)."""
-    return any(_sample_status(s) == "aborted" for s in iter_samples(group))
 
 
 def reward_value(sample: Any, reward_key: str | None = None) -> float | None:

@@ -5,7 +5,7 @@ from collections import deque
 import numpy as np
 import pytest
 
-from rescue.census import Bucket, Census, RolloutRecord, outcome_metrics, quantile
+from rescue.census import PREFIX, Bucket, Census, RolloutRecord, outcome_metrics, quantile
 from rescue.gate import Gate
 from rescue.outcomes import Outcome
 
@@ -270,3 +270,61 @@ def test_rollouts_without_a_reward_neither_vote_nor_count_and_the_window_resets(
 def test_an_unknown_population_is_an_error_naming_the_allowed_ones():
     with pytest.raises(ValueError, match="population='some'; allowed: all, survivors, loo"):
         Census(population="some")
+
+
+# ── groups without a result: one rule for the buffer, the drain and the simulator ───────
+
+
+def _no_result_record(outcome, reason=""):
+    return RolloutRecord(outcome=Outcome(outcome), reward=None, reason=reason)
+
+
+def test_a_group_with_any_no_result_rollout_has_no_result_with_that_reason():
+    from rescue.census import no_result
+
+    scored = [
+        _no_result_record("solved", "resolved"),
+        _no_result_record("budget_failure", "turn_cap"),
+    ]
+    assert no_result(scored) is None
+    assert (
+        no_result([*scored, _no_result_record("infra_no_result", "trial_timeout")])
+        == "trial_timeout"
+    )
+    assert no_result(
+        [
+            _no_result_record("infra_no_result", "container_lost"),
+            _no_result_record("infra_no_result", "x"),
+        ]
+    ) == ("container_lost")
+    assert no_result([_no_result_record("infra_no_result")]) == "no_result"
+
+
+def test_aborted_groups_are_counted_by_reason():
+    c = Census()
+    for gid, reason in enumerate(["trial_timeout", "trial_timeout", None, "container_lost"]):
+        c.enter(gid)
+        c.settle(
+            gid, Bucket.ABORTED, [_no_result_record("infra_no_result", reason or "")], reason=reason
+        )
+    m = c.step_metrics()
+    assert m[f"{PREFIX}groups/aborted"] == 4
+    assert m[f"{PREFIX}aborted/reason/trial_timeout"] == 2
+    assert m[f"{PREFIX}aborted/reason/container_lost"] == 1
+    assert m[f"{PREFIX}aborted/reason/aborted"] == 1  # no reason given: Miles' ABORTED
+    assert not any(k.startswith(f"{PREFIX}aborted/") for k in c.step_metrics())  # new window
+    c.enter(9)
+    with pytest.raises(ValueError, match="a reason is for aborted groups"):
+        c.settle(9, Bucket.DROPPED_STALE, reason="trial_timeout")
+
+
+def test_the_buffer_the_drain_and_the_simulator_apply_the_same_rule():
+    import rescue.census
+    import rescue.miles.buffer
+    import rescue.sim.engine
+    import rescue.slime.rollout
+
+    rule = rescue.census.no_result
+    assert rescue.miles.buffer.no_result is rule
+    assert rescue.slime.rollout.no_result is rule
+    assert rescue.sim.engine.no_result is rule

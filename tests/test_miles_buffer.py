@@ -20,14 +20,14 @@ from buffer_store import FifoStore, load_function
 from fake_sample import Sample, check_against
 from miles_env import require_miles
 
-from rescue.census import Bucket
+from rescue.census import Bucket, no_result
 from rescue.gate import coin
 from rescue.miles.buffer import QUEUE_SIZE_KEY, RescueDataBuffer
 from rescue.samples import (
     WEIGHT_KEY,
     group_id,
     group_oldest_weight_version,
-    is_aborted,
+    group_records,
     rollout_record,
 )
 
@@ -137,6 +137,66 @@ def test_aborted_group_goes_to_the_handler_and_settles_aborted():
     assert group_id(got.group) == 2
     assert m["rollout/fully_async/aborted_groups_filtered"] == 1
     assert m[f"{P}groups/aborted"] == 1 and m[f"{P}groups/trained_fresh"] == 1
+
+
+def agentic_group(gid: int, version: int = 0, trouble: dict | None = None, cls: Any = Sample):
+    """A group of SWE trials as Miles hands them over: status COMPLETED (a model call
+    happened), the agent's metadata, reward 0 for what Miles' reward function cannot score.
+    ``trouble`` replaces the second trial's metadata."""
+    group = fake_group(gid, version, cls=cls)
+    for s in group:
+        s.metadata = {
+            "instance_id": f"task-{gid}",
+            "exit_status": "Submitted",
+            "outcome": "solved" if s.reward else "submitted_failure",
+        }
+    if trouble is not None:
+        group[1].metadata = {"instance_id": f"task-{gid}", **trouble}
+        group[1].reward = 0.0
+    return group
+
+
+TIMEOUT = {
+    "exit_status": "TrialTimeout",
+    "outcome": "infra_no_result",
+    "outcome_reason": "trial_timeout",
+}
+
+
+@pytest.mark.parametrize("arm", ["drop", "never-drop", "protect"])
+@pytest.mark.parametrize(
+    ("trouble", "reason"),
+    [
+        (TIMEOUT, "trial_timeout"),
+        (
+            {
+                "exit_status": "SandboxError",
+                "outcome": "infra_no_result",
+                "outcome_reason": "container_lost",
+            },
+            "container_lost",
+        ),
+        ({}, "no_exit_status"),  # the agent function returned nothing after a model call
+    ],
+    ids=["trial-timeout", "container-lost", "agent-returned-nothing"],
+)
+def test_a_group_without_a_result_goes_to_the_handler_in_every_arm(arm, trouble, reason):
+    """Miles would queue it (no sample is ABORTED) and train the trial as reward 0."""
+    env = {"RESCUE_ARM": arm, **({"RESCUE_A": "0.5"} if arm == "protect" else {})}
+
+    async def go():
+        buffer, unused = make_buffer(env=env, max_staleness=2)
+        broken = agentic_group(1, trouble=trouble)
+        await put_all(buffer, [broken, agentic_group(2)])
+        got = await buffer.get(current_version=0)
+        return broken, unused, got, buffer.get_metrics()
+
+    broken, unused, got, m = run(go())
+    assert unused == [broken] and group_id(got.group) == 2
+    assert m[f"{P}groups/aborted"] == 1 and m[f"{P}groups/trained_fresh"] == 1
+    assert m[f"{P}aborted/reason/{reason}"] == 1
+    assert m["rollout/fully_async/aborted_groups_filtered"] == 1
+    assert m[f"{P}outcome/infra_no_result"] == 0  # nothing without a result was trained
 
 
 def reject_group_1(args, group):
@@ -672,7 +732,8 @@ def test_miles_sample_helpers_agree_with_ours():
             if rng.random() < 0.1:
                 s.status = Sample.Status.ABORTED
         assert group_oldest_weight_version(group) == mb.group_oldest_weight_version(group)
-        assert is_aborted(group) == any(
+        # Miles' aborted check, and ours for samples without agent metadata
+        assert (no_result(group_records(group)) == "aborted") == any(
             s.status == Sample.Status.ABORTED for s in mb.iter_samples(group)
         )
         for s in mb.iter_samples(group):
@@ -702,3 +763,63 @@ def test_rescue_baseline_sets_the_population_of_the_baseline_paid_to_masked_roll
 def test_an_invalid_rescue_baseline_fails_when_the_buffer_is_built():
     with pytest.raises(ValueError, match="RESCUE_BASELINE='half'; allowed: all, survivors"):
         make_buffer(env={"RESCUE_BASELINE": "half"})
+
+
+def test_miles_fully_async_rollout_never_trains_a_trial_without_result(monkeypatch):
+    """Inside Miles' FullyAsyncRolloutFn with the retry handler: Miles' own buffer trains the
+    timed-out trial as a failure; rescue's, in the drop arm, sends its group back to the
+    data source and trains only groups with a result."""
+    require_miles()
+    import miles.rollout.fully_async_rollout as fully_async
+    from miles.rollout.base_types import RolloutFnConstructorInput, RolloutFnTrainInput
+    from miles.utils.types import Sample as MilesSample
+
+    monkeypatch.setenv("RESCUE_ARM", "drop")
+
+    class DataSource:
+        def __init__(self):
+            self.next_id, self.recycled = 0, []
+
+        def get_samples(self, n):
+            self.next_id += 1
+            trouble = TIMEOUT if self.next_id == 1 else None
+            return [agentic_group(self.next_id, version=10, trouble=trouble, cls=MilesSample)]
+
+        def add_samples(self, groups):
+            self.recycled.extend(groups)
+
+    async def generate(state, group, sampling_params, evaluation=False, sample_done_callback=None):
+        await asyncio.sleep(0)
+        return group
+
+    monkeypatch.setattr(
+        fully_async, "GenerateState", lambda args: SimpleNamespace(sampling_params={})
+    )
+    monkeypatch.setattr(fully_async, "generate_and_rm_group", generate)
+
+    def train_once(buffer_path):
+        args = miles_args(
+            rollout_batch_size=3,
+            max_weight_staleness=2,
+            async_unused_samples_handler="retry",
+            custom_async_data_buffer_path=buffer_path,
+        )
+        data_source = DataSource()
+
+        async def go():
+            fn = fully_async.FullyAsyncRolloutFn(
+                RolloutFnConstructorInput(args=args, data_source=data_source)
+            )
+            return await fn(RolloutFnTrainInput(rollout_id=0, weight_version=10))
+
+        out = run(go())
+        trained = [s for g in out.samples for s in g]
+        return trained, data_source.recycled, out.metrics
+
+    trained, recycled, _ = train_once(None)  # Miles' DefaultDataBuffer
+    assert any(s.metadata.get("outcome") == "infra_no_result" for s in trained)
+    trained, recycled, m = train_once("rescue.miles.buffer.RescueDataBuffer")
+    assert not any(s.metadata.get("outcome") == "infra_no_result" for s in trained)
+    assert [g[0].group_index for g in recycled] == [1]
+    assert all(s.status == MilesSample.Status.ABORTED for s in recycled[0])  # reset_for_retry
+    assert m[f"{P}aborted/reason/trial_timeout"] == 1

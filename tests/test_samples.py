@@ -7,7 +7,7 @@ import copy
 import pytest
 from fake_sample import Sample
 
-from rescue.census import Bucket, RolloutRecord
+from rescue.census import Bucket, RolloutRecord, no_result
 from rescue.gate import Gate, coin
 from rescue.outcomes import Outcome
 from rescue.samples import (
@@ -16,8 +16,8 @@ from rescue.samples import (
     group_id,
     group_newest_weight_version,
     group_oldest_weight_version,
+    group_records,
     group_staleness,
-    is_aborted,
     rollout_key,
     rollout_record,
     trajectories_of,
@@ -97,10 +97,11 @@ def test_gate_group_buckets_and_weights_a_group_as_the_gate_decides():
     assert stale.bucket is Bucket.TRAINED_STALE and stale.weight == 1.0
 
 
-def test_abort_is_detected_in_nested_trajectories_and_sample_dicts():
-    assert is_aborted([[Sample(), Sample(status=S.ABORTED)]])
-    assert is_aborted([{"status": "aborted"}])
-    assert not is_aborted([Sample(status=S.TRUNCATED), {"status": "completed"}])
+def test_abort_is_a_group_without_result_in_nested_trajectories_and_sample_dicts():
+    assert no_result(group_records([[Sample(), Sample(status=S.ABORTED)]])) == "aborted"
+    assert no_result(group_records([{"status": "aborted"}])) == "aborted"
+    fine = [Sample(status=S.TRUNCATED, reward=0.0), {"status": "completed", "reward": 1.0}]
+    assert no_result(group_records(fine)) is None
 
 
 def test_record_of_a_list_of_samples_trajectory():

@@ -270,3 +270,13 @@ def test_the_census_pays_masked_rollouts_under_the_arms_baseline_population(monk
         else:
             assert paid, "the tiny configuration should mask capped rollouts"
             assert m["rollout/census/b_paid/masked"] == pytest.approx(np.mean(paid))
+
+
+def test_groups_with_a_lost_rollout_are_aborted_with_their_reason_in_every_arm():
+    """The simulator applies the buffer's rule (rescue.census.no_result) at put."""
+    for arm in ("drop", "never-drop", "protect:0.5"):
+        _, steps = run(arm, cfg=TINY.replace(infra_rate=0.05))
+        aborted = sum(m["rollout/census/groups/aborted"] for m in steps)
+        by_reason = sum(m.get("rollout/census/aborted/reason/aborted", 0) for m in steps)
+        assert aborted == by_reason > 0
+        assert all(m["rollout/census/outcome/infra_no_result"] == 0 for m in steps)

@@ -369,3 +369,22 @@ def test_the_fake_sample_has_slime_fields_defaults_and_statuses():
     from slime.utils.types import Sample as SlimeSample
 
     assert check_against(SlimeSample) == []
+
+
+def test_a_group_without_a_result_is_discarded_and_counted_by_its_reason():
+    """A trial that timed out after a model call is COMPLETED with reward 0 in slime: its
+    group never reaches the batch, in any arm."""
+    for arm in ("drop", "never-drop", "protect"):
+        broken = make_group(1, version=3)
+        broken[0].metadata = {
+            "instance_id": "t1",
+            "exit_status": "TrialTimeout",
+            "outcome": "infra_no_result",
+            "outcome_reason": "trial_timeout",
+        }
+        groups = [make_group(0, version=3), broken, make_group(2, version=3)]
+        gate = Gate(arm=arm, a=0.5 if arm == "protect" else None, max_staleness=1)
+        out, m = drain(groups, gate).collect(ARGS, target=2)
+        assert [g[0].group_index for g in out] == [0, 2]
+        assert m[f"{P}groups/aborted"] == 1 and m[f"{P}aborted/reason/trial_timeout"] == 1
+        assert m[f"{P}groups/entered"] == 3 and m[f"{P}groups/buffered"] == 0

@@ -16,7 +16,14 @@ unchanged: FIFO order, capacity ``int(--async-data-buffer-capacity-factor ×
   − the group's oldest weight version (unknown when either is unknown: such a group is
   fresh). A group is stale when staleness > ``--max-weight-staleness``.
 
-The one change: a stale group goes through ``rescue.gate.Gate`` (settings ``RESCUE_ARM``
+Groups without a result: at ``put``, a group with any rollout classified
+``infra_no_result`` (``rescue.census.no_result``: an aborted sample, as Miles has it, but
+also a trial that timed out, lost its container or its grader after the first model
+call, which Miles would train as a failure with reward 0) goes to the unused handler as
+an aborted group does, in every arm, and settles ``aborted`` with the reason
+(``rollout/fully_async/aborted_groups_filtered`` counts it).
+
+The other change: a stale group goes through ``rescue.gate.Gate`` (settings ``RESCUE_ARM``
 = drop | never-drop | protect | pace, default drop; ``RESCUE_A`` in (0, 1], required for
 protect; ``RESCUE_SEED``, default 0; read when the buffer is built, and invalid values
 fail there; pace is refused unless ``--rollout-function-path`` is
@@ -53,11 +60,11 @@ from collections import Counter, deque
 from collections.abc import Callable, Mapping
 from typing import Any
 
-from rescue.census import Bucket, Census
+from rescue.census import Bucket, Census, no_result
 from rescue.errors import InputError
 from rescue.gate import Arm, Gate
 from rescue.miles.reward import baseline_from_env
-from rescue.samples import GatedGroup, gate_group, group_id, is_aborted
+from rescue.samples import GatedGroup, gate_group, group_id, group_records
 
 logger = logging.getLogger(__name__)
 
@@ -142,12 +149,14 @@ class RescueDataBuffer:
         logger.info("rescue buffer: gate %s", self.gate.describe())
 
     async def put(self, input: Any) -> None:
-        """Accept a finished group: abort check, dynamic filter, then the FIFO store."""
+        """Accept a finished group: no-result check, dynamic filter, then the FIFO store."""
         group = input.group
         gid = group_id(group)
         self.census.enter(gid)
-        if is_aborted(group):
-            self.census.settle(gid, Bucket.ABORTED)
+        records = group_records(group, reward_key=self._reward_key)
+        if (reason := no_result(records)) is not None:
+            # Settle before the handler: a retry handler resets the samples in place.
+            self.census.settle(gid, Bucket.ABORTED, records, reason=reason)
             self._metric_aborted += 1
             self._unused_handler_fn(input.prompt_group)
             return

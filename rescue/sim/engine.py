@@ -13,8 +13,9 @@ with a long rollout is more stale.
 
 The same core objects as the Miles adapters decide everything:
 
-- put: a group with a lost rollout (``infra_no_result``) is *aborted*, as Miles' buffer
-  does with an ABORTED sample (unused handler ``drop``);
+- put: a group with a lost rollout (``infra_no_result``) is *aborted*
+  (``rescue.census.no_result``, the rule the Miles buffer and the slime drain apply;
+  unused handler ``drop``);
 - get: ``rescue.gate.Gate.decide(group_id, staleness)`` keeps or drops it and gives the
   weight (1 or 1/a); ``rescue.census.Bucket.after_gate`` names its bucket, as in the
   Miles buffer and the slime drain;
@@ -45,7 +46,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from rescue.advantages import group_advantages, per_token_advantages
-from rescue.census import Bucket, Census, RolloutRecord, outcome_metrics
+from rescue.census import Bucket, Census, RolloutRecord, no_result, outcome_metrics
 from rescue.gate import Gate
 from rescue.mask import mask_decision
 from rescue.outcomes import is_capped
@@ -72,10 +73,6 @@ class Group:
     finished: float
     episodes: env.Episodes  # G rollouts
     records: list[RolloutRecord] | None = None  # set when the group is put into the buffer
-
-    @property
-    def lost(self) -> bool:
-        return bool((self.episodes.kind == env.LOST).any())
 
 
 @dataclass
@@ -204,8 +201,8 @@ class Simulation:
         self.census.enter(group.group_id)
         group.records = self.records(group)
         self._window_generated.extend(group.records)
-        if group.lost:
-            self.census.settle(group.group_id, Bucket.ABORTED, group.records)
+        if (reason := no_result(group.records)) is not None:
+            self.census.settle(group.group_id, Bucket.ABORTED, group.records, reason=reason)
         else:
             flow.buffer.append(group)
 

@@ -11,8 +11,12 @@ finished ones; aborted groups go back to the data source before they reach the q
 One call of ``generate_rollout`` drains that queue FIFO until it holds
 ``--rollout-batch-size`` kept groups:
 
-1. each popped group *enters* the census;
-2. its staleness is ``current version - oldest weight version`` of its samples (``None``,
+1. each popped group *enters* the census; a group without a result
+   (``rescue.census.no_result``: a rollout classified ``infra_no_result``, e.g. a trial
+   that timed out after its first model call, which slime would train as reward 0)
+   settles ``aborted`` with the reason and is discarded, as slime discards what it cannot
+   regenerate;
+2. otherwise its staleness is ``current version - oldest weight version`` of its samples (``None``,
    never stale, when no sample carries a numeric version or the current version is
    unknown), and the gate (``rescue.gate.Gate.from_env``: ``RESCUE_ARM``, ``RESCUE_A``,
    ``RESCUE_SEED``) decides on its group id (``group_index``,
@@ -56,14 +60,16 @@ import urllib.request
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any, Protocol
 
-from rescue.census import PREFIX, Census
+from rescue.census import PREFIX, Bucket, Census, no_result
 from rescue.errors import InputError
 from rescue.gate import Arm, Gate
 from rescue.miles.reward import baseline_from_env
 from rescue.samples import (
     GatedGroup,
     gate_group,
+    group_id,
     group_newest_weight_version,
+    group_records,
     iter_samples,
 )
 
@@ -143,14 +149,21 @@ class Drain:
         candidates = [v for v in (engine, self.max_seen_version) if v is not None]
         return max(candidates) if candidates else None
 
-    def decide(self, args: Any, group: Sequence[Any], current_version: int | None) -> GatedGroup:
-        """Enter a popped group in the census and gate it (``rescue.samples.gate_group``).
+    def decide(
+        self, args: Any, group: Sequence[Any], current_version: int | None
+    ) -> GatedGroup | None:
+        """Enter a popped group in the census; settle it if it has no result, else gate it.
 
-        A dropped group is settled here; a kept group carries its weight and settles in
-        ``collect``.
+        A group without a result (``None`` returned) and a dropped group are settled here;
+        a kept group carries its weight and settles in ``collect``.
         """
+        gid = group_id(group)
+        self.census.enter(gid)
+        records = group_records(group, reward_key=getattr(args, "reward_key", None))
+        if (reason := no_result(records)) is not None:
+            self.census.settle(gid, Bucket.ABORTED, records, reason=reason)
+            return None
         gated = gate_group(self.gate, group, current_version)
-        self.census.enter(gated.gid)
         if not gated.kept:
             gated.settle(self.census, reward_key=getattr(args, "reward_key", None))
         return gated
@@ -166,7 +179,7 @@ class Drain:
                 continue
             current = self.current_version([group for _, group in popped])
             for _, group in popped:
-                if (gated := self.decide(args, group, current)).kept:
+                if (gated := self.decide(args, group, current)) is not None and gated.kept:
                     kept.append(gated)
         kept.sort(key=lambda gated: _first_index(gated.group))
         groups = [gated.group for gated in kept]
