@@ -81,7 +81,7 @@
 #   MODEL_TYPE         qwen3-8B. Miles model script scripts/models/MODEL_TYPE.py.
 #   MODEL_ARGS         (empty) Megatron architecture flags; empty reads them from MODEL_TYPE.
 #   TITO_MODEL         qwen3. The model family: --tito-model of Miles' session server, and
-#                      with it (rescue_family in common.sh, checked against Miles' own
+#                      with it (rescue_family in derive.sh, checked against Miles' own
 #                      registry) SGLang's tool-call and reasoning parsers
 #                      (--sglang-tool-call-parser, --sglang-reasoning-parser; qwen3: qwen25
 #                      and qwen3), the chat template and its kwargs, for training and the
@@ -306,7 +306,7 @@ PILOT_ALL=${PILOT_ALL:-0}
 PILOT_RETRY_INFRA=${PILOT_RETRY_INFRA:-0}
 REAP_ARGS=${REAP_ARGS:-}
 
-# Derived settings are set in common.sh once the settings they come from are checked:
+# Derived settings are set once the settings they come from are checked (derive.sh, common.sh):
 # the layout (ACTOR_GPUS_PER_NODE, ROLLOUT_NUM_GPUS, GLOBAL_BATCH_SIZE, AGENT_CONCURRENCY,
 # HEALTH_CHECK_FIRST_WAIT, NODE_ADDR) by rescue_derive_layout, the family (TOOL_CALL_PARSER,
 # REASONING_PARSER, CHAT_TEMPLATE, CHAT_TEMPLATE_KWARGS) by rescue_family, and the names
