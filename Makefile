@@ -45,10 +45,10 @@ test: $(VENV)/.stamp-dev+sim+swe+replay
 # MILES_SRC / SLIME_SRC: checkouts of radixark/miles and THUDM/slime (default unset).
 # The integration tests import them with the [integration] extra's CPU packages.
 INTEGRATION_TESTS := tests/test_miles_buffer.py tests/test_miles_log.py tests/test_miles_reward.py \
-	tests/test_filters.py tests/test_slime_rollout.py tests/test_replay_miles.py \
-	tests/test_advantages.py tests/test_launch.py tests/test_miles_turn_e2e.py \
-	tests/test_miles_turn_reward.py tests/test_miles_drgrpo.py tests/test_miles_train_step.py \
-	tests/test_slime_turn.py
+	tests/test_miles_pace.py tests/test_filters.py tests/test_slime_rollout.py \
+	tests/test_replay_miles.py tests/test_advantages.py tests/test_launch.py \
+	tests/test_miles_turn_e2e.py tests/test_miles_turn_reward.py tests/test_miles_drgrpo.py \
+	tests/test_miles_train_step.py tests/test_slime_turn.py
 
 integration: $(VENV)/.stamp-dev+sim+swe+replay+integration
 	@test -n "$(MILES_SRC)$(SLIME_SRC)" || { echo "integration: set MILES_SRC=/path/to/miles and/or SLIME_SRC=/path/to/slime"; exit 2; }

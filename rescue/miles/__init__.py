@@ -3,6 +3,9 @@
 - ``--custom-async-data-buffer-path rescue.miles.buffer.RescueDataBuffer``: Miles'
   buffer with the stale-group gate (settings ``RESCUE_ARM``, ``RESCUE_A``,
   ``RESCUE_SEED``) and the outcome census under ``rollout/census/*``.
+- ``--rollout-function-path rescue.miles.pace.PaceRolloutFn`` (instead of
+  ``--fully-async``): the pace arm, Miles' fully-async rollout waiting for stragglers
+  (``RESCUE_ARM=pace``, setting ``RESCUE_PACE_WINDOW``).
 - ``--custom-reward-post-process-path rescue.miles.reward.post_process_rewards``: group
   normalization over the chosen baseline population, then the ``1/a`` weights.
 - ``--custom-rollout-log-function-path rescue.miles.log.log_rollout``: the sample-level

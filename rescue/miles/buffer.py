@@ -26,8 +26,7 @@ an aborted group does, in every arm, and settles ``aborted`` with the reason
 The other change: a stale group goes through ``rescue.gate.Gate`` (settings ``RESCUE_ARM``
 = drop | never-drop | protect | pace, default drop; ``RESCUE_A`` in (0, 1], required for
 protect; ``RESCUE_SEED``, default 0; read when the buffer is built, and invalid values
-fail there; pace is refused unless ``--rollout-function-path`` is
-``rescue.miles.pace.PaceRolloutFn``, the rollout function that waits for stragglers). ``drop`` is Miles' behaviour; ``never-drop`` trains every stale group with
+fail there). ``drop`` is Miles' behaviour; ``never-drop`` trains every stale group with
 weight 1; ``protect`` keeps a stale group when its coin ``u(seed, group id) < a`` and
 writes ``metadata["rescue_weight"] = 1/a`` on every sample of it (list-of-samples
 trajectories too), which ``rescue.miles.reward.post_process_rewards`` multiplies into
@@ -37,6 +36,13 @@ unbiased with Miles' default handler (``drop``): under ``retry`` a prompt whose 
 group lost the coin is generated again, so it is trained 1 + (1 − a) times in
 expectation (a warning says so at construction). A kept group that is not protected has
 no ``rescue_weight`` (a leftover key is removed), so its weight is 1.
+
+``pace`` bounds staleness by waiting rather than at the gate, and is refused unless
+``--rollout-function-path`` is ``rescue.miles.pace.PaceRolloutFn`` (the rollout function
+that waits). The store is then ``rescue.miles.pace.PaceQueue`` instead of Miles' FIFO:
+``get`` returns the group the pace schedule chooses, and a group rejected at ``put``
+(aborted, filtered) frees its place in the schedule. A group that reaches the gate
+stale anyway is kept with weight 1 (``trained_stale``) and logged as a warning.
 
 Census: every ``put`` opens an entry in ``rescue.census.Census``; the entry settles as
 ``aborted`` or ``filtered`` at put, ``dropped_stale`` at get, or ``trained_fresh`` /
@@ -84,13 +90,16 @@ class RescueDataBuffer:
         input: Miles' ``DataBufferConstructorInput`` (``args``, ``unused_handler_fn``).
             Reads ``args.max_weight_staleness`` (default None: nothing is stale),
             ``args.dynamic_sampling_filter_path`` (default None), ``args.reward_key``
-            (default None), and what Miles' ``DefaultDataBuffer`` reads.
+            (default None), ``args.rollout_function_path`` (checked under pace), and what
+            Miles' ``DefaultDataBuffer`` reads.
         env: where ``RESCUE_ARM`` / ``RESCUE_A`` / ``RESCUE_SEED`` / ``RESCUE_BASELINE``
             are read (default ``os.environ``; the launchers set them in the Ray runtime env).
         store: the FIFO store of accepted groups (default: Miles' ``DefaultDataBuffer``
             with staleness and the dynamic filter off). Anything with Miles' ``put`` /
             ``get(current_version=...)`` / ``get_metrics()`` contract that reports
-            ``QUEUE_SIZE_KEY``.
+            ``QUEUE_SIZE_KEY``. Under ``RESCUE_ARM=pace``: a ``rescue.miles.pace.PaceQueue``
+            (default: built from ``--max-weight-staleness``, ``--rollout-batch-size`` and
+            ``RESCUE_PACE_WINDOW``; no Miles needed).
         load_function: loads ``--dynamic-sampling-filter-path`` from its dotted path
             (default: Miles' ``miles.utils.misc.load_function``, imported only when the
             path is set).
@@ -117,7 +126,13 @@ class RescueDataBuffer:
                 f"RESCUE_ARM=pace needs --rollout-function-path {PACE_ROLLOUT_FUNCTION} "
                 f"(the rollout function is {rollout_fn!r}, which never waits for stragglers)"
             )
-        if self.gate.arm is not Arm.DROP and self._max_staleness is None:
+        self.pace = None  # the PaceQueue under RESCUE_ARM=pace (rescue.miles.pace)
+        if self.gate.arm is Arm.PACE:
+            from rescue.miles.pace import PaceQueue, pace_settings
+
+            self.pace = store if store is not None else PaceQueue(pace_settings(args, env))
+            store = self.pace
+        elif self.gate.arm is not Arm.DROP and self._max_staleness is None:
             logger.warning(
                 "RESCUE_ARM=%s has no effect: --max-weight-staleness is not set, "
                 "so no group is ever stale",
@@ -158,6 +173,8 @@ class RescueDataBuffer:
             # Settle before the handler: a retry handler resets the samples in place.
             self.census.settle(gid, Bucket.ABORTED, records, reason=reason)
             self._metric_aborted += 1
+            if self.pace is not None:
+                self.pace.reject(input)
             self._unused_handler_fn(input.prompt_group)
             return
         if self._dynamic_filter is not None:
@@ -166,6 +183,8 @@ class RescueDataBuffer:
             if not keep:
                 # Dropped, not recycled: no usable gradient signal (as in Miles).
                 self.census.settle(gid, Bucket.FILTERED)
+                if self.pace is not None:
+                    self.pace.reject(input)
                 if reason := getattr(output, "reason", None):
                     self._metric_filter_drops[reason] += 1
                 return
@@ -182,6 +201,14 @@ class RescueDataBuffer:
             # No await from here on: a cancelled get() never loses a popped group.
             gated = gate_group(self.gate, entry.group, current_version)
             if gated.kept:
+                if self.pace is not None and gated.bucket is Bucket.TRAINED_STALE:
+                    logger.warning(
+                        "pace: group %s arrived stale (staleness=%s > K=%s), trained and "
+                        "counted trained_stale: the engines' version moved faster than the steps",
+                        gated.gid,
+                        gated.staleness,
+                        self._max_staleness,
+                    )
                 self._trained.append(gated)
                 return entry
             logger.info(
