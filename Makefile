@@ -74,7 +74,7 @@ clean:
 #                      train, after `rescue swe probe` checks its tool calls; writes the subset
 #   make preflight     GPUs, Docker, task images and their git remote, wandb, disk, context,
 #                      the imports of a trial
-#   make swe-arm ARM=drop|never-drop|protect [A=0.5] [SEED=1] [STALENESS=2]
+#   make swe-arm ARM=drop|never-drop|protect|pace [A=0.5] [SEED=1] [STALENESS=2]
 #                      Ray head (NODE_RANK=0) + `ray job submit` of Miles' train_async.py and
 #                      the housekeeper; with NNODES>1 run it on every node with NODE_RANK and
 #                      MASTER_ADDR

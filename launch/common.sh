@@ -69,7 +69,7 @@ RESCUE_POSITIVE=(NNODES GPUS_PER_NODE RAY_PORT RAY_DASHBOARD_PORT ACTOR_NUM_NODE
 RESCUE_NON_NEGATIVE=(STALENESS NODE_RANK RAY_WAIT_S CKPT_KEEP)
 # Empty means derived (rescue_derive_layout) or unset.
 RESCUE_OPTIONAL_POSITIVE=(ACTOR_GPUS_PER_NODE ROLLOUT_NUM_GPUS GLOBAL_BATCH_SIZE AGENT_CONCURRENCY
-  PILOT_TASKS)
+  PILOT_TASKS PACE_WINDOW)
 RESCUE_OPTIONAL_NON_NEGATIVE=(HEALTH_CHECK_FIRST_WAIT)
 RESCUE_SWITCHES=(RAY_STOP DRY_RUN PREFLIGHT REAP PULL_IMAGES EXTEND_CONTEXT PILOT_ALL
   PILOT_RETRY_INFRA DRGRPO)
@@ -102,19 +102,33 @@ rescue_check_settings() {
   if ((NNODES > 1)) && [[ $MASTER_ADDR == 127.0.0.1 || $MASTER_ADDR == localhost ]]; then
     rescue_die "NNODES=$NNODES needs MASTER_ADDR: set MASTER_ADDR to node 0's address on every node"
   fi
+  case $PAUSE_MODE in
+    in_place | retract) ;;
+    abort) rescue_die "PAUSE_MODE=abort would abort every group in flight at each weight update (Miles' fully-async rollout and pace refuse it): set PAUSE_MODE=in_place or PAUSE_MODE=retract" ;;
+    *) rescue_die "PAUSE_MODE='$PAUSE_MODE' is not a pause mode: set PAUSE_MODE=in_place or PAUSE_MODE=retract" ;;
+  esac
+  if [[ -n $PACE_WINDOW ]] &&
+    ((PACE_WINDOW < ROLLOUT_BATCH_SIZE || PACE_WINDOW > (STALENESS + 1) * ROLLOUT_BATCH_SIZE)); then
+    rescue_die "PACE_WINDOW=$PACE_WINDOW is outside ROLLOUT_BATCH_SIZE..(STALENESS + 1) * ROLLOUT_BATCH_SIZE = $ROLLOUT_BATCH_SIZE..$(((STALENESS + 1) * ROLLOUT_BATCH_SIZE)): set PACE_WINDOW in that range or leave it empty"
+  fi
   ((MAX_RESPONSE_LEN < MAX_SEQ_LEN)) ||
     rescue_die "MAX_RESPONSE_LEN=$MAX_RESPONSE_LEN is not below MAX_SEQ_LEN=$MAX_SEQ_LEN: SGLang would refuse every request; set MAX_RESPONSE_LEN below MAX_SEQ_LEN"
   rescue_family
   rescue_derive_layout
 }
 
-# The arm's own settings (ARM, A, BASELINE); rescue_check_settings checks the rest.
+# The arm's own settings (ARM, A, PACE_WINDOW, BASELINE); rescue_check_settings checks the
+# rest (PACE_WINDOW's range among them).
 rescue_check_arm() {
   case $ARM in
-    drop | never-drop | protect) ;;
-    "") rescue_die "ARM is not set: set ARM=drop, ARM=never-drop or ARM=protect" ;;
-    *) rescue_die "ARM='$ARM' is not an arm: set ARM=drop, ARM=never-drop or ARM=protect" ;;
+    drop | never-drop | protect | pace) ;;
+    "") rescue_die "ARM is not set: set ARM=drop, ARM=never-drop, ARM=protect or ARM=pace" ;;
+    *) rescue_die "ARM='$ARM' is not an arm: set ARM=drop, ARM=never-drop, ARM=protect or ARM=pace" ;;
   esac
+  # (a PACE_WINDOW that is not a number gets rescue_check_settings' message instead)
+  if [[ $PACE_WINDOW =~ ^[1-9][0-9]*$ && $ARM != pace ]]; then
+    rescue_die "PACE_WINDOW=$PACE_WINDOW applies only to ARM=pace: unset PACE_WINDOW or set ARM=pace"
+  fi
   if [[ $ARM == protect ]]; then
     [[ -n $A ]] || rescue_die "ARM=protect needs A: set A with 0 < A <= 1, e.g. A=0.5"
     if ! [[ $A =~ ^([0-9]+\.?[0-9]*|\.[0-9]+)([eE][-+]?[0-9]+)?$ ]] ||
@@ -219,14 +233,20 @@ PY
 
 # ARM_FLAGS: the Miles flags of the arm. Every arm runs through rescue's buffer with the
 # staleness limit (the gate reads RESCUE_ARM, rescue_runtime_env), so every arm has the same
-# census and the same exclusion of groups without a result; an arm adds its own flags here.
+# census and the same exclusion of groups without a result; an arm adds its own flags here,
+# its rollout function first: Miles' fully-async one, or for pace rescue's subclass of it
+# (Miles refuses --fully-async together with --rollout-function-path).
 rescue_arm_flags() {
   ARM_FLAGS=(
     --custom-async-data-buffer-path rescue.miles.buffer.RescueDataBuffer
     --max-weight-staleness "$STALENESS"
   )
   case $ARM in
-    drop | never-drop) ;;
+    pace) ARM_FLAGS+=(--rollout-function-path rescue.miles.pace.PaceRolloutFn) ;;
+    *) ARM_FLAGS+=(--fully-async) ;;
+  esac
+  case $ARM in
+    drop | never-drop | pace) ;;
     protect)
       # With ESTIMATOR=turn every arm has the reward hook (a shared flag).
       [[ $ESTIMATOR == turn ]] ||
@@ -235,11 +255,12 @@ rescue_arm_flags() {
   esac
 }
 
-# ARM_ENV: the runtime-env settings of the arm (the gate's, and the protect hook's).
+# ARM_ENV: the runtime-env settings of the arm (the gate's, the protect hook's, pace's window).
 rescue_arm_env() {
   ARM_ENV=("RESCUE_ARM=$ARM")
   case $ARM in
     protect) ARM_ENV+=("RESCUE_A=$A" "RESCUE_BASELINE=$BASELINE") ;;
+    pace) [[ -z $PACE_WINDOW ]] || ARM_ENV+=("RESCUE_PACE_WINDOW=$PACE_WINDOW") ;;
   esac
 }
 
@@ -261,8 +282,8 @@ rescue_shared_flags() {
     --n-samples-per-prompt "$N_SAMPLES" --global-batch-size "$GLOBAL_BATCH_SIZE"
     --rollout-temperature "$TEMPERATURE" --rollout-max-response-len "$MAX_RESPONSE_LEN"
     --max-seq-len "$MAX_SEQ_LEN" --rollout-max-context-len "$MAX_SEQ_LEN"
-    # fully asynchronous rollout
-    --fully-async --pause-generation-mode "$PAUSE_MODE"
+    # weights update while generation goes on (the rollout function is the arm's)
+    --pause-generation-mode "$PAUSE_MODE"
     # the SWE-smith agent behind Miles' session server
     --custom-generate-function-path miles.rollout.generate_hub.agentic_tool_call.generate
     --custom-agent-function-path swe_smith_tasks.agent.run

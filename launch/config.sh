@@ -6,23 +6,32 @@
 #   make swe-arm ARM=protect A=0.5 SEED=2 STALENESS=3 NUM_ROLLOUT=100
 #
 # ── The arm ─────────────────────────────────────────────────────────────────────────────
-#   ARM                (required) drop | never-drop | protect. Every arm runs through
-#                      rescue's buffer (rescue.miles.buffer.RescueDataBuffer) with
+#   ARM                (required) drop | never-drop | protect | pace. Every arm runs
+#                      through rescue's buffer (rescue.miles.buffer.RescueDataBuffer) with
 #                      --max-weight-staleness K, so every arm has the same group census
 #                      and the same exclusion of groups without a result; the arm is its
-#                      gate (RESCUE_ARM):
+#                      gate (RESCUE_ARM) and its rollout function (--fully-async, Miles'
+#                      own, except for pace):
 #                      drop:       a stale group goes to the unused handler (Miles' behaviour)
 #                      never-drop: every group is trained with weight 1 (K only labels
 #                                  groups stale in the census)
 #                      protect:    a stale group is kept with probability A, weight 1/A
 #                                  (the reward hook rescue.miles.reward.post_process_rewards
 #                                  applies the weights)
+#                      pace:       no group is trained staler than K and none is dropped:
+#                                  the trainer waits for stragglers
+#                                  (--rollout-function-path rescue.miles.pace.PaceRolloutFn,
+#                                  Miles' fully-async rollout with rescue's schedule)
 #   A                  (protect only, required there) keep probability of a stale group,
 #                      0 < A <= 1 (RESCUE_A). A=1 is never-drop with protect's hook.
 #   SEED               1. Replicate seed: the protect coin (RESCUE_SEED), Miles' --seed and
 #                      --rollout-seed (prompt order). Equal seeds give the arms the same prompts.
 #   STALENESS          2. K of --max-weight-staleness: a group is stale when current weight
 #                      version - its oldest version > K.
+#   PACE_WINDOW        (pace only; empty) Groups in flight + buffered + taken this step
+#                      (RESCUE_PACE_WINDOW), from ROLLOUT_BATCH_SIZE to
+#                      (STALENESS + 1) * ROLLOUT_BATCH_SIZE; empty = the largest. Not part
+#                      of RUN_NAME: set RUN_NAME to keep runs with another window apart.
 #   BASELINE           all. Group-baseline population of the protect reward hook
 #                      (RESCUE_BASELINE): all | survivors.
 #
@@ -112,7 +121,9 @@
 #   GLOBAL_BATCH_SIZE  ROLLOUT_BATCH_SIZE*N_SAMPLES. Samples per optimizer step.
 #   NUM_ROLLOUT        200. Training steps.
 #   TEMPERATURE        1.0. Sampling temperature.
-#   PAUSE_MODE         in_place. --pause-generation-mode during weight updates.
+#   PAUSE_MODE         in_place. --pause-generation-mode during weight updates: in_place |
+#                      retract (abort would abort every group in flight at each update;
+#                      Miles' fully-async rollout and pace refuse it).
 #
 # ── Training ────────────────────────────────────────────────────────────────────────────
 #   LR                 1e-6. Adam learning rate (constant).
@@ -189,10 +200,13 @@
 #   family's chat_template_kwargs, as training does.
 #
 # Errors (one line on stderr, exit status 2; every setting is checked before it is used):
-#   ARM='x' is not an arm: set ARM=drop, ARM=never-drop or ARM=protect
+#   ARM='x' is not an arm: set ARM=drop, ARM=never-drop, ARM=protect or ARM=pace
 #   ARM=protect needs A: set A with 0 < A <= 1, e.g. A=0.5
 #   A='x' is outside (0, 1]: set A with 0 < A <= 1
 #   A=x applies only to ARM=protect: unset A or set ARM=protect
+#   PACE_WINDOW=x applies only to ARM=pace: unset PACE_WINDOW or set ARM=pace
+#   PACE_WINDOW=x is outside ROLLOUT_BATCH_SIZE..(STALENESS + 1) * ROLLOUT_BATCH_SIZE: ...
+#   PAUSE_MODE='x' is not a pause mode: set PAUSE_MODE=in_place or PAUSE_MODE=retract
 #   NAME='x' is not a non-negative integer: set NAME=N (every count, size, port and wait)
 #   SEED='x' is not an integer: set SEED to an integer
 #   BASELINE='x' is not a baseline population: set BASELINE=all or BASELINE=survivors
@@ -217,6 +231,7 @@ SEED=${SEED:-1}
 STALENESS=${STALENESS:-2}
 BASELINE=${BASELINE:-all}
 ESTIMATOR=${ESTIMATOR:-group}
+PACE_WINDOW=${PACE_WINDOW:-}
 DRGRPO=${DRGRPO:-0}
 DRGRPO_DIVISOR=${DRGRPO_DIVISOR:-}
 

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
-# One SWE arm of rescue on Miles: `launch/swe_arm.sh` with ARM=drop|never-drop|protect
-# (or launch/drop.sh, launch/never_drop.sh, launch/protect.sh). Every variable and its
+# One SWE arm of rescue on Miles: `launch/swe_arm.sh` with ARM=drop|never-drop|protect|pace
+# (or launch/drop.sh, launch/never_drop.sh, launch/protect.sh, launch/pace.sh). Every variable and its
 # default is documented in launch/config.sh.
 #
 # Node 0 (NODE_RANK=0): checks, pre-flight, Ray head, waits for the other nodes, submits
@@ -39,7 +39,7 @@ rescue_shared_flags
 rescue_runtime_env
 SUBMISSION_ID=${SUBMISSION_ID:-$RUN_NAME-$(date +%Y%m%d-%H%M%S)}
 
-rescue_note "$RUN_NAME: ARM=$ARM${A:+ A=$A} SEED=$SEED STALENESS=$STALENESS ESTIMATOR=$ESTIMATOR DRGRPO=$DRGRPO on $NNODES node(s)"
+rescue_note "$RUN_NAME: ARM=$ARM${A:+ A=$A}${PACE_WINDOW:+ PACE_WINDOW=$PACE_WINDOW} SEED=$SEED STALENESS=$STALENESS ESTIMATOR=$ESTIMATOR DRGRPO=$DRGRPO on $NNODES node(s)"
 if [[ $PREFLIGHT == 1 ]]; then
   export DUMP_DIR SAVE_DIR # where pre-flight sizes the disk
   rescue_run "$LAUNCH_DIR/preflight.sh"

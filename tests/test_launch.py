@@ -28,14 +28,16 @@ from launch_env import (
 from launch_env import bin_dir as bin_dir  # a fixture
 from launch_env import miles_dir as miles_dir  # a fixture
 
-ARMS = ("drop", "never-drop", "protect")
-#: The flags that distinguish the arms; every other flag is shared.
+ARMS = ("drop", "never-drop", "protect", "pace")
+#: The flags that distinguish the arms (the rollout function first); every other flag is shared.
 ARM_FLAGS = {
-    "drop": {},
-    "never-drop": {},
+    "drop": {"--fully-async": []},
+    "never-drop": {"--fully-async": []},
     "protect": {
+        "--fully-async": [],
         "--custom-reward-post-process-path": ["rescue.miles.reward.post_process_rewards"],
     },
+    "pace": {"--rollout-function-path": ["rescue.miles.pace.PaceRolloutFn"]},
 }
 ARM_FLAG_NAMES = {flag for flags in ARM_FLAGS.values() for flag in flags}
 #: The runtime-env settings that distinguish the arms.
@@ -43,6 +45,7 @@ ARM_ENV = {
     "drop": {"RESCUE_ARM": "drop"},
     "never-drop": {"RESCUE_ARM": "never-drop"},
     "protect": {"RESCUE_ARM": "protect", "RESCUE_A": "0.5", "RESCUE_BASELINE": "all"},
+    "pace": {"RESCUE_ARM": "pace"},
 }
 #: Shared flags and settings whose value is derived from the run name (arm, A, seed).
 NAMED_FLAGS = {"--load", "--save", "--wandb-group", "--wandb-dir", "--save-debug-rollout-data"}
@@ -91,7 +94,7 @@ def _make_dry_run(arm: str, miles_dir: Path) -> str:
 
 
 @pytest.mark.skipif(shutil.which("make") is None, reason="make is not installed")
-def test_make_swe_arm_dry_runs_of_the_three_arms_differ_only_by_the_arms_own_settings(miles_dir):
+def test_make_swe_arm_dry_runs_of_the_arms_differ_only_by_the_arms_own_settings(miles_dir):
     shared, shared_env, rest = {}, {}, {}
     for arm in ARMS:
         out = _make_dry_run(arm, miles_dir)
@@ -103,9 +106,10 @@ def test_make_swe_arm_dry_runs_of_the_three_arms_differ_only_by_the_arms_own_set
         rest[arm] = [
             w for w in command_lines(out) if w[:3] != ["ray", "job", "submit"] and "submit" not in w
         ]
-    assert shared["drop"] == shared["never-drop"] == shared["protect"]
+    assert shared["drop"] == shared["never-drop"] == shared["protect"] == shared["pace"]
     assert shared_env["drop"] == shared_env["never-drop"] == shared_env["protect"]
-    assert rest["drop"] == rest["never-drop"] == rest["protect"]
+    assert shared_env["protect"] == shared_env["pace"]
+    assert rest["drop"] == rest["never-drop"] == rest["protect"] == rest["pace"]
 
 
 #: The train-side logging contract, in every arm.
@@ -146,7 +150,7 @@ def test_estimator_turn_and_drgrpo_are_applied_identically_to_every_arm(bin_dir,
             for f, v in flags.items()
             if (f not in ARM_FLAG_NAMES or f in REWARD_HOOK) and f not in NAMED_FLAGS
         }
-    assert shared["drop"] == shared["never-drop"] == shared["protect"]
+    assert shared["drop"] == shared["never-drop"] == shared["protect"] == shared["pace"]
 
 
 def test_drgrpo_without_a_divisor_leaves_the_reducers_default(bin_dir, miles_dir):
@@ -280,6 +284,7 @@ OVERRIDES = [
     ({"MODEL_ARGS": "--num-layers 2"}, "--num-layers", ["2"]),
     ({"EXTRA_ARGS": "--foo 1 --bar"}, "--foo", ["1"]),
     ({"DUMP_STEPS": "0"}, "--save-debug-rollout-data", None),
+    ({"PAUSE_MODE": "retract"}, "--pause-generation-mode", ["retract"]),
 ]
 
 
@@ -314,8 +319,20 @@ def test_a_longer_context_is_an_explicit_choice_with_sglangs_override(bin_dir, m
     assert env["SGLANG_ALLOW_OVERWRITE_LONGER_CONTEXT_LEN"] == "1"
 
 
+def test_pace_runs_rescues_rollout_function_with_its_window_and_its_names(bin_dir, miles_dir):
+    flags, env, _ = submitted(dry_run("pace", bin_dir, miles_dir, STALENESS="1").stdout)
+    assert flags["--rollout-function-path"] == ["rescue.miles.pace.PaceRolloutFn"]
+    assert "--fully-async" not in flags  # Miles refuses both rollout-function flags at once
+    assert flags["--max-weight-staleness"] == ["1"]
+    assert "RESCUE_PACE_WINDOW" not in env  # the schedule's default, (K + 1) x batch
+    assert flags["--wandb-group"] == ["swe-pace-k1-seed1"]
+    assert env["WANDB_TAGS"] == "arm:pace,seed:1,k:1"
+    _, env, _ = submitted(dry_run("pace", bin_dir, miles_dir, PACE_WINDOW="24").stdout)
+    assert env["RESCUE_PACE_WINDOW"] == "24"
+
+
 def test_the_arm_entries_set_their_arm(bin_dir, miles_dir):
-    for script, arm in [("drop.sh", "drop"), ("never_drop.sh", "never-drop")]:
+    for script, arm in [("drop.sh", "drop"), ("never_drop.sh", "never-drop"), ("pace.sh", "pace")]:
         result = launch(script, bin_dir, miles_dir, DRY_RUN="1", ARM="protect")
         assert result.returncode == 0, result.stderr
         assert submitted(result.stdout)[1]["RESCUE_ARM"] == arm
@@ -326,14 +343,40 @@ def test_the_arm_entries_set_their_arm(bin_dir, miles_dir):
 # ── invalid input: one documented line, nothing run ──────────────────────────────────────
 
 INVALID = [
-    ({"ARM": "mask"}, "ARM='mask' is not an arm: set ARM=drop, ARM=never-drop or ARM=protect"),
-    ({}, "ARM is not set: set ARM=drop, ARM=never-drop or ARM=protect"),
+    (
+        {"ARM": "mask"},
+        "ARM='mask' is not an arm: set ARM=drop, ARM=never-drop, ARM=protect or ARM=pace",
+    ),
+    ({}, "ARM is not set: set ARM=drop, ARM=never-drop, ARM=protect or ARM=pace"),
     ({"ARM": "protect"}, "ARM=protect needs A: set A with 0 < A <= 1, e.g. A=0.5"),
     ({"ARM": "protect", "A": "0"}, "A='0' is outside (0, 1]: set A with 0 < A <= 1"),
     ({"ARM": "protect", "A": "1.5"}, "A='1.5' is outside (0, 1]: set A with 0 < A <= 1"),
     ({"ARM": "protect", "A": "-0.5"}, "A='-0.5' is outside (0, 1]: set A with 0 < A <= 1"),
     ({"ARM": "protect", "A": "half"}, "A='half' is outside (0, 1]: set A with 0 < A <= 1"),
     ({"ARM": "drop", "A": "0.5"}, "A=0.5 applies only to ARM=protect: unset A or set ARM=protect"),
+    (
+        {"ARM": "drop", "PACE_WINDOW": "32"},
+        "PACE_WINDOW=32 applies only to ARM=pace: unset PACE_WINDOW or set ARM=pace",
+    ),
+    (
+        {"ARM": "pace", "PACE_WINDOW": "49"},
+        "PACE_WINDOW=49 is outside ROLLOUT_BATCH_SIZE..(STALENESS + 1) * ROLLOUT_BATCH_SIZE = "
+        "16..48: set PACE_WINDOW in that range or leave it empty",
+    ),
+    (
+        {"ARM": "pace", "PACE_WINDOW": "15"},
+        "PACE_WINDOW=15 is outside ROLLOUT_BATCH_SIZE..(STALENESS + 1) * ROLLOUT_BATCH_SIZE = "
+        "16..48: set PACE_WINDOW in that range or leave it empty",
+    ),
+    (
+        {"ARM": "pace", "PAUSE_MODE": "abort"},
+        "PAUSE_MODE=abort would abort every group in flight at each weight update (Miles' "
+        "fully-async rollout and pace refuse it): set PAUSE_MODE=in_place or PAUSE_MODE=retract",
+    ),
+    (
+        {"ARM": "drop", "PAUSE_MODE": "halt"},
+        "PAUSE_MODE='halt' is not a pause mode: set PAUSE_MODE=in_place or PAUSE_MODE=retract",
+    ),
     (
         {"ARM": "drop", "STALENESS": "-1"},
         "STALENESS='-1' is not a non-negative integer: set STALENESS=N",
@@ -479,7 +522,7 @@ def test_make_swe_arm_reports_the_launchers_error():
     first = result.stderr.splitlines()[0]
     assert (
         first
-        == "swe-arm: error: ARM='bogus' is not an arm: set ARM=drop, ARM=never-drop or ARM=protect"
+        == "swe-arm: error: ARM='bogus' is not an arm: set ARM=drop, ARM=never-drop, ARM=protect or ARM=pace"
     )
 
 
@@ -546,9 +589,11 @@ def test_every_flag_is_one_miles_reads(miles_src, bin_dir):
     """Each flag is defined in Miles, or passed verbatim by Miles' own code and launchers (the
     Megatron and SGLang flags, which Miles forwards to those parsers: --sglang-* is SGLang's
     ServerArgs with a prefix)."""
-    flags, _, _ = submitted(
-        dry_run("protect", bin_dir, miles_src, ESTIMATOR="turn", DRGRPO="1").stdout
-    )
+    flags: dict = {}
+    for arm in ("protect", "pace"):
+        flags.update(
+            submitted(dry_run(arm, bin_dir, miles_src, ESTIMATOR="turn", DRGRPO="1").stdout)[0]
+        )
     defined = set()
     for path in (miles_src / "miles").rglob("*.py"):
         defined.update(re.findall(r"""["'](--[a-z0-9][a-z0-9-]*)["'\s=]""", path.read_text()))

@@ -205,6 +205,15 @@ def pace_buffer(**overrides):
     return buffer, unused
 
 
+def test_the_buffer_builds_the_schedule_from_k_the_batch_and_the_window_setting():
+    ctor = SimpleNamespace(args=pace_args(max_weight_staleness=2), unused_handler_fn=print)
+    env = {**PACE_ENV, "RESCUE_PACE_WINDOW": "9"}
+    buffer = RescueDataBuffer(ctor, env=env, load_function=load_function)
+    assert buffer.pace.schedule.settings == PaceSettings(max_staleness=2, batch=4, window=9)
+    buffer = RescueDataBuffer(ctor, env=PACE_ENV, load_function=load_function)
+    assert buffer.pace.schedule.settings.window == 12
+
+
 def reject_group_2(args, group):
     return group_id(group) != 2
 
