@@ -41,7 +41,7 @@ no ``rescue_weight`` (a leftover key is removed), so its weight is 1.
 ``--rollout-function-path`` is ``rescue.miles.pace.PaceRolloutFn`` (the rollout function
 that waits). The store is then ``rescue.miles.pace.PaceQueue`` instead of Miles' FIFO:
 ``get`` returns the group the pace schedule chooses, and a group rejected at ``put``
-(aborted, filtered) frees its place in the schedule. A group that reaches the gate
+(no result, filtered) frees its place in the schedule. A group that reaches the gate
 stale anyway is kept with weight 1 (``trained_stale``) and logged as a warning.
 
 Census: every ``put`` opens an entry in ``rescue.census.Census``; the entry settles as

@@ -22,8 +22,8 @@ the schedule of ``rescue.pace`` (read it for the rules and why they bound stalen
   filter is queued, and ``get`` returns the group the schedule chooses: the earliest
   deadline first, and, when every place left in the batch is owed to groups due within
   ``K`` steps that are still in flight, it blocks on them instead of taking another. A
-  group the buffer rejects (aborted: to ``--async-unused-samples-handler``, as in every
-  arm; filtered) frees its place. No group is ever dropped for staleness: a group that
+  group the buffer rejects (without a result: to ``--async-unused-samples-handler``, as in
+  every arm; filtered) frees its place. No group is ever dropped for staleness: a group that
   arrives stale anyway (the engines' version moved faster than one per step) is kept
   with weight 1 and counted ``trained_stale``, with a warning.
 
@@ -162,7 +162,7 @@ class PaceQueue:
         self._changed()
 
     def reject(self, input: Any) -> None:
-        """A finished group the buffer rejected (aborted, filtered): its place is free."""
+        """A finished group the buffer rejected (no result, filtered): its place is free."""
         key = self._open_key(input)
         self.schedule.reject(key)
         del self._admitted[key]
