@@ -1,6 +1,7 @@
 # rescue — make targets. Every variable below can be set on the command line.
 #
-#   make demo     the main job: the arms on the embedded simulator (CPU, about a minute)
+#   make demo     the main job: the four scenarios on the embedded simulator, 5 seeds each
+#                 (0-4, fixed before any result was seen; CPU, about a minute on 2 cores)
 #   make test     the test suite (installs what it needs into .venv)
 #   make lint     ruff, and shellcheck on launch/ when shellcheck is installed
 #   make bench    the benchmarks in bench/, each printing side-by-side ratios
@@ -33,13 +34,15 @@ comma := ,
 
 venv: $(VENV)/.stamp-base
 
+# The demo writes runs/sim/ (summary.md over the scenarios, one folder per scenario); offline
+# wandb runs are left out to keep it quick (`rescue sim --scenario all` writes them).
 demo: $(VENV)/.stamp-sim
-	$(PY) -m rescue sim
+	$(PY) -m rescue sim --scenario all --seeds 5 --first-seed 0 --no-wandb
 
 identity: $(VENV)/.stamp-base
 	$(PY) -m rescue identity
 
-test: $(VENV)/.stamp-dev+sim+swe+replay
+test: $(VENV)/.stamp-dev+sim+swe+replay+ray
 	$(PY) -m pytest $(PYTEST_ARGS)
 
 # MILES_SRC / SLIME_SRC: checkouts of radixark/miles and THUDM/slime (default unset).

@@ -34,16 +34,17 @@ FORBIDDEN = (
     "slime",
     "sglang",
     "megatron",
-    "ray",
     "docker",
     "minisweagent",
     "swesmith",
     "swebench",
 )
+#: Runtimes a core module may import only inside a function, and only in these modules.
+LAZY_ONLY = {"ray": ("rescue.sim.cluster",)}
 #: Third-party packages a core module may import at module level.
 MODULE_LEVEL_THIRD_PARTY = ("numpy",)
 #: Not loaded by importing the whole core.
-NOT_LOADED = (*FORBIDDEN, "torch", "transformers", "matplotlib", "wandb", "scipy")
+NOT_LOADED = (*FORBIDDEN, *LAZY_ONLY, "torch", "transformers", "matplotlib", "wandb", "scipy")
 
 
 def core_modules() -> list[str]:
@@ -100,6 +101,19 @@ def test_the_core_is_what_the_walk_reads():
 def test_a_core_module_imports_no_adapter_and_no_framework(module):
     bad = [(name, line) for name, _, line in imports_of(module) if _under(name, FORBIDDEN)]
     assert not bad, f"{module} imports {bad}"
+
+
+@pytest.mark.parametrize("module", core_modules())
+def test_ray_is_imported_only_inside_the_functions_that_run_on_a_cluster(module):
+    for runtime, allowed in LAZY_ONLY.items():
+        found = [(n, top, line) for n, top, line in imports_of(module) if _under(n, (runtime,))]
+        assert not [f for f in found if f[1]], f"{module} imports {runtime} at module level"
+        assert not found or module in allowed, f"{module} imports {runtime} at {found}"
+
+
+def test_the_ray_runner_is_where_the_walk_finds_ray():
+    found = [(n, top) for n, top, _ in imports_of("rescue.sim.cluster") if n == "ray"]
+    assert found and not any(top for _, top in found)
 
 
 @pytest.mark.parametrize("module", core_modules())

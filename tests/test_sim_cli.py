@@ -44,6 +44,7 @@ def test_default_arms_are_every_arm_side_by_side(tmp_path):
             "never-drop",
             "protect-a0.5",
             "protect-a0.1",
+            "pace",
             "mask",
             "zero",
             "survivor",

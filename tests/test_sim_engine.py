@@ -13,7 +13,7 @@ import rescue.gate
 import rescue.mask
 import rescue.outcomes
 from rescue.census import Bucket
-from rescue.sim import ArmSpec, SimConfig, Simulation, engine, env
+from rescue.sim import ArmSpec, SimConfig, Simulation, engine, env, update
 from rescue.sim.runner import run_arms
 
 TINY = SimConfig(
@@ -53,8 +53,8 @@ def test_the_simulator_uses_the_adapters_core_objects_not_copies():
     assert engine.Census is rescue.census.Census
     assert engine.RolloutRecord is rescue.census.RolloutRecord
     assert engine.outcome_metrics is rescue.census.outcome_metrics
-    assert engine.group_advantages is rescue.advantages.group_advantages
-    assert engine.per_token_advantages is rescue.advantages.per_token_advantages
+    assert update.group_advantages is rescue.advantages.group_advantages
+    assert update.per_token_advantages is rescue.advantages.per_token_advantages
     assert engine.mask_decision is rescue.mask.mask_decision is filters.mask.mask_decision
     assert engine.Bucket is rescue.census.Bucket
     assert engine.is_capped is rescue.outcomes.is_capped
@@ -170,7 +170,7 @@ def test_mask_arms_mask_exactly_the_capped_rollouts():
 
 def _spy_advantages(monkeypatch):
     calls = []
-    real_group, real_token = engine.group_advantages, engine.per_token_advantages
+    real_group, real_token = update.group_advantages, update.per_token_advantages
 
     def group(*a, **kw):
         calls.append(("group", kw))
@@ -180,8 +180,8 @@ def _spy_advantages(monkeypatch):
         calls.append(("token", kw))
         return real_token(*a, **kw)
 
-    monkeypatch.setattr(engine, "group_advantages", group)
-    monkeypatch.setattr(engine, "per_token_advantages", token)
+    monkeypatch.setattr(update, "group_advantages", group)
+    monkeypatch.setattr(update, "per_token_advantages", token)
     return calls
 
 

@@ -119,8 +119,8 @@ def test_tasks_follow_the_difficulty_distribution():
         ({"steps": 0}, "--steps"),
         ({"max_staleness": -1}, "--max-staleness"),
         ({"infra_rate": 1.0}, "--infra-rate"),
-        ({"difficulty": ((1, 0.5),)}, "difficulty"),
-        ({"blind_edit": (0.8, 0.3)}, "blind_edit"),
+        ({"difficulty": ((1, 0.5),)}, "--difficulty"),
+        ({"blind_edit": (0.8, 0.3)}, "--blind-edit"),
     ],
 )
 def test_bad_settings_are_errors_naming_them(change, flag):

@@ -6,7 +6,7 @@ import pytest
 from rescue.judge import quantities as qs
 from rescue.sim import ArmSpec, SimConfig
 from rescue.sim.runner import RunResult, run_arms
-from rescue.sim.summary import PREDICTIONS, cohort, summary_markdown, to_run
+from rescue.sim.summary import PREDICTIONS, cohort, judged, summary_markdown, to_run
 
 G = "sim/generated/"
 
@@ -90,8 +90,12 @@ def test_two_seeds_never_give_a_verdict():
 
 def test_predictions_whose_arms_did_not_run_say_so():
     text = summary_markdown({"zero": fake("zero", [5.0])}, SimConfig(steps=10), [0])
-    # P3, P4, P5, P6, P7 online and the protect-vs-pace comparison need arms that did not run.
-    assert text.count("Not run: needs the arms") == 6
+    # P3, P4, P5, P6, P7 online and the comparisons need arms that did not run: named once.
+    assert (
+        "Not run here (their arms are not in this run): P3, P4, P5, P6, P7 online, "
+        "protect vs pace, strategy share." in text
+    )
+    assert "### P3" not in text and "| P7 offline | zero |" in text
     p7 = section(text, "P7 offline")
     assert "| reduction vs the group mean |" in p7 and "0.3 (n=1)" in p7
     assert "1 replicate(s); a verdict needs at least 3" in p7
@@ -106,6 +110,7 @@ def test_the_summary_judges_every_prediction_that_reads_runs():
         "P7 online",
         "P7 offline",
         "protect vs pace",
+        "strategy share",
     ]
 
 
@@ -117,7 +122,12 @@ def test_summary_of_a_real_run_names_the_parameters_each_prediction_depends_on()
     ]
     results = run_arms(cfg, arms, [0, 1], progress=False)
     text = summary_markdown(results, cfg, [0, 1])
-    assert text.count("Depends on:") == len(PREDICTIONS)
+    _, ran, missing = judged(results)
+    assert text.count("Depends on:") == len(ran) and missing == [
+        "P4",
+        "P7 online",
+        "protect vs pace",
+    ]
     for arm in ("drop", "never-drop", "protect-a0.5", "protect-a0.1", "mask", "zero"):
         assert f"| {arm} |" in text
     assert "nan" not in text.lower().replace("n/a", "")

@@ -11,7 +11,8 @@ numpy only; matplotlib and wandb (the ``sim`` extra) are imported by ``plots`` a
 ``runner.log_wandb`` when they write.
 """
 
-from rescue.sim.config import ARMS, DEFAULT_ARMS, ArmSpec, SimConfig, parse_arms
+from rescue.sim.arms import ARMS, DEFAULT_ARMS, ArmSpec, parse_arms
+from rescue.sim.config import SimConfig
 from rescue.sim.engine import Simulation
 
 __all__ = ["ARMS", "DEFAULT_ARMS", "ArmSpec", "SimConfig", "Simulation", "parse_arms"]

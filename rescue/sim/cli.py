@@ -2,12 +2,17 @@
 
 ``rescue sim`` simulates each arm with each seed (``rescue.sim.engine``), writes the census
 per step as JSONL, offline wandb runs, PNG plots and a markdown summary in which
-``rescue.judge`` (the judge of ``rescue report``) judges the predictions P3-P7 on the runs,
-and prints the summary. Examples::
+``rescue.judge`` (the judge of ``rescue report``) judges the predictions on the runs, and
+prints the summary. Every setting of the simulator is a flag
+(``rescue.sim.config.SimConfig``); a scenario (``--scenario``, or your own file with
+``--scenario-file``) sets many at once and names the arms it is about. Examples::
 
-    rescue sim                                   # every arm, side by side (make demo)
-    rescue sim --arm protect --a 0.5 --seeds 3 --steps 300
-    rescue sim --arms drop,never-drop,protect:0.5,protect:0.1 --out runs/stale
+    rescue sim                                   # every arm, default (swe-like) settings
+    rescue sim --scenario all                    # the four scenarios (make demo)
+    rescue sim --scenario fast-thorough --seeds 5 --steps 300
+    rescue sim --arms drop,never-drop,protect:0.5,pace --max-staleness 2 --out runs/stale
+    rescue sim --scenario two-outcome --print-scenario > mine.toml   # copy, edit, then
+    rescue sim --scenario-file mine.toml
 """
 
 from __future__ import annotations
@@ -17,135 +22,183 @@ import os
 from pathlib import Path
 
 from rescue.errors import InputError
-from rescue.sim.config import ARMS, DEFAULT_ARMS, SimConfig, parse_arms
+from rescue.sim import scenario as sc
+from rescue.sim.arms import ARMS, DEFAULT_ARMS, parse_arms
+from rescue.sim.config import SimConfig, settings
 
 DEFAULT_SEEDS = 3
 DEFAULT_OUT = "runs/sim"
-
-#: The ``SimConfig`` fields a flag sets (``groups_per_step`` by ``--groups-per-step``), with
-#: the flag's help; type and default are the field's (``steps``: 300, ``make demo``: about a
-#: minute on 2 cores).
-CONFIG_FLAGS: dict[str, str] = {
-    "steps": "trainer steps per run",
-    "groups_per_step": "groups per batch",
-    "group_size": "rollouts per group G",
-    "concurrency": "groups generated at once",
-    "buffer_capacity": "finished groups the buffer holds",
-    "train_time": "time of one update",
-    "max_turns": "turn cap",
-    "max_staleness": "K: stale when staleness > K",
-    "lr": "policy step size",
-    "kappa": "turn-reached baseline shrinkage κ",
-    "infra_rate": "share of rollouts lost to infrastructure",
+GROUP_TITLES = {
+    "trainer": "trainer and asynchrony",
+    "environment": "environment",
+    "strategy table (--episodes table)": "the strategy table (--episodes table)",
+    "policy": "policy",
 }
 
 
 def configure(parser: argparse.ArgumentParser) -> None:
     parser.formatter_class = argparse.RawDescriptionHelpFormatter
-    parser.epilog = "arms: " + ", ".join(ARMS) + " (protect:A sets a per arm)"
-    arms = parser.add_mutually_exclusive_group()
+    parser.epilog = (
+        "arms: " + ", ".join(ARMS) + " (protect:A sets a per arm; protect:A:wnorm divides its "
+        "loss by the sum of the weights)\nscenarios: "
+        + ", ".join(sc.names())
+        + " (list: --scenarios)"
+    )
+    what = parser.add_argument_group("what to run")
+    which = what.add_mutually_exclusive_group()
+    which.add_argument(
+        "--scenario",
+        metavar="NAME[,NAME]",
+        help="preset scenario(s), comma-separated, or 'all'; each sets its settings and arms "
+        "(default: none: the default settings and arms)",
+    )
+    which.add_argument(
+        "--scenario-file",
+        metavar="FILE",
+        help="a scenario file of your own (TOML; format in rescue.sim.scenario) (default: none)",
+    )
+    what.add_argument("--scenarios", action="store_true", help="list the preset scenarios and exit")
+    what.add_argument(
+        "--print-scenario",
+        action="store_true",
+        help="print the scenario with every setting resolved (TOML, to copy and edit) and exit",
+    )
+    arms = what.add_mutually_exclusive_group()
     arms.add_argument("--arm", help="run one arm (e.g. protect); default: the --arms set")
     arms.add_argument(
         "--arms",
-        default=",".join(DEFAULT_ARMS),
-        help="comma-separated arms run side by side (default: %(default)s)",
+        help="comma-separated arms run side by side (default: the scenario's, else "
+        + ",".join(DEFAULT_ARMS)
+        + ")",
     )
-    parser.add_argument(
+    what.add_argument(
         "--a",
         type=float,
         default=0.5,
         help="keep probability a of protect arms given without :A (default: 0.5)",
     )
-    parser.add_argument(
+    what.add_argument(
         "--seeds", type=int, default=DEFAULT_SEEDS, help="seeds per arm (default: %(default)s)"
     )
-    parser.add_argument(
+    what.add_argument(
         "--first-seed", type=int, default=0, help="first seed; seeds are consecutive (default: 0)"
     )
-    defaults = SimConfig()
-    for name, text in CONFIG_FLAGS.items():
-        default = getattr(defaults, name)
-        parser.add_argument(
-            "--" + name.replace("_", "-"),
-            type=type(default),
-            default=default,
-            help=f"{text} (default: %(default)s)",
+    groups: dict[str, argparse._ArgumentGroup] = {}
+    for s in settings():
+        g = groups.get(s.group) or groups.setdefault(
+            s.group, parser.add_argument_group("settings: " + GROUP_TITLES[s.group])
         )
-    parser.add_argument(
-        "--out", default=DEFAULT_OUT, help="output directory (default: %(default)s)"
-    )
-    parser.add_argument(
+        text = f"{s.help} (default: {s.kind.show(s.default)})".replace("%", "%%")
+        if s.kind.base == "bool":
+            g.add_argument(
+                s.flag, action=argparse.BooleanOptionalAction, default=argparse.SUPPRESS, help=text
+            )
+            continue
+
+        def read(value: str, _s=s):
+            try:
+                return _s.kind.from_text(value, _s.name)
+            except InputError as e:
+                raise argparse.ArgumentTypeError(str(e)) from None
+
+        g.add_argument(
+            s.flag, type=read, metavar=s.kind.metavar, default=argparse.SUPPRESS, help=text
+        )
+    out = parser.add_argument_group("where and how")
+    out.add_argument("--out", default=DEFAULT_OUT, help="output directory (default: %(default)s)")
+    out.add_argument(
         "--workers",
         type=int,
         default=None,
         help="worker processes (default: the number of CPUs); results do not depend on it",
     )
-    parser.add_argument(
+    out.add_argument(
+        "--ray",
+        metavar="ADDRESS",
+        help="run the arm-seed grid as Ray tasks on the cluster at ADDRESS ('auto': the one "
+        "this machine belongs to); results are the same as a local run (default: local)",
+    )
+    out.add_argument(
         "--no-wandb",
         action="store_true",
         help="do not write offline wandb runs (default: write them when wandb is installed)",
     )
-    parser.add_argument(
+    out.add_argument(
         "--no-plots",
         action="store_true",
         help="do not write PNG plots (default: write them when matplotlib is installed)",
     )
-    parser.add_argument(
+    out.add_argument(
         "--no-progress", action="store_true", help="no progress bar on stderr (default: show it)"
     )
 
 
+def overrides(args: argparse.Namespace) -> dict:
+    """The settings given on the command line (the others come from the scenario)."""
+    return {s.name: getattr(args, s.name) for s in settings() if hasattr(args, s.name)}
+
+
 def config_from_args(args: argparse.Namespace) -> SimConfig:
-    """The ``SimConfig`` the flags describe (validated: bad values name their flag)."""
-    return SimConfig(**{name: getattr(args, name) for name in CONFIG_FLAGS})
+    """The ``SimConfig`` the flags describe, without a scenario (validated)."""
+    return SimConfig(**overrides(args))
+
+
+def scenarios_from_args(args: argparse.Namespace) -> list[sc.Scenario]:
+    """The scenarios to run: presets, a file, or one unnamed scenario of the defaults."""
+    if args.scenario_file:
+        return [sc.load_file(args.scenario_file)]
+    if args.scenario:
+        wanted = [n.strip() for n in args.scenario.split(",") if n.strip()]
+        if wanted == ["all"]:
+            wanted = sc.names()
+        if not wanted or len(set(wanted)) != len(wanted):
+            raise InputError(
+                f"--scenario {args.scenario!r}; allowed: distinct names of {', '.join(sc.names())}, or all"
+            )
+        return [sc.preset(n) for n in wanted]
+    return [sc.Scenario(name="", title="default settings", arms=DEFAULT_ARMS)]
 
 
 def main(args: argparse.Namespace) -> int:
-    from rescue.sim.runner import run_arms, wandb_available, write_jsonl
-    from rescue.sim.summary import summary_markdown
+    from rescue.sim.runner import run_scenario
 
-    cfg = config_from_args(args)
+    if args.scenarios:
+        print(sc.listing())
+        return 0
     if not (0.0 < args.a <= 1.0):
         raise InputError(f"--a={args.a!r}; allowed: 0 < a <= 1")
-    arms = parse_arms(args.arm if args.arm else args.arms, default_a=args.a)
     if args.seeds < 1:
         raise InputError(f"--seeds={args.seeds}; allowed: an integer >= 1")
+    if args.workers is not None and args.workers < 1:
+        raise InputError(f"--workers={args.workers}; allowed: an integer >= 1")
+    scenarios = scenarios_from_args(args)
+    plans = []
+    for s in scenarios:
+        cfg = s.sim_config(**overrides(args))
+        text = args.arm or args.arms or ",".join(s.arms or DEFAULT_ARMS)
+        plans.append((s, cfg, parse_arms(text, default_a=args.a)))
+    if args.print_scenario:
+        for s, cfg, arms in plans:
+            print(sc.render(s, cfg, arms))
+        return 0
     seeds = list(range(args.first_seed, args.first_seed + args.seeds))
     workers = args.workers if args.workers is not None else (os.cpu_count() or 1)
     out = Path(args.out)
-    out.mkdir(parents=True, exist_ok=True)
+    summaries = []
+    for s, cfg, arms in plans:
+        where = out / s.name if len(plans) > 1 else out
+        summary, ran, notes = run_scenario(
+            s, cfg, arms, seeds, where, workers=workers, ray=args.ray,
+            progress=not args.no_progress, wandb=not args.no_wandb, plots=not args.no_plots,
+        )  # fmt: skip
+        summaries.append((s, where.relative_to(out) if len(plans) > 1 else where, ran))
+        print(summary)
+        for line in notes:
+            print(line)
+    if len(plans) > 1:
+        from rescue.sim.summary import index_markdown
 
-    notes = []
-    wandb_dir = None
-    if args.no_wandb:
-        pass
-    elif wandb_available():
-        wandb_dir = out
-        notes.append(
-            f"wandb: offline runs in {out / 'wandb'} (upload with: wandb sync {out / 'wandb'}/offline-run-*)"
-        )
-    else:
-        notes.append("wandb: not installed (pip install 'rescue[sim]'): skipped")
-    results = run_arms(
-        cfg, arms, seeds, workers=workers, progress=not args.no_progress, wandb_dir=wandb_dir
-    )
-    paths = write_jsonl(results, out)
-    summary = summary_markdown(results, cfg, seeds)
-    (out / "summary.md").write_text(summary)
-    notes = [
-        f"census: {len(paths)} JSONL files in {out / 'census'}",
-        f"summary: {out / 'summary.md'}",
-        *notes,
-    ]
-    if not args.no_plots:
-        from rescue.sim.plots import write_plots
-
-        try:
-            pngs = write_plots(results, out)
-            notes.append(f"plots: {', '.join(p.name for p in pngs)} in {out}")
-        except ImportError:
-            notes.append("plots: matplotlib not installed (pip install 'rescue[sim]'): skipped")
-    print(summary)
-    for line in notes:
-        print(line)
+        index = index_markdown(summaries, seeds)
+        (out / "summary.md").write_text(index)
+        print(f"index of the scenarios: {out / 'summary.md'}")
     return 0

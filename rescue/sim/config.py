@@ -1,146 +1,177 @@
-"""Settings of the simulator and the arms it compares.
+"""Every parameter of one simulated run, in one table: ``SimConfig``.
 
 Specification
 -------------
-``SimConfig`` holds every parameter of one simulated run (environment, timing, trainer);
-each field documents its default and the CLI flag that sets it. Nothing here is tuned to
-make a prediction hold: the values are set once, from the shape of a SWE agent run (a
-40-turn cap, groups of 8, 16 groups per step, test runs costing a few edits' time).
+Each field of ``SimConfig`` carries its help text and its kind (``Kind``) in the field's
+metadata. From that one table come:
 
-An *arm* is one way of handling outcome-dependent exclusion (``ArmSpec``):
+- the flags of ``rescue sim`` (``--<name-with-dashes>``, help with the default; booleans as
+  ``--name`` / ``--no-name``), built by ``rescue.sim.cli``;
+- the keys of a scenario file (``rescue.sim.scenario``): the same names, with dashes or
+  underscores, TOML values;
+- validation: a bad value is an ``InputError`` naming the flag and what is allowed.
 
-==================  ================  ===================  ============  ================
-arm                 stale groups      capped rollouts      baseline      advantage
-==================  ================  ===================  ============  ================
-``drop``            dropped (K)       R = 0, trained       all G         per rollout
-``never-drop``      kept, weight 1    R = 0, trained       all G         per rollout
-``protect``         coin a, 1/a       R = 0, trained       all G         per rollout
-``mask``            kept, weight 1    loss-masked (R = 0)  all G         per rollout
-``zero``            kept, weight 1    R = 0, trained       all G         per rollout
-``survivor``        kept, weight 1    loss-masked          survivors     per rollout
-``turn-baseline``   kept, weight 1    R = 0, trained       turn-reached  per turn
-==================  ================  ===================  ============  ================
+A value on the command line is text: numbers as usual, a tuple comma-separated
+(``--turn-time 1,3,1``), ``difficulty`` as ``k:probability`` pairs (``--difficulty
+1:0.5,3:0.5``), ``initial-logits`` as rows separated by ``;`` (``0,0,0;2,0,-2;...``).
 
-The stale arms keep capped rollouts at R = 0 and the budget arms never drop, so each
-arm changes one thing. ``zero`` and ``never-drop`` are therefore the same configuration
-and give identical runs for a seed (the runner computes it once).
+Nothing here is tuned to make a prediction hold: the defaults are set once, from the
+shape of a SWE agent run (a 40-turn cap, groups of 8, 16 groups per step, test runs
+costing a few edits' time) and are the ``swe-like`` scenario.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field, fields
+from dataclasses import MISSING, dataclass, field, fields
+from typing import Any
 
 from rescue.errors import InputError
-from rescue.gate import Arm
+from rescue.sim.arms import ARMS, DEFAULT_ARMS, LOSS_NORMS, ArmSpec, parse_arms
+from rescue.sim.policy import CHOICES, ROWS
 
-#: Every arm name the simulator accepts.
-ARMS: tuple[str, ...] = (
-    "drop",
-    "never-drop",
-    "protect",
-    "mask",
-    "zero",
-    "survivor",
-    "turn-baseline",
-)
+__all__ = [
+    "ARMS",
+    "BASELINE_SCOPES",
+    "DEFAULT_ARMS",
+    "EPISODE_MODELS",
+    "LOSS_NORMS",
+    "ArmSpec",
+    "Kind",
+    "SimConfig",
+    "flag_name",
+    "parse_arms",
+    "settings",
+]
 
-#: The arms ``make demo`` runs: every arm, and protect at a = 0.5 and a = 0.1 (prediction P6).
-DEFAULT_ARMS: tuple[str, ...] = (
-    "drop",
-    "never-drop",
-    "protect:0.5",
-    "protect:0.1",
-    "mask",
-    "zero",
-    "survivor",
-    "turn-baseline",
-)
+#: How an episode is played: the turn-by-turn agent, or the strategy table (``env``).
+EPISODE_MODELS: tuple[str, ...] = ("agent", "table")
+#: The rollouts a baseline is computed over.
+BASELINE_SCOPES: tuple[str, ...] = ("group", "batch")
 
 
 @dataclass(frozen=True)
-class ArmSpec:
-    """One arm, resolved to what the gate, the filter and the normalizer do.
+class Kind:
+    """What values a setting takes, and how they are read from a flag or a file.
 
-    Args:
-        name: one of ``ARMS``.
-        a: keep probability of a stale group under ``protect`` (0 < a <= 1); None otherwise.
+    ``base``: ``int`` | ``float`` | ``bool`` | ``choice`` | ``ints`` | ``floats`` | ``pairs``
+    (``(k, probability)`` pairs) | ``matrix`` (rows of ``cols`` floats); ``n`` is the
+    length of a fixed tuple (0: any), ``choices`` the words a choice allows.
     """
 
-    name: str
-    a: float | None = None
+    base: str
+    n: int = 0
+    cols: int = 0
+    choices: tuple[str, ...] = ()
 
-    def __post_init__(self) -> None:
-        if self.name not in ARMS:
-            raise InputError(f"arm={self.name!r} is not an arm; allowed: {', '.join(ARMS)}")
-        if self.name == "protect":
-            if self.a is None or not (0.0 < float(self.a) <= 1.0):
-                raise InputError(f"--a={self.a!r} for arm protect; allowed: 0 < a <= 1")
-            object.__setattr__(self, "a", float(self.a))
-        elif self.a is not None:
-            object.__setattr__(self, "a", None)  # a is meaningful for protect only
+    @property
+    def metavar(self) -> str:
+        return {
+            "int": "N",
+            "float": "X",
+            "choice": "{" + ",".join(self.choices) + "}",
+            "ints": ",".join(["N"] * self.n),
+            "floats": ",".join(["X"] * self.n),
+            "pairs": "K:P,...",
+            "matrix": "R;R;... (R = " + ",".join(["X"] * self.cols) + ")",
+        }.get(self.base, "")
 
-    @classmethod
-    def parse(cls, text: str, *, default_a: float = 0.5) -> ArmSpec:
-        """``"drop"``, ``"protect"`` (uses ``default_a``) or ``"protect:0.1"``."""
-        name, _, a_text = text.strip().lower().partition(":")
-        name = name.replace("_", "-")
-        if a_text and name != "protect":
-            raise InputError(
-                f"arm {text!r}: only protect takes ':a'; allowed: protect:A with 0 < A <= 1"
-            )
-        if name != "protect":
-            return cls(name)
+    def from_text(self, text: str, name: str) -> Any:
+        """A flag's value from its text."""
+        t = text.strip()
         try:
-            a = float(a_text) if a_text else float(default_a)
+            if self.base == "int":
+                return self.check(int(t), name)
+            if self.base == "float":
+                return self.check(float(t), name)
+            if self.base == "choice":
+                return self.check(t, name)
+            if self.base in ("ints", "floats"):
+                return self.check([x for x in t.split(",")], name)
+            if self.base == "pairs":
+                return self.check([p.split(":") for p in t.split(",")], name)
+            if self.base == "matrix":
+                return self.check([r.split(",") for r in t.split(";")], name)
         except ValueError:
-            raise InputError(
-                f"arm {text!r}: a={a_text!r} is not a number; allowed: 0 < a <= 1"
-            ) from None
-        return cls(name, a)
+            pass
+        raise InputError(f"{flag_name(name)}={text!r}; allowed: {self.describe()}")
 
-    @property
-    def label(self) -> str:
-        """Name used in files, plots and tables, e.g. ``protect-a0.5``."""
-        return f"protect-a{self.a:g}" if self.name == "protect" else self.name
+    def check(self, value: Any, name: str) -> Any:
+        """A value of this kind (from a file or a flag), converted; else ``InputError``."""
+        bad = InputError(f"{flag_name(name)}={value!r}; allowed: {self.describe()}")
+        try:
+            if self.base == "bool":
+                if not isinstance(value, bool):
+                    raise bad
+                return value
+            if self.base == "int":
+                if isinstance(value, bool) or float(value) != int(float(value)):
+                    raise bad
+                return int(float(value))
+            if self.base == "float":
+                if isinstance(value, bool):
+                    raise bad
+                return float(value)
+            if self.base == "choice":
+                if value not in self.choices:
+                    raise bad
+                return str(value)
+            if self.base in ("ints", "floats"):
+                items = list(value)
+                if isinstance(value, str) or (self.n and len(items) != self.n):
+                    raise bad
+                cast = Kind("int") if self.base == "ints" else Kind("float")
+                return tuple(cast.check(x, name) for x in items)
+            if self.base == "pairs":
+                rows = [list(p) for p in value]
+                if not rows or any(len(p) != 2 for p in rows):
+                    raise bad
+                return tuple((Kind("int").check(k, name), float(p)) for k, p in rows)
+            if self.base == "matrix":
+                rows = [list(r) for r in value]
+                if not rows or any(len(r) != self.cols for r in rows):
+                    raise bad
+                return tuple(tuple(float(x) for x in r) for r in rows)
+        except (TypeError, ValueError) as e:
+            if isinstance(e, InputError):
+                raise
+            raise bad from None
+        raise AssertionError(self.base)
 
-    @property
-    def gate_arm(self) -> Arm:
-        """The ``rescue.gate.Arm`` of this arm (budget arms never drop)."""
-        if self.name in ("drop", "protect"):
-            return Arm(self.name)
-        return Arm.NEVER_DROP
+    def describe(self) -> str:
+        return {
+            "bool": "true or false",
+            "int": "an integer",
+            "float": "a number",
+            "choice": ", ".join(self.choices),
+            "ints": f"{self.n} integers, comma-separated",
+            "floats": f"{self.n or 'some'} numbers, comma-separated",
+            "pairs": "k:probability pairs, comma-separated (k >= 1, probabilities summing to 1)",
+            "matrix": f"rows of {self.cols} numbers, rows separated by ';'",
+        }[self.base]
 
-    @property
-    def mask(self) -> bool:
-        """Whether capped rollouts are loss-masked (``rescue.mask.mask_decision``, rho = 1)."""
-        return self.name in ("mask", "survivor")
-
-    @property
-    def population(self) -> str:
-        """Baseline population of ``rescue.advantages.group_advantages``."""
-        return "survivors" if self.name == "survivor" else "all"
-
-    @property
-    def turn_baseline(self) -> bool:
-        """Whether advantages are per turn with ``turn_reached_baseline``."""
-        return self.name == "turn-baseline"
-
-    @property
-    def behaviour(self) -> tuple:
-        """What the run does; two arms with the same behaviour give identical runs."""
-        return (self.gate_arm.value, self.a, self.mask, self.population, self.turn_baseline)
+    def show(self, value: Any) -> str:
+        """A value as it is written on the command line."""
+        if self.base == "bool":
+            return "on" if value else "off"
+        if self.base in ("ints", "floats"):
+            return ",".join(f"{x:g}" for x in value)
+        if self.base == "pairs":
+            return ",".join(f"{k}:{p:g}" for k, p in value)
+        if self.base == "matrix":
+            return ";".join(",".join(f"{x:g}" for x in r) for r in value)
+        return f"{value:g}" if isinstance(value, float) else str(value)
 
 
-def parse_arms(text: str, *, default_a: float = 0.5) -> list[ArmSpec]:
-    """A comma-separated list of arms (``--arms``); duplicates are an error."""
-    specs = [ArmSpec.parse(t, default_a=default_a) for t in text.split(",") if t.strip()]
-    if not specs:
-        raise InputError(f"--arms={text!r} names no arm; allowed: {', '.join(ARMS)}")
-    labels = [s.label for s in specs]
-    dup = sorted({x for x in labels if labels.count(x) > 1})
-    if dup:
-        raise InputError(f"--arms names {', '.join(dup)} more than once")
-    return specs
+def _s(default: Any, help: str, kind: Kind, group: str) -> Any:
+    meta = {"help": help, "kind": kind, "group": group}
+    if isinstance(default, tuple):
+        return field(default_factory=lambda: default, metadata=meta)
+    return field(default=default, metadata=meta)
+
+
+def flag_name(name: str) -> str:
+    """``--max-staleness`` for the field ``max_staleness``."""
+    return "--" + name.replace("_", "-")
 
 
 def _initial_logits() -> tuple[tuple[float, ...], ...]:
@@ -165,116 +196,175 @@ def _initial_logits() -> tuple[tuple[float, ...], ...]:
     )
 
 
+INT, FLOAT, BOOL = Kind("int"), Kind("float"), Kind("bool")
+T, E, X, P = "trainer", "environment", "strategy table (--episodes table)", "policy"
+
+
 @dataclass(frozen=True)
 class SimConfig:
     """Every parameter of one simulated run. Time is in abstract units (an edit ~ 1).
 
-    Trainer and asynchrony:
-        steps: trainer steps (policy updates) per run (default 300; ``--steps``).
-        groups_per_step: groups B in one training batch (default 16; ``--groups-per-step``).
-        group_size: rollouts G per group (default 8; ``--group-size``).
-        concurrency: groups generated at once (default 16, Miles' default of one batch;
-            ``--concurrency``).
-        buffer_capacity: completed groups the buffer holds before a finished worker
-            blocks (default 32; ``--buffer-capacity``).
-        train_time: time one policy update takes (default 4.0; ``--train-time``).
-        max_staleness: K, a group is stale when its staleness exceeds K (default 1;
-            ``--max-staleness``). Staleness = trainer version at ``get`` minus the
-            version the group was generated with.
-        lr: step size of the policy-gradient ascent (default 0.1; ``--lr``).
-        std_normalize: divide advantages by the group std (GRPO; default True).
-        kappa: shrinkage κ of the turn-reached baseline (default 2.0; ``--kappa``).
-
-    Environment:
-        max_turns: the turn cap; a rollout that has not submitted by then is a budget
-            failure (default 40; ``--max-turns``).
-        infra_rate: probability that a rollout is lost to an infrastructure fault
-            (default 0.005; ``--infra-rate``). A lost rollout aborts its group, as an
-            ABORTED sample does in Miles.
-        difficulty: (k, probability) pairs: a task needs k correct edits with that
-            probability (default ((1, 0.3), (2, 0.25), (3, 0.2), (5, 0.1), (15, 0.15))).
-        blind_edit: (progress, regress) probabilities of an edit made without a failing
-            test to go on (default (0.6, 0.15)).
-        informed_edit: the same after a failing test run (default (0.7, 0.1)).
-        turn_time: wall-clock of an edit, a test run and a submit at turn 1
-            (default (1.0, 3.0, 1.0)).
-        context_growth: each later turn takes this fraction longer (default 0.03: turn 40
-            takes 2.2x turn 1).
-        time_noise: log-normal sigma of every turn's wall-clock (default 0.3).
-        initial_logits: the untrained policy, one row of 3 logits per decision row
-            (``policy.ROWS``).
+    Each field's help and kind are in its metadata (``settings()``); ``rescue sim --help``
+    lists them with their defaults. Staleness = the trainer's version when it gets a group
+    minus the version the group was launched with.
     """
 
-    steps: int = 300
-    groups_per_step: int = 16
-    group_size: int = 8
-    concurrency: int = 16
-    buffer_capacity: int = 32
-    train_time: float = 4.0
-    max_staleness: int = 1
-    lr: float = 0.1
-    std_normalize: bool = True
-    kappa: float = 2.0
-    max_turns: int = 40
-    infra_rate: float = 0.005
-    difficulty: tuple[tuple[int, float], ...] = (
-        (1, 0.3),
-        (2, 0.25),
-        (3, 0.2),
-        (5, 0.1),
-        (15, 0.15),
+    # trainer and asynchrony
+    steps: int = _s(300, "trainer steps (policy updates) per run", INT, T)
+    groups_per_step: int = _s(16, "groups B in one training batch", INT, T)
+    group_size: int = _s(8, "rollouts G per group (a group's rollouts share a task)", INT, T)
+    concurrency: int = _s(16, "groups generating at once (Miles' default: one batch)", INT, T)
+    buffer_capacity: int = _s(
+        32, "finished groups the buffer holds; a finished worker waits while it is full", INT, T
     )
-    blind_edit: tuple[float, float] = (0.6, 0.15)
-    informed_edit: tuple[float, float] = (0.7, 0.1)
-    turn_time: tuple[float, float, float] = (1.0, 3.0, 1.0)
-    context_growth: float = 0.03
-    time_noise: float = 0.3
-    initial_logits: tuple[tuple[float, ...], ...] = field(default_factory=_initial_logits)
+    train_time: float = _s(4.0, "wall-clock of one policy update", FLOAT, T)
+    max_staleness: int = _s(1, "K: a group is stale when its staleness exceeds K", INT, T)
+    pace_capacity: int = _s(
+        0,
+        "pace: generating plus buffered groups at most this (0: (K + 1) x groups-per-step)",
+        INT,
+        T,
+    )
+    lr: float = _s(0.1, "step size of the policy-gradient ascent", FLOAT, T)
+    std_normalize: bool = _s(
+        True, "divide advantages by the baseline population's std (GRPO)", BOOL, T
+    )
+    baseline_scope: str = _s(
+        "group",
+        "the rollouts a baseline is over: each group, or the whole batch as one group",
+        Kind("choice", choices=BASELINE_SCOPES),
+        T,
+    )
+    kappa: float = _s(2.0, "shrinkage κ of the turn-reached baseline", FLOAT, T)
+    tis: bool = _s(
+        True,
+        "truncated importance ratio min(π_now / π_launch, tis-clip) per decision (Miles' --use-tis)",
+        BOOL,
+        T,
+    )
+    tis_clip: float = _s(2.0, "upper clip of the importance ratio (Miles' --tis-clip)", FLOAT, T)
+    # environment
+    episodes: str = _s(
+        "agent",
+        "episode model: the turn-by-turn agent, or the strategy table (fixed rates and turns)",
+        Kind("choice", choices=EPISODE_MODELS),
+        E,
+    )
+    max_turns: int = _s(40, "the turn cap: not submitted by then is a budget failure", INT, E)
+    infra_rate: float = _s(
+        0.005, "probability a rollout is lost to infrastructure (its group is aborted)", FLOAT, E
+    )
+    submit_failure: bool = _s(
+        True,
+        "a wrong submit ends the episode as a submitted failure; off: it is refused and the "
+        "episode goes on (two outcomes: solved or capped)",
+        BOOL,
+        E,
+    )
+    difficulty: tuple[tuple[int, float], ...] = _s(
+        ((1, 0.3), (2, 0.25), (3, 0.2), (5, 0.1), (15, 0.15)),
+        "a task needs k correct edits with this probability",
+        Kind("pairs"),
+        E,
+    )
+    blind_edit: tuple[float, float] = _s(
+        (0.6, 0.15),
+        "(progress, regress) probabilities of an edit without a failing test",
+        Kind("floats", 2),
+        E,
+    )
+    informed_edit: tuple[float, float] = _s(
+        (0.7, 0.1),
+        "(progress, regress) probabilities of an edit after a failing test run",
+        Kind("floats", 2),
+        E,
+    )
+    turn_time: tuple[float, float, float] = _s(
+        (1.0, 3.0, 1.0),
+        "wall-clock of an edit, a test run and a submit at turn 1",
+        Kind("floats", 3),
+        E,
+    )
+    context_growth: float = _s(0.03, "each later turn takes this fraction longer", FLOAT, E)
+    time_noise: float = _s(0.3, "log-normal sigma of every turn's wall-clock", FLOAT, E)
+    # the strategy table
+    table_success: tuple[float, float] = _s(
+        (0.6, 0.9), "success probability of fast and of thorough", Kind("floats", 2), X
+    )
+    table_turns: tuple[int, int, int, int] = _s(
+        (4, 4, 6, 6),
+        "turns of a fast success, fast failure, thorough (early) success, thorough failure",
+        Kind("ints", 4),
+        X,
+    )
+    table_late: float = _s(0.9, "share of thorough's successes that are late", FLOAT, X)
+    table_late_turns: int = _s(30, "turns of a late thorough success", INT, X)
+    # policy
+    initial_logits: tuple[tuple[float, ...], ...] = _s(
+        _initial_logits(),
+        "the untrained policy: 13 rows of 3 logits (policy.ROWS: strategy, then the action "
+        "rows of fast and thorough by phase)",
+        Kind("matrix", cols=3),
+        P,
+    )
 
     def __post_init__(self) -> None:
-        positive_ints = (
-            "steps",
-            "groups_per_step",
-            "group_size",
-            "concurrency",
-            "buffer_capacity",
-            "max_turns",
-        )
-        for name in positive_ints:
-            v = getattr(self, name)
-            if isinstance(v, bool) or not isinstance(v, int) or v < 1:
-                raise InputError(f"--{name.replace('_', '-')}={v!r}; allowed: an integer >= 1")
-        if (
-            isinstance(self.max_staleness, bool)
-            or not isinstance(self.max_staleness, int)
-            or self.max_staleness < 0
-        ):
-            raise InputError(f"--max-staleness={self.max_staleness!r}; allowed: an integer >= 0")
-        for name in ("train_time", "lr", "kappa", "context_growth", "time_noise"):
+        for f in fields(self):  # kinds first: a string where a number belongs names its flag
+            object.__setattr__(
+                self, f.name, f.metadata["kind"].check(getattr(self, f.name), f.name)
+            )
+        for name in ("steps", "groups_per_step", "group_size", "concurrency", "buffer_capacity",
+                     "max_turns", "table_late_turns"):  # fmt: skip
+            if getattr(self, name) < 1:
+                raise InputError(
+                    f"{flag_name(name)}={getattr(self, name)!r}; allowed: an integer >= 1"
+                )
+        for name in ("max_staleness", "pace_capacity"):
+            if getattr(self, name) < 0:
+                raise InputError(
+                    f"{flag_name(name)}={getattr(self, name)!r}; allowed: an integer >= 0"
+                )
+        for name in ("train_time", "lr", "kappa", "context_growth", "time_noise", "tis_clip"):
             if not (getattr(self, name) >= 0):
                 raise InputError(
-                    f"--{name.replace('_', '-')}={getattr(self, name)!r}; allowed: a number >= 0"
+                    f"{flag_name(name)}={getattr(self, name)!r}; allowed: a number >= 0"
                 )
         if not (0.0 <= self.infra_rate < 1.0):
             raise InputError(f"--infra-rate={self.infra_rate!r}; allowed: 0 <= rate < 1")
         ks = [k for k, _ in self.difficulty]
         ps = [p for _, p in self.difficulty]
-        if not ks or min(ks) < 1 or min(ps) < 0 or abs(sum(ps) - 1) > 1e-9:
+        if min(ks) < 1 or min(ps) < 0 or abs(sum(ps) - 1) > 1e-9:
             raise InputError(
-                f"difficulty={self.difficulty!r}; allowed: (k >= 1, probability) pairs summing to 1"
+                f"--difficulty={Kind('pairs').show(self.difficulty)}; allowed: k:probability "
+                "pairs with k >= 1 and probabilities summing to 1"
             )
         for name in ("blind_edit", "informed_edit"):
             q, r = getattr(self, name)
             if not (q >= 0 and r >= 0 and q + r <= 1):
                 raise InputError(
-                    f"{name}={(q, r)!r}; allowed: progress, regress >= 0 with sum <= 1"
+                    f"{flag_name(name)}={q:g},{r:g}; allowed: progress, regress >= 0 with sum <= 1"
                 )
-        if len(self.turn_time) != 3 or min(self.turn_time) <= 0:
+        if min(self.turn_time) <= 0:
+            raise InputError(f"--turn-time={self.turn_time!r}; allowed: three positive times")
+        for name in ("table_success",):
+            if not all(0 <= p <= 1 for p in getattr(self, name)):
+                raise InputError(
+                    f"{flag_name(name)}={getattr(self, name)!r}; allowed: probabilities"
+                )
+        if not (0.0 <= self.table_late <= 1.0):
+            raise InputError(f"--table-late={self.table_late!r}; allowed: 0 <= share <= 1")
+        turns = (*self.table_turns, self.table_late_turns)
+        if min(turns) < 1 or (self.episodes == "table" and max(turns) > self.max_turns):
             raise InputError(
-                f"turn_time={self.turn_time!r}; allowed: three positive times (edit, test, submit)"
+                f"--table-turns={Kind('ints', 4).show(self.table_turns)}, --table-late-turns="
+                f"{self.table_late_turns}; allowed: 1 <= turns <= --max-turns ({self.max_turns})"
+            )
+        if len(self.initial_logits) != ROWS:
+            raise InputError(
+                f"--initial-logits has {len(self.initial_logits)} rows; allowed: {ROWS} rows of {CHOICES}"
             )
 
-    def replace(self, **changes) -> SimConfig:
+    def replace(self, **changes: Any) -> SimConfig:
         """A copy with some fields changed (validated again)."""
         known = {f.name for f in fields(self)}
         unknown = sorted(set(changes) - known)
@@ -285,3 +375,33 @@ class SimConfig:
         values = {f.name: getattr(self, f.name) for f in fields(self)}
         values.update(changes)
         return SimConfig(**values)
+
+    @property
+    def pace_limit(self) -> int:
+        """Generating plus buffered groups under pace: ``pace_capacity`` or (K + 1) x B."""
+        return self.pace_capacity or (self.max_staleness + 1) * self.groups_per_step
+
+
+@dataclass(frozen=True)
+class Setting:
+    """One row of the config table: a field's name, default, help, kind and group."""
+
+    name: str
+    default: Any
+    help: str
+    kind: Kind
+    group: str
+
+    @property
+    def flag(self) -> str:
+        return flag_name(self.name)
+
+
+def settings() -> list[Setting]:
+    """The config table, in field order."""
+    out = []
+    for f in fields(SimConfig):
+        default = f.default if f.default is not MISSING else f.default_factory()  # type: ignore[misc]
+        m = f.metadata
+        out.append(Setting(f.name, default, m["help"], m["kind"], m["group"]))
+    return out

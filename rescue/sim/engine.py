@@ -7,9 +7,21 @@ the trainer's current weight version ``v`` and G episodes of one task under that
 (``env``); it finishes when its slowest rollout does and is put into the buffer (FIFO).
 A finished group waits, holding its worker, while the buffer holds ``buffer_capacity``
 groups (Miles' back-pressure). The trainer ``get``s groups until it has
-``groups_per_step`` kept ones, spends ``train_time`` on the update, then bumps ``v``.
-Staleness ``= v at get − v at launch`` therefore comes from the timing alone: a group
-with a long rollout is more stale.
+``groups_per_step`` kept ones, spends ``train_time`` on the update (``update.step``), then
+bumps ``v``. Staleness ``= v at get − v at launch`` therefore comes from the timing alone:
+a group with a long rollout is more stale.
+
+The ``pace`` arm bounds staleness by waiting instead of dropping: the trainer forms its
+batch only when the buffer holds ``groups_per_step`` groups *and* no group launched at a
+version ``<= v − K`` is still generating (it would be stale after this update); it then
+takes the buffer's groups oldest launch version first. New groups are admitted only while
+generating + buffered + in the running update stay below ``pace_limit`` ((K + 1) × B by
+default), so at most B groups are ever due at once. The time the trainer waited with a
+full buffer for such stragglers, and how many it waited for, are logged per step as
+``rollout/census/pace_wait_s`` and ``rollout/census/pace_wait_groups``; the clock includes
+the waits. (A group lost to infrastructure frees its place at once, so with lost rollouts
+more than B groups can be due; the oldest B train, and a later one counts as
+``trained_stale`` in the census.)
 
 The same core objects as the Miles adapters decide everything:
 
@@ -21,16 +33,15 @@ The same core objects as the Miles adapters decide everything:
   Miles buffer and the slime drain;
 - filter: ``rescue.mask.mask_decision`` (what the sample filters apply) marks capped
   rollouts of the mask arms;
-- advantages: ``rescue.advantages.group_advantages`` (or ``per_token_advantages`` with the
-  turn-reached baseline), weights applied after normalization;
+- advantages: ``rescue.advantages`` (in ``update``), weights applied after normalization;
 - census: ``rescue.census.Census`` settles every group that entered the buffer into one
   bucket; ``step_metrics`` is logged each step under ``rollout/census/``.
 
-The update is REINFORCE/GRPO with the exact score (``policy``): ``θ ← θ + lr · (1/N) Σ_i
-Σ_ℓ A_iℓ ∇ log π(a_iℓ)``, summed over a rollout's decisions, averaged over the N rollouts
-of the batch; masked rollouts contribute 0 but count in N (Miles' loss normalizer counts
-them too). A rollout's turns are summed rather than token-averaged: the score of a whole
-trajectory is the sum, which keeps the estimator exact.
+Behaviour is logged three ways per step: the trained groups' census (``rollout/census/``),
+every rollout that finished in the step (``sim/generated/``), and every rollout launched
+with the weight version of the step (``sim/launched/``, written at the end of the run for
+the versions whose groups all finished; the completion-time view over-represents short
+rollouts right after a change of policy, the launch view does not).
 
 Everything random comes from ``numpy.random.Generator``s spawned from the seed, and events
 are ordered by (time, sequence number): a seed gives the same run in any process.
@@ -39,28 +50,32 @@ are ordered by (time, sequence number): a seed gives the same run in any process
 from __future__ import annotations
 
 import heapq
-from collections import deque
+from collections import Counter, deque
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
 import numpy as np
 
-from rescue.advantages import group_advantages, per_token_advantages
 from rescue.census import Bucket, Census, RolloutRecord, no_result, outcome_metrics
+from rescue.errors import InputError
 from rescue.gate import Gate
 from rescue.mask import mask_decision
 from rescue.outcomes import is_capped
-from rescue.sim import env
-from rescue.sim.config import ArmSpec, SimConfig
+from rescue.sim import env, update
+from rescue.sim.arms import ArmSpec
+from rescue.sim.config import SimConfig
 from rescue.sim.policy import Policy
 
 #: Prefix of the simulator's own metrics (those the cluster cannot see).
 SIM_PREFIX = "sim/"
-#: Prefix of the outcome metrics over every rollout generated in a step (trained or not).
+#: Prefix of the outcome metrics over every rollout finished in a step (trained or not).
 GENERATED_PREFIX = "sim/generated/"
-#: Baselines whose per-token advantage variance is accumulated for prediction P7: the
-#: group mean (GRPO's, own reward included), the leave-one-out mean, the turn-reached one.
-P7_BASELINES: tuple[str, ...] = ("group_mean", "leave_one_out", "turn_reached")
+#: Prefix of the outcome metrics over the rollouts launched with a step's weight version.
+LAUNCHED_PREFIX = "sim/launched/"
+#: Census keys of the pace arm's waits.
+PACE_WAIT_S = "rollout/census/pace_wait_s"
+PACE_WAIT_GROUPS = "rollout/census/pace_wait_groups"
+P7_BASELINES = update.P7_BASELINES
 
 
 @dataclass
@@ -84,7 +99,10 @@ class Flow:
     buffer: deque[Group] = field(default_factory=deque)  # FIFO, at most buffer_capacity
     batch: list[tuple[Group, float, float]] = field(default_factory=list)  # (group, w, staleness)
     in_flight: int = 0  # launched and not yet in the buffer (generating or blocked)
+    versions: Counter[int] = field(default_factory=Counter)  # launch versions in flight
     train_end: float | None = None  # when the running update ends; None: none is running
+    wait_since: float | None = None  # pace: the trainer waits for stragglers since
+    wait_groups: int = 0  # pace: how many it waits for
 
 
 class Simulation:
@@ -97,6 +115,12 @@ class Simulation:
     """
 
     def __init__(self, cfg: SimConfig, arm: ArmSpec, seed: int) -> None:
+        if arm.pace and cfg.buffer_capacity < cfg.pace_limit:
+            raise InputError(
+                f"arm pace: --buffer-capacity={cfg.buffer_capacity} is below the pace limit "
+                f"{cfg.pace_limit} (--pace-capacity, default (K + 1) x --groups-per-step); "
+                "allowed: a buffer that holds every admitted group"
+            )
         self.cfg, self.arm, self.seed = cfg, arm, int(seed)
         self.gate = Gate(arm=arm.gate_arm, a=arm.a, seed=self.seed, max_staleness=cfg.max_staleness)
         self.census = Census(population=arm.population)
@@ -109,6 +133,8 @@ class Simulation:
         self._next_id = 0
         self._pool: deque[tuple[int, env.Episodes]] = deque()  # (version, G episodes)
         self._window_generated: list[RolloutRecord] = []
+        self._launched: dict[int, list[RolloutRecord]] = {}  # launch version -> records
+        self._waits = [0.0, 0]  # pace: seconds waited, groups waited for, this step
         self.p7 = np.zeros((3, 3))  # per baseline in P7_BASELINES: n, ΣA, ΣA²
 
     # ------------------------------------------------------------------ records
@@ -142,7 +168,7 @@ class Simulation:
             # played at once (numpy over its rollouts), what is left is discarded at the update.
             n, G = 2 * self.cfg.groups_per_step, self.cfg.group_size
             k = np.repeat(env.draw_tasks(self._task_rng, n, self.cfg), G)
-            ep = env.run_episodes(self.policy.probs(), k, self._episode_rng, self.cfg)
+            ep = env.play(self.policy.probs(), k, self._episode_rng, self.cfg)
             for j in range(n):
                 sl = slice(j * G, (j + 1) * G)
                 part = env.Episodes(
@@ -153,6 +179,13 @@ class Simulation:
         gid = self._next_id
         self._next_id += 1
         return Group(gid, version, self.time, self.time + float(episodes.duration.max()), episodes)
+
+    def _admits(self, flow: Flow) -> bool:
+        if flow.in_flight >= self.cfg.concurrency:
+            return False
+        if not self.arm.pace:
+            return True
+        return flow.in_flight + len(flow.buffer) + len(flow.batch) < self.cfg.pace_limit
 
     # ------------------------------------------------------------------ the run
 
@@ -175,6 +208,9 @@ class Simulation:
                     on_step(len(steps))
             else:
                 self._finish_next(flow)
+        for v, m in enumerate(steps):  # the launch view, of every version whose groups finished
+            if flow.versions[v] == 0 and self._launched.get(v):
+                m.update(outcome_metrics(self._launched[v], LAUNCHED_PREFIX))
         return steps
 
     def _settle(self, flow: Flow) -> None:
@@ -183,13 +219,17 @@ class Simulation:
         while True:
             while flow.blocked and len(flow.buffer) < cfg.buffer_capacity:
                 self._put(flow, flow.blocked.popleft())
-            while flow.in_flight < cfg.concurrency:
+            while self._admits(flow):
                 g = self._launch()
                 heapq.heappush(flow.events, (g.finished, g.group_id, g))
                 flow.in_flight += 1
+                flow.versions[g.version] += 1
             if flow.train_end is not None or not flow.buffer:
                 return
-            self._get(flow)
+            if self.arm.pace:
+                self._pace_get(flow)
+            else:
+                self._get(flow)
             if len(flow.batch) == cfg.groups_per_step:
                 flow.train_end = self.time + cfg.train_time
             if not flow.blocked or len(flow.buffer) >= cfg.buffer_capacity:
@@ -198,25 +238,50 @@ class Simulation:
     def _put(self, flow: Flow, group: Group) -> None:
         """A finished group enters the buffer (census entry); a lost one is aborted at once."""
         flow.in_flight -= 1
+        flow.versions[group.version] -= 1
         self.census.enter(group.group_id)
         group.records = self.records(group)
         self._window_generated.extend(group.records)
+        self._launched.setdefault(group.version, []).extend(group.records)
         if (reason := no_result(group.records)) is not None:
             self.census.settle(group.group_id, Bucket.ABORTED, group.records, reason=reason)
         else:
             flow.buffer.append(group)
 
+    def _take(self, flow: Flow, g: Group) -> None:
+        """The gate decides one group the trainer got; the census settles it."""
+        staleness = self.version - g.version
+        d = self.gate.decide(g.group_id, staleness)
+        self.census.settle(
+            g.group_id, Bucket.after_gate(d), g.records, staleness=staleness, weight=d.weight
+        )
+        if d.keep:
+            flow.batch.append((g, d.weight, staleness))
+
     def _get(self, flow: Flow) -> None:
         """The trainer takes groups in FIFO order through the gate until its batch is full."""
         while flow.buffer and len(flow.batch) < self.cfg.groups_per_step:
-            g = flow.buffer.popleft()
-            staleness = self.version - g.version
-            d = self.gate.decide(g.group_id, staleness)
-            self.census.settle(
-                g.group_id, Bucket.after_gate(d), g.records, staleness=staleness, weight=d.weight
-            )
-            if d.keep:
-                flow.batch.append((g, d.weight, staleness))
+            self._take(flow, flow.buffer.popleft())
+
+    def _pace_get(self, flow: Flow) -> None:
+        """Pace: a full batch, once no straggler would turn stale; oldest launch first."""
+        B = self.cfg.groups_per_step
+        if len(flow.buffer) < B:
+            return
+        due = sum(n for v, n in flow.versions.items() if v <= self.version - self.cfg.max_staleness)
+        if due:
+            if flow.wait_since is None:
+                flow.wait_since, flow.wait_groups = self.time, due
+            return
+        if flow.wait_since is not None:
+            self._waits[0] += self.time - flow.wait_since
+            self._waits[1] += flow.wait_groups
+            flow.wait_since = None
+        order = sorted(range(len(flow.buffer)), key=lambda i: (flow.buffer[i].version, i))[:B]
+        chosen, taken = [flow.buffer[i] for i in order], set(order)
+        flow.buffer = deque(g for i, g in enumerate(flow.buffer) if i not in taken)
+        for g in chosen:
+            self._take(flow, g)
 
     def _finish_next(self, flow: Flow) -> None:
         """The next group finishes: into the buffer, or blocked while the buffer is full."""
@@ -231,79 +296,36 @@ class Simulation:
         """The running update ends: apply it and return the step's metrics."""
         self.time = flow.train_end
         flow.train_end = None
-        self._update(flow.batch)
-        metrics = self._step_metrics(flow.batch, len(flow.buffer))
+        batch = update.Batch.of(
+            [g.episodes for g, _, _ in flow.batch],
+            [[r.masked for r in g.records] for g, _, _ in flow.batch],
+            [w for _, w, _ in flow.batch],
+        )
+        info = update.step(self.policy, batch, self.arm, self.cfg)
+        self.p7 += update.p7_moments(batch, self.cfg)
+        self.version += 1
+        self._pool.clear()  # groups not yet launched are generated with the new weights
+        metrics = self._step_metrics(flow.batch, len(flow.buffer), info)
         flow.batch = []
         return metrics
 
-    # ------------------------------------------------------------------ the update
-
-    def _update(self, batch: list[tuple[Group, float, float]]) -> None:
-        cfg, arm = self.cfg, self.arm
-        B, G, T1 = len(batch), cfg.group_size, cfg.max_turns + 1
-        rows = np.stack([g.episodes.rows for g, _, _ in batch]).astype(np.int64)  # [B, G, T+1]
-        choices = np.stack([g.episodes.choices for g, _, _ in batch]).astype(np.int64)
-        R = np.stack([g.episodes.reward for g, _, _ in batch])  # [B, G]; capped: R = 0
-        lengths = np.stack([g.episodes.turns for g, _, _ in batch])
-        masked = np.array([[r.masked for r in g.records] for g, _, _ in batch], dtype=bool)
-        w = np.repeat(np.array([wt for _, wt, _ in batch])[:, None], G, axis=1)
-        # Turn index of each decision: the strategy (column 0) is taken with turn 1.
-        turn_index = np.where(rows >= 0, np.maximum(np.arange(T1), 1), 0)
-        if arm.turn_baseline:
-            coef = per_token_advantages(
-                R, lengths, turn_index, kappa=cfg.kappa, std_normalize=cfg.std_normalize,
-                weights=w, dtype=np.float64,
-            )  # fmt: skip
-        else:
-            gids = np.repeat(np.arange(B), G)
-            A = group_advantages(
-                R.ravel(), gids, population=arm.population, kept=~masked.ravel(),
-                std_normalize=cfg.std_normalize, weights=w.ravel(),
-            ).reshape(B, G)  # fmt: skip
-            coef = np.where(rows >= 0, A[:, :, None], 0.0)
-        coef = np.where(masked[:, :, None], 0.0, coef) / (B * G)
-        self.policy.step(self.policy.gradient(rows, choices, coef), cfg.lr)
-        self._p7(R, lengths, turn_index)
-        self.version += 1
-        self._pool.clear()  # groups not yet launched are generated with the new weights
-
-    def _p7(self, R: np.ndarray, lengths: np.ndarray, turn_index: np.ndarray) -> None:
-        """Accumulate per-token (per-decision) advantages, R = 0 on cap, no std: P7 offline.
-
-        The three baselines are ``rescue.advantages``' own: the group mean and the
-        leave-one-out mean of ``group_advantages``, and ``per_token_advantages``.
-        """
-        real = turn_index > 0
-        B, G = R.shape
-        gids = np.repeat(np.arange(B), G)
-
-        def per_token(population: str) -> np.ndarray:
-            A = group_advantages(R.ravel(), gids, population=population, std_normalize=False)
-            return np.broadcast_to(A.reshape(B, G)[:, :, None], turn_index.shape)
-
-        a_turn = per_token_advantages(
-            R, lengths, turn_index, kappa=self.cfg.kappa, std_normalize=False, dtype=np.float64
-        )
-        for j, a in enumerate((per_token("all"), per_token("loo"), a_turn)):
-            a = a[real]
-            self.p7[j] += (a.size, a.sum(), (a * a).sum())
-
     # ------------------------------------------------------------------ metrics
 
-    def _step_metrics(self, batch, queue_size: int) -> dict[str, float]:
+    def _step_metrics(self, batch, queue_size: int, info: dict[str, float]) -> dict[str, float]:
         m = self.census.step_metrics(queue_size=queue_size)
+        if self.arm.pace:
+            m[PACE_WAIT_S], m[PACE_WAIT_GROUPS] = float(self._waits[0]), float(self._waits[1])
+            self._waits = [0.0, 0]
         m.update(outcome_metrics(self._window_generated, GENERATED_PREFIX))
         self._window_generated = []
         m[SIM_PREFIX + "time"] = self.time
         m[SIM_PREFIX + "weight_version"] = float(self.version)
         m[SIM_PREFIX + "p_thorough"] = self.policy.p_thorough()
         m[SIM_PREFIX + "trained_weight_mean"] = float(np.mean([w for _, w, _ in batch]))
+        for k, v in info.items():
+            m[SIM_PREFIX + k] = v
         return m
 
     def p7_variances(self) -> dict[str, float]:
-        """Per-token advantage variance (R = 0 on cap, no std) under each of ``P7_BASELINES``."""
-        out = {}
-        for j, name in enumerate(P7_BASELINES):
-            n, s, s2 = self.p7[j]
-            out[name] = float(s2 / n - (s / n) ** 2) if n else float("nan")
-        return out
+        """Per-decision advantage variance (R = 0 on cap, no std) under each of ``P7_BASELINES``."""
+        return update.p7_variances(self.p7)

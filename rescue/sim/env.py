@@ -14,9 +14,20 @@ each turn the agent takes one action from its policy row (``policy``):
 ``submit``  ends the episode: ``solved`` (reward 1) when progress ≥ k, else
             ``submitted_failure`` (reward 0).
 
+With ``submit_failure`` off, a submit on an unsolved task is refused and the episode goes
+on (the turn is spent): the environment has two outcomes, solved or capped.
+
 A rollout that has not submitted after ``max_turns`` turns is a ``budget_failure`` (the
 turn cap, reward 0). Independently, a rollout is lost to an infrastructure fault with
 probability ``infra_rate`` (``infra_no_result``, no reward).
+
+The strategy table (``episodes = "table"``) is the research plan's two-strategy
+construction as a learned choice: the policy decides the strategy only; then the outcome
+and the turns are fixed per strategy and outcome. Fast succeeds with probability
+``table_success[0]``, thorough with ``table_success[1]``; a share ``table_late`` of
+thorough's successes take ``table_late_turns`` turns, every other episode the turns of
+``table_turns`` (fast solved, fast failed, thorough solved, thorough failed). Thorough runs
+the tests, fast never does. Every turn of a table episode takes an edit's wall-clock.
 
 Turn ``ℓ`` (1-based) with action ``a`` takes ``turn_time[a] · (1 + context_growth·(ℓ−1))
 · exp(time_noise · z)`` wall-clock, ``z`` standard normal; an episode takes the sum.
@@ -62,6 +73,8 @@ class Episodes:
 
     ``rows`` / ``choices`` are ``[n, max_turns + 1]`` decisions: column 0 is the strategy
     choice (taken with turn 1), column ``ℓ`` the action at turn ``ℓ``; padding rows are −1.
+    ``prob`` is the probability the launching policy gave each decision (1 on padding): the
+    denominator of the importance ratio.
     """
 
     task_k: np.ndarray  # [n] correct edits the task needs
@@ -72,6 +85,7 @@ class Episodes:
     duration: np.ndarray  # [n] wall-clock
     rows: np.ndarray  # [n, T + 1]
     choices: np.ndarray  # [n, T + 1]
+    prob: np.ndarray  # [n, T + 1] behaviour probability of each decision
 
     @property
     def reward(self) -> np.ndarray:
@@ -86,17 +100,60 @@ def draw_tasks(rng: np.random.Generator, n_groups: int, cfg: SimConfig) -> np.nd
     return ks[rng.choice(ks.size, size=n_groups, p=ps)]
 
 
+def play(
+    probs: np.ndarray, task_k: np.ndarray, rng: np.random.Generator, cfg: SimConfig
+) -> Episodes:
+    """One episode per entry of ``task_k`` under ``probs``, by ``cfg.episodes``'s model."""
+    if cfg.episodes == "table":
+        return run_table(probs, task_k, rng, cfg)
+    return run_episodes(probs, task_k, rng, cfg)
+
+
+def _turn_seconds(turn: np.ndarray | int, base: np.ndarray | float, z, cfg: SimConfig):
+    """Wall-clock of turn ``turn`` (1-based) whose turn-1 time is ``base``."""
+    return base * (1.0 + cfg.context_growth * (turn - 1)) * np.exp(cfg.time_noise * z)
+
+
+def run_table(
+    probs: np.ndarray, task_k: np.ndarray, rng: np.random.Generator, cfg: SimConfig
+) -> Episodes:
+    """The strategy table (module docstring): the policy chooses the strategy, no more."""
+    n, T = task_k.shape[0], cfg.max_turns
+    u = rng.random((3, n))
+    strategy = (u[0] >= probs[P.STRATEGY_ROW, P.FAST]).astype(np.int64)
+    solved = u[1] < np.asarray(cfg.table_success)[strategy]
+    late = solved & (strategy == P.THOROUGH) & (u[2] < cfg.table_late)
+    turns = np.asarray(cfg.table_turns)[2 * strategy + (~solved)]
+    turns = np.where(late, cfg.table_late_turns, turns).astype(np.int64)
+    z = rng.standard_normal((n, T))
+    ell = np.arange(1, T + 1)
+    per_turn = _turn_seconds(ell[None, :], cfg.turn_time[P.EDIT], z, cfg)
+    duration = np.where(ell[None, :] <= turns[:, None], per_turn, 0.0).sum(axis=1)
+    rows = np.full((n, T + 1), -1, dtype=np.int16)
+    choices = np.full((n, T + 1), -1, dtype=np.int8)
+    prob = np.ones((n, T + 1))
+    rows[:, 0], choices[:, 0] = P.STRATEGY_ROW, strategy
+    prob[:, 0] = probs[P.STRATEGY_ROW, strategy]
+    kind = np.where(solved, SOLVED, FAILED).astype(np.int64)
+    kind[rng.random(n) < cfg.infra_rate] = LOST
+    ran_tests = strategy == P.THOROUGH
+    return Episodes(task_k.astype(np.int64), strategy, kind, turns, ran_tests, duration, rows,
+                    choices, prob)  # fmt: skip
+
+
 def run_episodes(
     probs: np.ndarray, task_k: np.ndarray, rng: np.random.Generator, cfg: SimConfig
 ) -> Episodes:
-    """Play one episode per entry of ``task_k`` under the policy ``probs [ROWS, CHOICES]``."""
+    """Play one episode per entry of ``task_k`` under the agent policy ``probs [ROWS, CHOICES]``."""
     n, T = task_k.shape[0], cfg.max_turns
     k = task_k.astype(np.int64)
     rows = np.full((n, T + 1), -1, dtype=np.int16)
     choices = np.full((n, T + 1), -1, dtype=np.int8)
+    prob = np.ones((n, T + 1))
     strategy = (rng.random(n) >= probs[P.STRATEGY_ROW, P.FAST]).astype(np.int64)
     rows[:, 0] = P.STRATEGY_ROW
     choices[:, 0] = strategy
+    prob[:, 0] = probs[P.STRATEGY_ROW, strategy]
 
     phase = np.zeros(n, dtype=np.int64)
     progress = np.zeros(n, dtype=np.int64)
@@ -120,10 +177,9 @@ def run_episodes(
         a = (u[0] >= pi[:, 0]).astype(np.int64) + (u[0] >= pi[:, 0] + pi[:, 1])
         rows[idx, turn] = row
         choices[idx, turn] = a
+        prob[idx, turn] = pi[np.arange(idx.size), a]
         turns[idx] = turn
-        duration[idx] += (
-            turn_time[a] * (1.0 + cfg.context_growth * (turn - 1)) * np.exp(cfg.time_noise * z)
-        )
+        duration[idx] += _turn_seconds(turn, turn_time[a], z, cfg)
 
         edit, test, submit = a == P.EDIT, a == P.TEST, a == P.SUBMIT
         informed = ph == P.TESTS_FAIL
@@ -142,9 +198,11 @@ def run_episodes(
         ph = np.where(test, np.where(done, P.TESTS_PASS, P.TESTS_FAIL), ph)
         phase[idx], progress[idx] = ph, pr
         ran_tests[idx[test]] = True
-        ended = idx[submit]
-        kind[ended] = np.where(done[submit], SOLVED, FAILED)
+        # A wrong submit ends the episode, unless the environment refuses it (two outcomes).
+        ends = submit & (done | cfg.submit_failure)
+        ended = idx[ends]
+        kind[ended] = np.where(done[ends], SOLVED, FAILED)
         alive[ended] = False
     lost = rng.random(n) < cfg.infra_rate
     kind[lost] = LOST
-    return Episodes(k, strategy, kind, turns, ran_tests, duration, rows, choices)
+    return Episodes(k, strategy, kind, turns, ran_tests, duration, rows, choices, prob)

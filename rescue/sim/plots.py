@@ -5,10 +5,17 @@ Specification
 Each panel plots a quantity of ``rescue.judge.quantities`` (the judge's), pooled over a
 trailing window of steps (``smoothing`` steps, default steps/30), against the trainer step. The line is the mean
 over seeds, the band spans the seeds' minimum to maximum. Files written to ``out_dir``:
-``success.png``, ``cap_hit.png``, ``turns.png`` (successes solid, failures dashed),
-``ran_tests.png``, ``b.png`` and ``overview.png`` with all of them. Arms that are one
-simulation (``zero`` and ``never-drop``) are drawn once, labelled ``never-drop = zero``. matplotlib is
-imported here only (the ``sim`` extra), with the non-interactive Agg backend.
+``success.png`` (by completion: every rollout that finished in the step), ``launched.png``
+(success by the weight version that launched the rollouts, ``sim/launched/*``),
+``cap_hit.png``, ``turns.png`` (successes solid, failures dashed), ``ran_tests.png``,
+``b.png``, ``strategy.png`` (P(thorough)) and ``overview.png`` with all of them. Arms that
+are one simulation (``zero`` and ``never-drop``) are drawn once, labelled
+``never-drop = zero``.
+
+With the judge's results (``judgement``), the judge's figures go to ``out_dir/plots``
+(``rescue.judge.plots``): per prediction, each arm difference with its t band against
+the step and against b; behaviour against b; the strategy shares; wall-clock to a success
+target. matplotlib is imported here only (the ``sim`` extra), with the Agg backend.
 """
 
 from __future__ import annotations
@@ -18,33 +25,39 @@ from pathlib import Path
 import numpy as np
 
 from rescue.judge import quantities as qs
+from rescue.judge.runs import Run
+from rescue.sim.engine import GENERATED_PREFIX, LAUNCHED_PREFIX
 from rescue.sim.summary import to_run
 
 #: file stem -> metrics drawn in that panel (the first solid, the second dashed).
 PANELS: dict[str, tuple[str, ...]] = {
     "success": ("success",),
+    "launched": ("success",),
     "cap_hit": ("cap_hit",),
     "turns": ("turns_solved", "turns_failed"),
     "ran_tests": ("ran_tests_solved",),
     "b": ("b_realized",),
+    "strategy": ("p_thorough",),
 }
 _TITLES = {
-    "success": "success rate (all generated rollouts)",
+    "success": "success rate (rollouts finished in the step)",
+    "launched": "success rate by launching weight version",
     "cap_hit": "cap-hit rate",
     "turns": "turns: successes (solid), failures (dashed)",
     "ran_tests": "test-run rate among successes",
     "b": "realized baseline b (trained rollouts)",
+    "strategy": "P(thorough)",
 }
 
 
-def _draw(ax, results, names: tuple[str, ...], window: int) -> None:
+def _draw(ax, results, names: tuple[str, ...], window: int, launched: bool = False) -> None:
     import matplotlib.pyplot as plt
 
     colors = plt.rcParams["axes.prop_cycle"].by_key()["color"]
     for i, (arm, runs) in enumerate(_merged(results).items()):
         color = colors[i % len(colors)]
         for j, name in enumerate(names):
-            y = np.array([_smoothed(r, name, window) for r in runs])
+            y = np.array([_smoothed(r, name, window, launched) for r in runs])
             x = np.arange(1, y.shape[1] + 1)
             with np.errstate(all="ignore"), _quiet():
                 mean = np.nanmean(y, axis=0)
@@ -57,11 +70,22 @@ def _draw(ax, results, names: tuple[str, ...], window: int) -> None:
     ax.grid(alpha=0.3)
 
 
-def _smoothed(result, name: str, window: int) -> np.ndarray:
-    """The quantity per step, pooled over a trailing window (NaN where a run has no data)."""
+def _smoothed(result, name: str, window: int, launched: bool = False) -> np.ndarray:
+    """The quantity per step, pooled over a trailing window (NaN where a run has no data).
+
+    ``launched``: the behaviour of the rollouts launched with each step's weight version.
+    """
     stop = len(result.steps) - 1
+    run = to_run(result)
+    if launched:
+        rows = [
+            {GENERATED_PREFIX + k[len(LAUNCHED_PREFIX) :]: v for k, v in m.items()
+             if k.startswith(LAUNCHED_PREFIX)}
+            for m in result.steps
+        ]  # fmt: skip
+        run = Run(run.condition, run.seed, rows, source=run.source)
     try:
-        return qs.series(to_run(result), name).trailing(window, stop)[1]
+        return qs.series(run, name).trailing(window, stop)[1]
     except qs.MissingKey:
         return np.full(stop + 1, np.nan)
 
@@ -96,8 +120,8 @@ class _quiet:
         self._w.__exit__(*exc)
 
 
-def write_plots(results, out_dir: Path, smoothing: int | None = None) -> list[Path]:
-    """Write the PNGs; returns their paths."""
+def write_plots(results, out_dir: Path, smoothing: int | None = None, judgement=None) -> list[Path]:
+    """Write the PNGs; returns their paths (the judge's under ``out_dir/plots``)."""
     import matplotlib
 
     matplotlib.use("Agg")
@@ -110,7 +134,7 @@ def write_plots(results, out_dir: Path, smoothing: int | None = None) -> list[Pa
     paths = []
     for stem, names in PANELS.items():
         fig, ax = plt.subplots(figsize=(6.4, 4.0))
-        _draw(ax, results, names, window)
+        _draw(ax, results, names, window, launched=stem == "launched")
         ax.set_title(_TITLES[stem], fontsize=10)
         ax.set_ylabel(qs.QUANTITIES[names[0]].title)
         ax.legend(fontsize=7, ncol=2)
@@ -118,9 +142,9 @@ def write_plots(results, out_dir: Path, smoothing: int | None = None) -> list[Pa
         paths.append(out_dir / f"{stem}.png")
         fig.savefig(paths[-1], dpi=110)
         plt.close(fig)
-    fig, axes = plt.subplots(2, 3, figsize=(15, 8))
+    fig, axes = plt.subplots(2, 4, figsize=(20, 8))
     for ax, (stem, names) in zip(axes.flat, PANELS.items(), strict=False):
-        _draw(ax, results, names, window)
+        _draw(ax, results, names, window, launched=stem == "launched")
         ax.set_title(_TITLES[stem], fontsize=10)
     handles, labels = axes.flat[0].get_legend_handles_labels()
     axes.flat[-1].axis("off")
@@ -132,4 +156,11 @@ def write_plots(results, out_dir: Path, smoothing: int | None = None) -> list[Pa
     paths.append(out_dir / "overview.png")
     fig.savefig(paths[-1], dpi=100)
     plt.close(fig)
+    if judgement is not None:
+        from rescue.judge import plots as judge_plots
+        from rescue.judge.report import CohortJudgement, Judgement
+
+        arms, ran, _ = judgement
+        j = Judgement([CohortJudgement("sim", None, arms, ran)], [])
+        paths += judge_plots.write_plots(j, out_dir / "plots")
     return paths

@@ -3,10 +3,11 @@
 Specification
 -------------
 Every (arm, seed) run is independent and deterministic (``engine``), so running them in
-worker processes changes nothing but the wall-clock: the same arms and seeds give the
-same files with any ``workers``. Arms with the same behaviour (``ArmSpec.behaviour``,
-e.g. ``zero`` and ``never-drop``) are simulated once per seed and written under each
-name.
+worker processes, or as Ray tasks on a cluster (``rescue.sim.cluster``, ``--ray``),
+changes nothing but the wall-clock: the same arms and seeds give the same files, byte for
+byte, with any ``workers`` and on Ray. Arms with the same behaviour
+(``ArmSpec.behaviour``, e.g. ``zero`` and ``never-drop``) are simulated once per seed and
+written under each name.
 
 Output under ``out_dir``:
 
@@ -14,7 +15,9 @@ Output under ``out_dir``:
   ``rollout/step`` and the step's metrics: the census (``rollout/census/*``, the keys the
   cluster logs), the outcome metrics of every generated rollout (``sim/generated/*``),
   and ``sim/*`` (time, weight version, p_thorough);
-- ``runs.json``: per run, the census totals, the P7 variances and the seconds it took;
+- ``runs.json``: per run, the census totals and the P7 variances;
+- ``timing.json``: per run, the seconds it took (the one output that depends on the machine);
+- ``summary.md`` and the PNG plots (``run_scenario``);
 - ``wandb/``: the same step dicts as offline wandb runs (project ``rescue-sim``, group =
   arm, step key ``rollout/step``), written by the worker that ran them, when asked.
 """
@@ -31,7 +34,8 @@ from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 
 from rescue.errors import InputError
-from rescue.sim.config import ArmSpec, SimConfig
+from rescue.sim.arms import ArmSpec
+from rescue.sim.config import SimConfig
 from rescue.sim.engine import Simulation
 
 
@@ -132,14 +136,17 @@ def run_arms(
     workers: int = 1,
     progress: bool = True,
     wandb_dir: Path | None = None,
+    ray: str | None = None,
 ) -> dict[str, list[RunResult]]:
     """Run every arm with every seed; ``{arm label: [RunResult per seed]}`` in input order.
 
     Args:
         workers: processes (default 1: in this process). Results do not depend on it.
         progress: draw a progress bar on stderr (default True).
-        wandb_dir: log each run to offline wandb there, in the worker that ran it
-            (default None: no wandb). Needs wandb installed (``wandb_available``).
+        wandb_dir: log each run to offline wandb there (default None: no wandb). Needs
+            wandb installed (``wandb_available``).
+        ray: a Ray cluster's address (or ``auto``) to run the grid on as Ray tasks
+            (default None: here). Results do not depend on it.
     """
     if workers < 1:
         raise InputError(f"--workers={workers}; allowed: an integer >= 1")
@@ -151,7 +158,15 @@ def run_arms(
     jobs = [(arm, s) for arm in unique.values() for s in seeds]
     kw = [{"wandb_dir": wandb_dir, "labels": labels[arm.behaviour]} for arm, _ in jobs]
     bar = ProgressBar(len(jobs) * cfg.steps, enabled=progress)
-    if workers == 1 or len(jobs) == 1:
+    if ray is not None:
+        from rescue.sim.cluster import run_on_ray
+
+        done = run_on_ray(ray, cfg, jobs, bar=bar)
+        if wandb_dir is not None:  # logged here: the cluster's nodes need not see this disk
+            for (_, s), r, k in zip(jobs, done, kw, strict=True):
+                for label in k["labels"]:
+                    log_wandb_run(r.steps, label, s, cfg, wandb_dir)
+    elif workers == 1 or len(jobs) == 1:
         global _tick_hook
         count = [0]
 
@@ -192,10 +207,11 @@ def run_arms(
 
 
 def write_jsonl(results: dict[str, list[RunResult]], out_dir: Path) -> list[Path]:
-    """``census/<arm>-seed<s>.jsonl`` per run and ``runs.json``; returns the JSONL paths."""
+    """``census/<arm>-seed<s>.jsonl`` per run, ``runs.json`` and ``timing.json``; returns
+    the JSONL paths."""
     census_dir = Path(out_dir) / "census"
     census_dir.mkdir(parents=True, exist_ok=True)
-    paths, runs = [], []
+    paths, runs, timing = [], [], []
     for label, rs in results.items():
         for r in rs:
             path = census_dir / f"{label}-seed{r.seed}.jsonl"
@@ -207,9 +223,65 @@ def write_jsonl(results: dict[str, list[RunResult]], out_dir: Path) -> list[Path
             paths.append(path)
             run = asdict(r)
             del run["steps"]
+            timing.append({"arm": label, "seed": r.seed, "seconds": run.pop("seconds")})
             runs.append(run)
     (Path(out_dir) / "runs.json").write_text(json.dumps(runs, indent=1) + "\n")
+    (Path(out_dir) / "timing.json").write_text(json.dumps(timing, indent=1) + "\n")
     return paths
+
+
+def run_scenario(
+    scenario,
+    cfg: SimConfig,
+    arms: Sequence[ArmSpec],
+    seeds: Sequence[int],
+    out: Path,
+    *,
+    workers: int = 1,
+    ray: str | None = None,
+    progress: bool = True,
+    wandb: bool = True,
+    plots: bool = True,
+) -> tuple[str, list, list[str]]:
+    """Run one scenario's arms and seeds and write everything to ``out``.
+
+    Returns the markdown summary (also written to ``out/summary.md``), the judge's results
+    for the predictions whose arms ran, and one line per thing written or skipped.
+    """
+    from rescue.sim.summary import judged, summary_markdown
+
+    out = Path(out)
+    out.mkdir(parents=True, exist_ok=True)
+    notes = []
+    wandb_dir = None
+    if wandb and wandb_available():
+        wandb_dir = out
+        notes.append(
+            f"wandb: offline runs in {out / 'wandb'} (upload with: wandb sync {out / 'wandb'}/offline-run-*)"
+        )
+    elif wandb:
+        notes.append("wandb: not installed (pip install 'rescue[sim]'): skipped")
+    results = run_arms(
+        cfg, arms, seeds, workers=workers, progress=progress, wandb_dir=wandb_dir, ray=ray
+    )
+    paths = write_jsonl(results, out)
+    judgement = judged(results)
+    summary = summary_markdown(results, cfg, seeds, scenario=scenario, judgement=judgement)
+    (out / "summary.md").write_text(summary)
+    notes = [
+        f"census: {len(paths)} JSONL files in {out / 'census'}",
+        f"summary: {out / 'summary.md'}",
+        *notes,
+    ]
+    if plots:
+        from rescue.sim.plots import write_plots
+
+        try:
+            pngs = write_plots(results, out, judgement=judgement)
+            notes.append(f"plots: {', '.join(p.name for p in pngs)} in {out}")
+        except ImportError:
+            notes.append("plots: matplotlib not installed (pip install 'rescue[sim]'): skipped")
+    return summary, judgement[1], notes
 
 
 def wandb_available() -> bool:

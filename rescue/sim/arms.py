@@ -1,0 +1,184 @@
+"""The arms the simulator compares: one way each of handling outcome-dependent exclusion.
+
+Specification
+-------------
+==================  ====================  ===================  ============  ============
+arm                 stale groups          capped rollouts      baseline      advantage
+==================  ====================  ===================  ============  ============
+``drop``            dropped (K)           R = 0, trained       all G         per rollout
+``never-drop``      kept, weight 1        R = 0, trained       all G         per rollout
+``protect``         coin a, 1/a           R = 0, trained       all G         per rollout
+``pace``            none: trainer waits   R = 0, trained       all G         per rollout
+``mask``            kept, weight 1        loss-masked (R = 0)  all G         per rollout
+``zero``            kept, weight 1        R = 0, trained       all G         per rollout
+``survivor``        kept, weight 1        loss-masked          survivors     per rollout
+``turn-baseline``   kept, weight 1        R = 0, trained       turn-reached  per turn
+==================  ====================  ===================  ============  ============
+
+The stale arms keep capped rollouts at R = 0 and the budget arms never drop, so each arm
+changes one thing. ``zero`` and ``never-drop`` are therefore the same configuration and
+give identical runs for a seed (the runner computes it once).
+
+``pace`` bounds staleness by waiting: the trainer does not start an update while a group
+launched at a version ``v <= current − K`` is still generating, and admission keeps
+generating plus buffered groups at most ``pace_capacity`` (``engine``).
+
+The loss normalizer: the mean over the batch's rollouts (Miles' default), or, with the
+``:wnorm`` suffix (``protect:0.5:wnorm``, label ``protect-a0.5-wnorm``), the loss divided
+by the sum of the rollouts' loss weights. Protect's 1/a weights raise its expected step by
+1/P(kept) under the mean; normalized by the weights they do not, which separates the arm's
+direction from its step size (prediction P6). Only protect has weights other than 1.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from rescue.errors import InputError
+from rescue.gate import Arm
+
+#: Every arm name the simulator accepts.
+ARMS: tuple[str, ...] = (
+    "drop",
+    "never-drop",
+    "protect",
+    "pace",
+    "mask",
+    "zero",
+    "survivor",
+    "turn-baseline",
+)
+
+#: The arms ``rescue sim`` runs without a scenario: every arm, protect at a = 0.5 and 0.1.
+DEFAULT_ARMS: tuple[str, ...] = (
+    "drop",
+    "never-drop",
+    "protect:0.5",
+    "protect:0.1",
+    "pace",
+    "mask",
+    "zero",
+    "survivor",
+    "turn-baseline",
+)
+
+#: Loss normalizers: the batch's rollouts (default) or the sum of their loss weights.
+LOSS_NORMS: tuple[str, ...] = ("rollouts", "weights")
+_WNORM = "wnorm"
+
+
+@dataclass(frozen=True)
+class ArmSpec:
+    """One arm, resolved to what the gate, the filter and the normalizer do.
+
+    Args:
+        name: one of ``ARMS``.
+        a: keep probability of a stale group under ``protect`` (0 < a <= 1); None otherwise.
+        loss_norm: ``rollouts`` (default) or ``weights`` (protect only).
+    """
+
+    name: str
+    a: float | None = None
+    loss_norm: str = "rollouts"
+
+    def __post_init__(self) -> None:
+        if self.name not in ARMS:
+            raise InputError(f"arm={self.name!r} is not an arm; allowed: {', '.join(ARMS)}")
+        if self.name == "protect":
+            if self.a is None or not (0.0 < float(self.a) <= 1.0):
+                raise InputError(f"--a={self.a!r} for arm protect; allowed: 0 < a <= 1")
+            object.__setattr__(self, "a", float(self.a))
+        elif self.a is not None:
+            object.__setattr__(self, "a", None)  # a is meaningful for protect only
+        if self.loss_norm not in LOSS_NORMS:
+            raise InputError(f"loss_norm={self.loss_norm!r}; allowed: {', '.join(LOSS_NORMS)}")
+        if self.loss_norm == "weights" and self.name != "protect":
+            raise InputError(
+                f"arm {self.name}: only protect has loss weights to normalize by (:{_WNORM})"
+            )
+
+    @classmethod
+    def parse(cls, text: str, *, default_a: float = 0.5) -> ArmSpec:
+        """``"drop"``, ``"protect"`` (uses ``default_a``), ``"protect:0.1"``, ``"protect:0.5:wnorm"``."""
+        name, *opts = (p.strip() for p in text.strip().lower().split(":"))
+        name = name.replace("_", "-")
+        norm = "weights" if opts and opts[-1] == _WNORM else "rollouts"
+        if norm == "weights":
+            opts = opts[:-1]
+        if len(opts) > 1 or (opts and name != "protect"):
+            raise InputError(
+                f"arm {text!r}: only protect takes ':a'; allowed: protect:A[:{_WNORM}] with 0 < A <= 1"
+            )
+        if name != "protect":
+            return cls(name, loss_norm=norm)
+        try:
+            a = float(opts[0]) if opts and opts[0] else float(default_a)
+        except ValueError:
+            raise InputError(
+                f"arm {text!r}: a={opts[0]!r} is not a number; allowed: 0 < a <= 1"
+            ) from None
+        return cls(name, a, norm)
+
+    @property
+    def label(self) -> str:
+        """Name used in files, plots and tables, e.g. ``protect-a0.5`` or ``protect-a0.5-wnorm``."""
+        out = f"protect-a{self.a:g}" if self.name == "protect" else self.name
+        return out + (f"-{_WNORM}" if self.loss_norm == "weights" else "")
+
+    @property
+    def text(self) -> str:
+        """The arm as ``--arms`` spells it (``protect:0.5:wnorm``); ``parse`` reads it back."""
+        if self.name != "protect":
+            return self.name
+        return f"protect:{self.a:g}" + (f":{_WNORM}" if self.loss_norm == "weights" else "")
+
+    @property
+    def gate_arm(self) -> Arm:
+        """The ``rescue.gate.Arm`` of this arm (budget arms never drop)."""
+        if self.name in ("drop", "protect", "pace"):
+            return Arm(self.name)
+        return Arm.NEVER_DROP
+
+    @property
+    def pace(self) -> bool:
+        """Whether the trainer bounds staleness by waiting for stragglers."""
+        return self.name == "pace"
+
+    @property
+    def mask(self) -> bool:
+        """Whether capped rollouts are loss-masked (``rescue.mask.mask_decision``, rho = 1)."""
+        return self.name in ("mask", "survivor")
+
+    @property
+    def population(self) -> str:
+        """Baseline population of ``rescue.advantages.group_advantages``."""
+        return "survivors" if self.name == "survivor" else "all"
+
+    @property
+    def turn_baseline(self) -> bool:
+        """Whether advantages are per turn with ``turn_reached_baseline``."""
+        return self.name == "turn-baseline"
+
+    @property
+    def behaviour(self) -> tuple:
+        """What the run does; two arms with the same behaviour give identical runs."""
+        return (
+            self.gate_arm.value,
+            self.a,
+            self.mask,
+            self.population,
+            self.turn_baseline,
+            self.loss_norm,
+        )
+
+
+def parse_arms(text: str, *, default_a: float = 0.5) -> list[ArmSpec]:
+    """A comma-separated list of arms (``--arms``); duplicates are an error."""
+    specs = [ArmSpec.parse(t, default_a=default_a) for t in text.split(",") if t.strip()]
+    if not specs:
+        raise InputError(f"--arms={text!r} names no arm; allowed: {', '.join(ARMS)}")
+    labels = [s.label for s in specs]
+    dup = sorted({x for x in labels if labels.count(x) > 1})
+    if dup:
+        raise InputError(f"--arms names {', '.join(dup)} more than once")
+    return specs

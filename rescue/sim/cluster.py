@@ -1,0 +1,61 @@
+"""The arm-seed grid as Ray tasks (``rescue sim --ray ADDRESS``).
+
+Specification
+-------------
+Each (arm, seed) run is one Ray task calling ``runner.run_one``, the function a local run
+calls, with the same ``SimConfig``; a run is deterministic in its seed, so the results
+(the census JSONL, ``runs.json``, the summary) are the same, byte for byte, as a local
+run's. The driver connects to the cluster at ``ADDRESS`` (``auto``: the cluster this
+machine is a node of), ships this ``rescue`` package to the workers (Ray's
+``runtime_env`` ``py_modules``, so the nodes need only numpy, not rescue), waits for the
+tasks with a progress bar, and disconnects. It never starts or stops a cluster.
+
+Ray is an optional dependency (the ``ray`` extra, and in Miles' stack already); it is
+imported here, inside the function, only when ``--ray`` is given.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from rescue.errors import InputError
+from rescue.sim.arms import ArmSpec
+from rescue.sim.config import SimConfig
+
+#: Seconds between two looks at the tasks (the progress bar's refresh).
+POLL_S = 0.5
+
+
+def run_on_ray(address: str, cfg: SimConfig, jobs: Sequence[tuple[ArmSpec, int]], *, bar=None):
+    """``runner.RunResult`` of each ``(arm, seed)`` of ``jobs``, in order, run on Ray."""
+    try:
+        import ray
+    except ImportError:
+        raise InputError(
+            f"--ray {address}: Ray is not installed (pip install 'rescue[ray]')"
+        ) from None
+    import rescue
+    from rescue.sim.runner import run_one
+
+    if not address:
+        raise InputError("--ray needs an address: host:port of the cluster's head, or auto")
+    try:
+        ray.init(
+            address=address,
+            runtime_env={"py_modules": [rescue]},
+            log_to_driver=False,
+            configure_logging=False,
+        )
+    except ConnectionError as e:
+        raise InputError(f"--ray {address}: no Ray cluster there ({e})") from None
+    try:
+        task = ray.remote(num_cpus=1)(run_one)
+        refs = [task.remote(cfg, arm, seed) for arm, seed in jobs]
+        pending = list(refs)
+        while pending:
+            _, pending = ray.wait(pending, num_returns=len(pending), timeout=POLL_S)
+            if bar is not None:
+                bar.show((len(refs) - len(pending)) * cfg.steps)
+        return ray.get(refs)
+    finally:
+        ray.shutdown()  # disconnects this driver; the cluster keeps running
