@@ -15,7 +15,7 @@ from synthetic_runs import make_run
 from rescue.judge.inputs import expand, read_inputs, read_wandb
 from rescue.judge.offline import report_kind
 from rescue.judge.report import judge
-from rescue.judge.runs import Condition, identify, parse_name
+from rescue.judge.runs import Condition, Run, identify, parse_name
 
 # ---------------------------------------------------------------- names
 
@@ -263,3 +263,15 @@ def test_a_broken_jsonl_file_is_one_clear_error(tmp_path, capsys):
     bad.write_text('{"rollout/step": 0}\n{not json\n')
     assert cli.main(["report", str(bad), "--out", str(tmp_path / "r"), "--no-progress"]) == 2
     assert f"rescue report: error: {bad}: not JSON lines" in capsys.readouterr().err
+
+
+def test_a_variant_of_an_arm_keeps_its_own_label_and_the_arms_roles():
+    from rescue.judge.evaluation import Role
+
+    cond, seed = parse_name("sim-protect-a0.5-wnorm-seed3")
+    assert (cond.arm, cond.a, cond.variant, seed) == ("protect", 0.5, "wnorm", 3)
+    assert cond.label == "protect-a0.5-wnorm" != Condition("sim", "protect", 0.5).label
+    assert Role("protect", 0.5).matches(Run(cond, 3, []))
+    assert parse_name("protect-a0.5-bogus") is None
+    cond, seed = identify(tags=["arm:protect", "a:0.5", "variant:wnorm", "seed:1"])
+    assert (cond.label, seed) == ("protect-a0.5-wnorm", 1)

@@ -9,6 +9,10 @@ and its seed. Real runs carry them the way the launchers write them:
   ``swe`` or ``rlvr``), e.g. ``swe-protect-a0.5-k2-seed1``;
 - wandb tags ``arm:<arm>,seed:<seed>[,a:..][,k:..][,cap:..]`` (tags win over the name).
 
+The simulator also runs variants of an arm (``VARIANTS``: ``wnorm``, protect with its
+loss divided by the sum of its weights), named ``<arm>[-a<A>]-<variant>`` (tag
+``variant:<v>``): their own label in the cohort, and the arm's roles in the predictions.
+
 The simulator's runs have family ``sim`` and an arm label such as ``protect-a0.5``
 (``<arm>[-a<A>]``). Arms come from the shared vocabulary ``ARM_NAMES``; the simulator's
 ``turn-baseline`` is the cluster's ``turn``.
@@ -53,9 +57,13 @@ STEP_KEY = "rollout/step"
 
 _ARM_RE = "|".join(re.escape(a) for a in sorted((*ARM_NAMES, *ALIASES), key=len, reverse=True))
 _NUM = r"[0-9]+(?:\.[0-9]+)?(?:e-?[0-9]+)?"
+#: Variants of an arm the simulator runs beside it, judged in the arm's roles: ``wnorm``,
+#: protect with its loss divided by the sum of the weights (label ``protect-a0.5-wnorm``).
+VARIANTS: tuple[str, ...] = ("wnorm",)
 _TAIL = (
     rf"(?P<arm>{_ARM_RE})(?:-a(?P<a>{_NUM}))?(?:-k(?P<k>[0-9]+))?"
-    r"(?:-cap(?P<cap>[0-9]+))?(?:-seed(?P<seed>[0-9]+))?$"
+    r"(?:-cap(?P<cap>[0-9]+))?"
+    rf"(?:-(?P<variant>{'|'.join(VARIANTS)}))?(?:-seed(?P<seed>[0-9]+))?$"
 )
 #: A name without a family (the simulator's labels), then one with a family prefix.
 _NAMES = (re.compile("^" + _TAIL), re.compile(r"^(?P<family>[a-z0-9]+)-" + _TAIL))
@@ -70,15 +78,19 @@ class Condition:
     a: float | None = None
     k: int | None = None
     cap: int | None = None
+    variant: str | None = None
 
     @property
     def label(self) -> str:
-        """The arm label inside its cohort: ``<arm>[-a<A>][-k<K>]`` (e.g. ``protect-a0.5-k2``)."""
+        """The arm label inside its cohort: ``<arm>[-a<A>][-k<K>][-<variant>]`` (e.g.
+        ``protect-a0.5-k2``, ``protect-a0.5-wnorm``)."""
         out = self.arm
         if self.a is not None:
             out += f"-a{self.a:g}"
         if self.k is not None:
             out += f"-k{self.k}"
+        if self.variant is not None:
+            out += f"-{self.variant}"
         return out
 
     @property
@@ -109,6 +121,7 @@ def parse_name(text: str) -> tuple[Condition, int | None] | None:
             a=float(m["a"]) if m["a"] else None,
             k=int(m["k"]) if m["k"] else None,
             cap=int(m["cap"]) if m["cap"] else None,
+            variant=m["variant"] or None,
         )
         return cond, (int(m["seed"]) if m["seed"] else None)
     return None
@@ -135,7 +148,7 @@ def identify(
 ) -> tuple[Condition, int]:
     """The condition and seed of a run from its tags, group, name or config.
 
-    Each field comes from the tags when they have it (``arm``, ``seed``, ``a``, ``k``,
+    Each field comes from the tags when they have it (``arm``, ``seed``, ``a``, ``k``, ``variant``,
     ``cap``), else from the group name, else the run name, else the config's ``arm`` /
     ``seed`` (the simulator writes those). Raises ``ValueError`` naming ``where`` when
     nothing says which arm and seed.
@@ -160,6 +173,7 @@ def identify(
             a=_num(t.get("a"), float, arm.a if arm.a is not None else (cond.a if same else None)),
             k=_num(t.get("k"), int, arm.k if arm.k is not None else (cond.k if same else None)),
             cap=_num(t.get("cap"), int, cond.cap if cond else None),
+            variant=t.get("variant") or arm.variant or (cond.variant if same else None),
         )
     seed = _num(t.get("seed", config.get("seed")), int, seed)
     if cond is None or seed is None:

@@ -321,6 +321,13 @@ def log_wandb_run(
 
 
 def _tags(label: str, seed: int) -> list[str]:
-    """``arm:<arm>``, ``seed:<seed>`` and, for protect, ``a:<a>`` of an arm label."""
-    name, _, a = label.partition("-a") if label.startswith("protect-a") else (label, "", "")
-    return [f"arm:{name}", f"seed:{seed}", *([f"a:{a}"] if a else [])]
+    """``arm:<arm>``, ``seed:<seed>``, for protect ``a:<a>``, for a variant ``variant:<v>``."""
+    from rescue.judge.runs import parse_name
+
+    parsed = parse_name(label)
+    if parsed is None:
+        return [f"arm:{label}", f"seed:{seed}"]
+    c = parsed[0]
+    extra = [f"a:{c.a:g}"] if c.a is not None else []
+    extra += [f"variant:{c.variant}"] if c.variant else []
+    return [f"arm:{c.arm}", f"seed:{seed}", *extra]

@@ -13,8 +13,9 @@ The predictions are judged by ``rescue.judge`` (the same rules, windows and marg
 (``cohort``) with the list of predictions to evaluate (``PREDICTIONS``: every one that
 reads runs, and ``COMPARISONS``, what the scenarios are built to show, reported with their
 intervals and no verdict). A prediction whose arms a scenario does not run is named once,
-not judged. An arm label with the ``-wnorm`` suffix (protect with its loss divided by the
-sum of its weights) is judged in protect's role beside the plain one.
+not judged. An arm variant (``protect-a0.5-wnorm``: protect with its loss divided by the
+sum of its weights; ``rescue.judge.runs.VARIANTS``) is judged in protect's roles beside the
+plain arm.
 
 A scenario's summary opens with what it isolates, then the arms table, the verdicts, the
 wall-clock and generated rollouts each arm took to a success target, and the sections.
@@ -79,8 +80,6 @@ PREDICTIONS: tuple[Prediction, ...] = (
     *(p for p in ALL_PREDICTIONS if p.reads != "replay"),
     *COMPARISONS,
 )
-#: Label suffix of an arm variant judged in its base arm's role (``protect-a0.5-wnorm``).
-VARIANTS: tuple[str, ...] = ("-wnorm",)
 
 #: Columns of the arms table: judge quantities, pooled over the final window.
 TABLE: tuple[str, ...] = (
@@ -96,10 +95,7 @@ TABLE: tuple[str, ...] = (
 
 def to_run(result) -> Run:
     """A simulator ``RunResult`` as the judge's ``Run`` (its P7 variances as offline figures)."""
-    name = result.arm
-    for v in VARIANTS:
-        name = name.removesuffix(v)
-    parsed = parse_name(name)
+    parsed = parse_name(result.arm)
     if parsed is None:
         raise InputError(f"arm label {result.arm!r} is not an arm the judge knows")
     return Run(
