@@ -151,7 +151,8 @@ def step(policy: P.Policy, batch: Batch, arm: ArmSpec, cfg: SimConfig) -> dict[s
     """Apply one update to ``policy``; returns what the step did.
 
     ``grad_thorough``: the gradient's component on the thorough logit (the strategy row),
-    ``∂/∂θ_thorough`` of the batch loss; ``update_norm``: ``lr · ‖gradient‖``.
+    ``∂/∂θ_thorough`` of the batch loss; ``update_norm``: ``lr · ‖gradient‖``;
+    ``loss_normalizer``: ``N``.
     """
     coef, info = coefficients(batch, arm, cfg, policy.probs())
     grad = policy.gradient(batch.rows, batch.choices, coef)
@@ -159,6 +160,7 @@ def step(policy: P.Policy, batch: Batch, arm: ArmSpec, cfg: SimConfig) -> dict[s
     return {
         "grad_thorough": float(grad[P.STRATEGY_ROW, P.THOROUGH]),
         "update_norm": float(cfg.lr * np.linalg.norm(grad)),
+        "loss_normalizer": normalizer(batch, arm),
         **info,
     }
 
