@@ -1,0 +1,83 @@
+"""``rescue sim --ray``: the arm-seed grid as Ray tasks gives the local run's files, byte for byte.
+
+The test starts its own Ray head on a free port of 127.0.0.1, in its own temp dir and
+process group, and stops exactly that process group afterwards; it never connects to,
+nor stops, a Ray it did not start.
+"""
+
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import pytest
+
+from rescue import cli
+
+pytest.importorskip("ray")
+
+ARGS = ["--arms", "drop,pace,protect:0.5,mask", "--steps", "5", "--seeds", "2", "--no-wandb",
+        "--no-plots", "--no-progress", "--groups-per-step", "4", "--concurrency", "8"]  # fmt: skip
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@pytest.fixture(scope="module")
+def ray_head():
+    port = free_port()
+    tmp = tempfile.mkdtemp(prefix="rsim", dir="/tmp")  # short: Ray's socket paths are bounded
+    ray_bin = Path(sys.executable).with_name("ray")
+    proc = subprocess.Popen(
+        [str(ray_bin), "start", "--head", f"--port={port}", "--num-cpus=2",
+         "--include-dashboard=false", f"--temp-dir={tmp}", "--node-ip-address=127.0.0.1",
+         "--disable-usage-stats", "--block"],
+        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True,
+        env={**os.environ, "RAY_USAGE_STATS_ENABLED": "0"},
+    )  # fmt: skip
+    try:
+        deadline = time.monotonic() + 120
+        while True:
+            try:
+                socket.create_connection(("127.0.0.1", port), timeout=0.5).close()
+                break
+            except OSError:
+                if proc.poll() is not None or time.monotonic() > deadline:
+                    pytest.fail(f"the test's Ray head did not start (exit {proc.poll()})")
+                time.sleep(0.5)
+        yield f"127.0.0.1:{port}"
+    finally:
+        os.killpg(proc.pid, signal.SIGINT)  # the head and the workers it started, nothing else
+        try:
+            proc.wait(timeout=60)
+        except subprocess.TimeoutExpired:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait(timeout=30)
+        shutil.rmtree(tmp, ignore_errors=True)
+
+
+def files(out: Path) -> dict[str, bytes]:
+    paths = [*sorted((out / "census").glob("*.jsonl")), out / "runs.json", out / "summary.md"]
+    return {p.name: p.read_bytes() for p in paths}
+
+
+def test_the_grid_on_ray_gives_the_local_runs_files_byte_for_byte(ray_head, tmp_path):
+    local, remote = tmp_path / "local", tmp_path / "ray"
+    assert cli.main(["sim", "--out", str(local), "--workers", "1", *ARGS]) == 0
+    assert cli.main(["sim", "--out", str(remote), "--ray", ray_head, *ARGS]) == 0
+    a, b = files(local), files(remote)
+    assert len(a) == 4 * 2 + 2 and a == b
+
+
+def test_without_ray_installed_the_flag_says_how_to_get_it(tmp_path, capsys, monkeypatch):
+    monkeypatch.setitem(sys.modules, "ray", None)  # import ray raises ImportError
+    assert cli.main(["sim", "--out", str(tmp_path), "--ray", "auto", *ARGS]) == 2
+    assert "pip install 'rescue[ray]'" in capsys.readouterr().err
