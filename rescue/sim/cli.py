@@ -160,7 +160,7 @@ def scenarios_from_args(args: argparse.Namespace) -> list[sc.Scenario]:
 
 
 def main(args: argparse.Namespace) -> int:
-    from rescue.sim.runner import run_scenario
+    from rescue.sim.runner import run_scenarios
 
     if args.scenarios:
         print(sc.listing())
@@ -184,15 +184,17 @@ def main(args: argparse.Namespace) -> int:
     seeds = list(range(args.first_seed, args.first_seed + args.seeds))
     workers = args.workers if args.workers is not None else (os.cpu_count() or 1)
     out = Path(args.out)
+    where = [out / s.name if len(plans) > 1 else out for s, _, _ in plans]
+    written = run_scenarios(
+        [(s, cfg, arms, w) for (s, cfg, arms), w in zip(plans, where, strict=True)], seeds,
+        workers=workers, ray=args.ray, progress=not args.no_progress, wandb=not args.no_wandb,
+        plots=not args.no_plots,
+    )  # fmt: skip
     summaries = []
-    for s, cfg, arms in plans:
-        where = out / s.name if len(plans) > 1 else out
-        summary, ran, notes = run_scenario(
-            s, cfg, arms, seeds, where, workers=workers, ray=args.ray,
-            progress=not args.no_progress, wandb=not args.no_wandb, plots=not args.no_plots,
-        )  # fmt: skip
-        summaries.append((s, where.relative_to(out) if len(plans) > 1 else where, ran))
-        print(summary)
+    for (s, _, _), w, (summary, ran, notes) in zip(plans, where, written, strict=True):
+        summaries.append((s, w.relative_to(out) if len(plans) > 1 else w, ran))
+        if len(plans) == 1:
+            print(summary)
         for line in notes:
             print(line)
     if len(plans) > 1:
@@ -200,5 +202,6 @@ def main(args: argparse.Namespace) -> int:
 
         index = index_markdown(summaries, seeds)
         (out / "summary.md").write_text(index)
+        print(index)
         print(f"index of the scenarios: {out / 'summary.md'}")
     return 0

@@ -22,12 +22,14 @@ from rescue.errors import InputError
 from rescue.sim.arms import ArmSpec
 from rescue.sim.config import SimConfig
 
+Job = tuple[SimConfig, ArmSpec, int]
+
 #: Seconds between two looks at the tasks (the progress bar's refresh).
 POLL_S = 0.5
 
 
-def run_on_ray(address: str, cfg: SimConfig, jobs: Sequence[tuple[ArmSpec, int]], *, bar=None):
-    """``runner.RunResult`` of each ``(arm, seed)`` of ``jobs``, in order, run on Ray."""
+def run_on_ray(address: str, jobs: Sequence[Job], *, bar=None):
+    """``runner.RunResult`` of each ``(config, arm, seed)`` of ``jobs``, in order, run on Ray."""
     try:
         import ray
     except ImportError:
@@ -50,12 +52,13 @@ def run_on_ray(address: str, cfg: SimConfig, jobs: Sequence[tuple[ArmSpec, int]]
         raise InputError(f"--ray {address}: no Ray cluster there ({e})") from None
     try:
         task = ray.remote(num_cpus=1)(run_one)
-        refs = [task.remote(cfg, arm, seed) for arm, seed in jobs]
+        refs = [task.remote(cfg, arm, seed) for cfg, arm, seed in jobs]
+        steps = {ref: cfg.steps for ref, (cfg, _, _) in zip(refs, jobs, strict=True)}
         pending = list(refs)
         while pending:
             _, pending = ray.wait(pending, num_returns=len(pending), timeout=POLL_S)
             if bar is not None:
-                bar.show((len(refs) - len(pending)) * cfg.steps)
+                bar.show(sum(steps.values()) - sum(steps[r] for r in pending))
         return ray.get(refs)
     finally:
         ray.shutdown()  # disconnects this driver; the cluster keeps running

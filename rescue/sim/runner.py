@@ -148,24 +148,45 @@ def run_arms(
         ray: a Ray cluster's address (or ``auto``) to run the grid on as Ray tasks
             (default None: here). Results do not depend on it.
     """
+    return run_grid([(cfg, arms, wandb_dir)], seeds, workers=workers, progress=progress, ray=ray)[0]
+
+
+def run_grid(
+    plans: Sequence[tuple[SimConfig, Sequence[ArmSpec], Path | None]],
+    seeds: Sequence[int],
+    *,
+    workers: int = 1,
+    progress: bool = True,
+    ray: str | None = None,
+) -> list[dict[str, list[RunResult]]]:
+    """``run_arms`` for several ``(config, arms, wandb dir)`` at once, sharing the workers
+    (and the progress bar): one result dict per plan."""
     if workers < 1:
         raise InputError(f"--workers={workers}; allowed: an integer >= 1")
-    unique: dict[tuple, ArmSpec] = {}
-    labels: dict[tuple, list[str]] = {}
-    for arm in arms:
-        unique.setdefault(arm.behaviour, arm)
-        labels.setdefault(arm.behaviour, []).append(arm.label)
-    jobs = [(arm, s) for arm in unique.values() for s in seeds]
-    kw = [{"wandb_dir": wandb_dir, "labels": labels[arm.behaviour]} for arm, _ in jobs]
-    bar = ProgressBar(len(jobs) * cfg.steps, enabled=progress)
+    jobs: list[tuple[SimConfig, ArmSpec, int]] = []
+    kw: list[dict] = []
+    plan_of: list[int] = []
+    for p, (cfg, arms, wandb_dir) in enumerate(plans):
+        unique: dict[tuple, ArmSpec] = {}
+        labels: dict[tuple, list[str]] = {}
+        for arm in arms:
+            unique.setdefault(arm.behaviour, arm)
+            labels.setdefault(arm.behaviour, []).append(arm.label)
+        for arm in unique.values():
+            for s in seeds:
+                jobs.append((cfg, arm, s))
+                kw.append({"wandb_dir": wandb_dir, "labels": labels[arm.behaviour]})
+                plan_of.append(p)
+    total = sum(cfg.steps for cfg, _, _ in jobs)
+    bar = ProgressBar(total, enabled=progress)
     if ray is not None:
         from rescue.sim.cluster import run_on_ray
 
-        done = run_on_ray(ray, cfg, jobs, bar=bar)
-        if wandb_dir is not None:  # logged here: the cluster's nodes need not see this disk
-            for (_, s), r, k in zip(jobs, done, kw, strict=True):
+        done = run_on_ray(ray, jobs, bar=bar)
+        for (cfg, _, s), r, k in zip(jobs, done, kw, strict=True):
+            if k["wandb_dir"] is not None:  # logged here: the nodes need not see this disk
                 for label in k["labels"]:
-                    log_wandb_run(r.steps, label, s, cfg, wandb_dir)
+                    log_wandb_run(r.steps, label, s, cfg, k["wandb_dir"])
     elif workers == 1 or len(jobs) == 1:
         global _tick_hook
         count = [0]
@@ -177,33 +198,47 @@ def run_arms(
 
         _tick_hook = hook
         try:
-            done = [run_one(cfg, arm, s, **k) for (arm, s), k in zip(jobs, kw, strict=True)]
+            done = [run_one(*job, **k) for job, k in zip(jobs, kw, strict=True)]
         finally:
             _tick_hook = None
     else:
-        # fork where the platform has it: no re-import of __main__, fast start.
+        # fork where the platform has it: no re-import of __main__, fast start. The longest
+        # runs go first, so no worker is left with one long run at the end.
         ctx = mp.get_context("fork" if "fork" in mp.get_all_start_methods() else "spawn")
         counter = ctx.Value("l", 0, lock=True)
+        order = sorted(range(len(jobs)), key=lambda i: -_cost(jobs[i][0]))
         with ProcessPoolExecutor(
             max_workers=min(workers, len(jobs)),
             mp_context=ctx,
             initializer=_init_worker,
             initargs=(counter,),
         ) as pool:
-            futures = [
-                pool.submit(run_one, cfg, arm, s, **k) for (arm, s), k in zip(jobs, kw, strict=True)
-            ]
-            while not all(f.done() for f in futures):
+            futures = {i: pool.submit(run_one, *jobs[i], **kw[i]) for i in order}
+            while not all(f.done() for f in futures.values()):
                 bar.show(counter.value)
                 time.sleep(0.2)
-            done = [f.result() for f in futures]
-    bar.show(len(jobs) * cfg.steps)
+            done = [futures[i].result() for i in range(len(jobs))]
+    bar.show(total)
     bar.close()
-    by_key = {(arm.behaviour, s): r for (arm, s), r in zip(jobs, done, strict=True)}
-    return {
-        arm.label: [replace(by_key[(arm.behaviour, s)], arm=arm.label) for s in seeds]
-        for arm in arms
-    }
+    out = []
+    for p, (_, arms, _) in enumerate(plans):
+        by_key = {
+            (a.behaviour, s): r
+            for (_, a, s), r, q in zip(jobs, done, plan_of, strict=True)
+            if q == p
+        }
+        out.append(
+            {
+                arm.label: [replace(by_key[(arm.behaviour, s)], arm=arm.label) for s in seeds]
+                for arm in arms
+            }
+        )
+    return out
+
+
+def _cost(cfg: SimConfig) -> float:
+    """A run's relative cost: rollouts times their turn cap (for the order of the jobs)."""
+    return cfg.steps * cfg.groups_per_step * (cfg.group_size + 4) * cfg.max_turns
 
 
 def write_jsonl(results: dict[str, list[RunResult]], out_dir: Path) -> list[Path]:
@@ -230,58 +265,95 @@ def write_jsonl(results: dict[str, list[RunResult]], out_dir: Path) -> list[Path
     return paths
 
 
-def run_scenario(
-    scenario,
-    cfg: SimConfig,
-    arms: Sequence[ArmSpec],
+def run_scenarios(
+    plans: Sequence[tuple[object, SimConfig, Sequence[ArmSpec], Path]],
     seeds: Sequence[int],
-    out: Path,
     *,
     workers: int = 1,
     ray: str | None = None,
     progress: bool = True,
     wandb: bool = True,
     plots: bool = True,
-) -> tuple[str, list, list[str]]:
-    """Run one scenario's arms and seeds and write everything to ``out``.
+) -> list[tuple[str, list, list[str]]]:
+    """Run each ``(scenario, config, arms, out)``'s arms and seeds and write its outputs.
 
-    Returns the markdown summary (also written to ``out/summary.md``), the judge's results
-    for the predictions whose arms ran, and one line per thing written or skipped.
+    The runs of every scenario share the workers; then each scenario's census, summary
+    (``out/summary.md``) and judgement are written, then the plots, one scenario per
+    worker. Returns per scenario the markdown summary, the judge's results for the
+    predictions whose arms ran, and one line per thing written or skipped.
     """
     from rescue.sim.summary import judged, summary_markdown
 
-    out = Path(out)
-    out.mkdir(parents=True, exist_ok=True)
-    notes = []
-    wandb_dir = None
-    if wandb and wandb_available():
-        wandb_dir = out
-        notes.append(
-            f"wandb: offline runs in {out / 'wandb'} (upload with: wandb sync {out / 'wandb'}/offline-run-*)"
-        )
-    elif wandb:
-        notes.append("wandb: not installed (pip install 'rescue[sim]'): skipped")
-    results = run_arms(
-        cfg, arms, seeds, workers=workers, progress=progress, wandb_dir=wandb_dir, ray=ray
-    )
-    paths = write_jsonl(results, out)
-    judgement = judged(results)
-    summary = summary_markdown(results, cfg, seeds, scenario=scenario, judgement=judgement)
-    (out / "summary.md").write_text(summary)
-    notes = [
-        f"census: {len(paths)} JSONL files in {out / 'census'}",
-        f"summary: {out / 'summary.md'}",
-        *notes,
-    ]
+    notes: list[list[str]] = []
+    wandb_dirs = []
+    for _, _, _, out in plans:
+        Path(out).mkdir(parents=True, exist_ok=True)
+        if wandb and wandb_available():
+            wandb_dirs.append(Path(out))
+            notes.append(
+                [
+                    f"wandb: offline runs in {out}/wandb (upload with: wandb sync {out}/wandb/offline-run-*)"
+                ]
+            )
+        else:
+            wandb_dirs.append(None)
+            notes.append(
+                ["wandb: not installed (pip install 'rescue[sim]'): skipped"] if wandb else []
+            )
+    grid = [(cfg, arms, w) for (_, cfg, arms, _), w in zip(plans, wandb_dirs, strict=True)]
+    results = run_grid(grid, seeds, workers=workers, progress=progress, ray=ray)
+    done = []
+    for (scenario, cfg, _, out), res, note in zip(plans, results, notes, strict=True):
+        out = Path(out)
+        paths = write_jsonl(res, out)
+        judgement = judged(res)
+        summary = summary_markdown(res, cfg, seeds, scenario=scenario, judgement=judgement)
+        (out / "summary.md").write_text(summary)
+        note[:0] = [
+            f"census: {len(paths)} JSONL files in {out / 'census'}",
+            f"summary: {out / 'summary.md'}",
+        ]
+        done.append((summary, judgement, note))
     if plots:
-        from rescue.sim.plots import write_plots
+        for (_, _, _, out), note, pngs in zip(
+            plans, notes, _plots(plans, results, [d[1] for d in done], workers), strict=True
+        ):
+            note.append(
+                f"plots: {', '.join(p.name for p in pngs)} in {out}"
+                if pngs is not None
+                else "plots: matplotlib not installed (pip install 'rescue[sim]'): skipped"
+            )
+    return [(summary, judgement[1], note) for summary, judgement, note in done]
 
-        try:
-            pngs = write_plots(results, out, judgement=judgement)
-            notes.append(f"plots: {', '.join(p.name for p in pngs)} in {out}")
-        except ImportError:
-            notes.append("plots: matplotlib not installed (pip install 'rescue[sim]'): skipped")
-    return summary, judgement[1], notes
+
+_PLOT_JOBS: list = []  # what forked plot workers read (not pickled: the runs are large)
+
+
+def _plot_one(i: int):
+    from rescue.sim.plots import write_plots
+
+    results, out, judgement = _PLOT_JOBS[i]
+    try:
+        return write_plots(results, out, judgement=judgement)
+    except ImportError:
+        return None
+
+
+def _plots(plans, results, judgements, workers: int) -> list:
+    """Each scenario's plots, one scenario per worker process where fork is available."""
+    global _PLOT_JOBS
+    _PLOT_JOBS = [
+        (r, out, j) for (_, _, _, out), r, j in zip(plans, results, judgements, strict=True)
+    ]
+    try:
+        if workers == 1 or len(plans) == 1 or "fork" not in mp.get_all_start_methods():
+            return [_plot_one(i) for i in range(len(plans))]
+        with ProcessPoolExecutor(
+            max_workers=min(workers, len(plans)), mp_context=mp.get_context("fork")
+        ) as pool:
+            return list(pool.map(_plot_one, range(len(plans))))
+    finally:
+        _PLOT_JOBS = []
 
 
 def wandb_available() -> bool:
