@@ -122,6 +122,13 @@ def test_scenario_all_runs_each_preset_into_its_folder_with_an_index(tmp_path):
     assert index.count("| prediction | arms | verdict |") == 4
     for name in sc.names():
         assert f"## {name}" in index and f"`{name}/`" in index
+    # rescue report reads a scenario's output, the protect variant included, in protect's roles
+    report = tmp_path / "report"
+    assert cli.main(["report", str(out / "fast-thorough"), "--out", str(report), "--no-plots",
+                     "--no-progress"]) == 0  # fmt: skip
+    data = json.loads((report / "report.json").read_text())
+    p6 = [r["binding"]["protect-0.5"] for r in data["cohorts"][0]["results"] if r["id"] == "P6"]
+    assert p6 == ["protect-a0.5", "protect-a0.5-wnorm"]
 
 
 @pytest.mark.parametrize(

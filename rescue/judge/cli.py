@@ -7,7 +7,7 @@ runs (same family and cap; arms and seeds from the wandb group name or tags
 ``<family>-<arm>[-a<A>][-k<K>][-cap<CAP>]-seed<SEED>``), and writes ``report.md``,
 ``report.json`` and the plots to DIR. Examples::
 
-    rescue report runs/sim --out runs/report
+    rescue report runs/sim/fast-thorough --out runs/report
     rescue report wandb/offline-run-* replay/*.json --out report
 """
 
