@@ -122,6 +122,8 @@ def test_scenario_all_runs_each_preset_into_its_folder_with_an_index(tmp_path):
     assert index.count("| prediction | arms | verdict |") == 4
     for name in sc.names():
         assert f"## {name}" in index and f"`{name}/`" in index
+    ft = index[index.index("## fast-thorough") : index.index("## budget-three-outcome")]
+    assert "- final P(thorough), drop − never-drop: " in ft  # the construction, with its interval
     # rescue report reads a scenario's output, the protect variant included, in protect's roles
     report = tmp_path / "report"
     assert cli.main(["report", str(out / "fast-thorough"), "--out", str(report), "--no-plots",

@@ -34,7 +34,7 @@ from rescue.judge import quantities as qs
 from rescue.judge.evaluation import Context, Prediction, Result, Role, evaluate
 from rescue.judge.predictions import FINAL_WINDOW
 from rescue.judge.predictions import PREDICTIONS as ALL_PREDICTIONS
-from rescue.judge.report import PREAMBLE, fmt, predictions_markdown, summary_table
+from rescue.judge.report import PREAMBLE, fmt, interval, predictions_markdown, summary_table
 from rescue.judge.runs import Cohort, Run, parse_name
 from rescue.judge.stats import LEVEL, t_interval
 from rescue.sim.config import SimConfig
@@ -291,13 +291,14 @@ def index_markdown(entries, seeds: Sequence[int]) -> str:
         "",
     ]
     for scenario, where, ran in entries:
-        lines += [
-            f"## {scenario.name}",
-            "",
-            *scenario_lines(scenario),
-            *summary_table(ran),
-            "",
-            f"Summary, sections and plots: `{where}/`.",
-            "",
+        lines += [f"## {scenario.name}", "", *scenario_lines(scenario), *summary_table(ran), ""]
+        reported = [
+            f"- {c.name}: {interval(c)}"
+            for r in ran
+            if not r.prediction.prediction
+            for c in r.checks
         ]
+        if reported:
+            lines += ["Reported comparisons (no verdict), mean [95% t interval]:", *reported, ""]
+        lines += [f"Summary, sections and plots: `{where}/`.", ""]
     return "\n".join(lines)
