@@ -329,6 +329,11 @@ class SimConfig:
                 raise InputError(
                     f"{flag_name(name)}={getattr(self, name)!r}; allowed: a number >= 0"
                 )
+        if 0 < self.pace_capacity < self.groups_per_step:
+            raise InputError(
+                f"--pace-capacity={self.pace_capacity}; allowed: 0 (the default, (K + 1) x "
+                f"--groups-per-step) or at least one batch ({self.groups_per_step})"
+            )
         if not (0.0 <= self.infra_rate < 1.0):
             raise InputError(f"--infra-rate={self.infra_rate!r}; allowed: 0 <= rate < 1")
         ks = [k for k, _ in self.difficulty]
