@@ -22,7 +22,7 @@ NEW = {
     "buffer_capacity": 5,
     "train_time": 9.0,
     "max_staleness": 0,
-    "pace_capacity": 20,
+    "pace_window": 17,
     "lr": 0.7,
     "std_normalize": False,
     "baseline_scope": "batch",
@@ -89,7 +89,7 @@ TINY = ["--steps", "6", "--groups-per-step", "4", "--group-size", "4", "--concur
 CONTEXT = {
     "buffer_capacity": ["--concurrency", "16"],
     "max_staleness": ["--arm", "drop"],
-    "pace_capacity": ["--arm", "pace", "--concurrency", "16"],
+    "pace_window": ["--arm", "pace", "--concurrency", "16", "--max-staleness", "4"],
     "kappa": ["--arm", "turn-baseline"],
     "tis": ["--lr", "3"],
     "tis_clip": ["--lr", "3"],
@@ -126,8 +126,9 @@ def test_no_setting_is_ignored_by_the_simulation(tmp_path, name):
         (["--episodes", "table", "--table-late-turns", "50"], "--table-late-turns"),
         (["--table-late", "2"], "--table-late"),
         (["--tis-clip", "-1"], "--tis-clip"),
-        (["--pace-capacity", "-1"], "--pace-capacity"),
-        (["--pace-capacity", "3"], "at least one batch (4)"),
+        (["--pace-window", "-1"], "--pace-window"),
+        (["--pace-window", "3"], "from one batch (4) to 8"),
+        (["--pace-window", "9"], "from one batch (4) to 8"),
     ],
 )
 def test_a_bad_value_is_one_line_naming_its_flag(tmp_path, capsys, argv, named):

@@ -58,20 +58,20 @@ def admitted(monkeypatch, cfg: SimConfig, arm: str = "pace") -> list[int]:
 def test_pace_admits_at_most_k_plus_1_batches(monkeypatch):
     seen = admitted(monkeypatch, CFG)
     assert max(seen) + 1 == (CFG.max_staleness + 1) * CFG.groups_per_step  # reached, not passed
-    tight = admitted(monkeypatch, CFG.replace(pace_capacity=5))
+    tight = admitted(monkeypatch, CFG.replace(pace_window=5))
     assert max(tight) + 1 == 5
     others = admitted(monkeypatch, CFG, arm="never-drop")
     assert max(others) + 1 > (CFG.max_staleness + 1) * CFG.groups_per_step
 
 
-def test_pace_capacity_changes_the_run():
+def test_pace_window_changes_the_run():
     _, a = run("pace")
-    _, b = run("pace", CFG.replace(pace_capacity=5))
+    _, b = run("pace", CFG.replace(pace_window=5))
     assert [m["sim/time"] for m in a] != [m["sim/time"] for m in b]
 
 
 def test_pace_needs_a_buffer_that_holds_what_it_admits():
-    with pytest.raises(ValueError, match=r"--buffer-capacity=4 .*--pace-capacity"):
+    with pytest.raises(ValueError, match=r"--buffer-capacity=4 .*--pace-window"):
         Simulation(CFG.replace(buffer_capacity=4), ArmSpec.parse("pace"), 0)
 
 
@@ -119,3 +119,29 @@ def test_the_launch_view_is_the_policy_of_its_version():
     n = sum(m["sim/generated/rollouts"] for m in steps)
     p_gen = sum(m["sim/generated/outcome/solved"] for m in steps) / n
     assert p_launch == pytest.approx(p_gen, abs=4 * np.sqrt(p_gen * (1 - p_gen) / n))
+
+
+def test_the_simulator_paces_with_the_schedule_miles_runs(monkeypatch):
+    import rescue.pace
+
+    sim, _ = run("pace", CFG.replace(steps=10))
+    assert type(sim.pace) is rescue.pace.PaceSchedule
+    assert engine.PaceSchedule is rescue.pace.PaceSchedule
+    log = []
+    real_choose, real_take = rescue.pace.PaceSchedule.choose, rescue.pace.PaceSchedule.take
+
+    def choose(self):
+        log.append(("choose", key := real_choose(self)))
+        return key
+
+    def take(self, key):
+        log.append(("take", key))
+        return real_take(self, key)
+
+    monkeypatch.setattr(rescue.pace.PaceSchedule, "choose", choose)
+    monkeypatch.setattr(rescue.pace.PaceSchedule, "take", take)
+    run("pace", CFG.replace(steps=10))
+    takes = [i for i, (what, _) in enumerate(log) if what == "take"]
+    assert len(takes) == 10 * CFG.groups_per_step
+    for i in takes:  # every group taken is the one the schedule chose just before
+        assert log[i - 1] == ("choose", log[i][1])

@@ -19,9 +19,10 @@ The stale arms keep capped rollouts at R = 0 and the budget arms never drop, so 
 changes one thing. ``zero`` and ``never-drop`` are therefore the same configuration and
 give identical runs for a seed (the runner computes it once).
 
-``pace`` bounds staleness by waiting: the trainer does not start an update while a group
-launched at a version ``v <= current − K`` is still generating, and admission keeps
-generating plus buffered groups at most ``pace_capacity`` (``engine``).
+``pace`` bounds staleness by waiting, by the schedule Miles' pace rollout runs
+(``rescue.pace``): no group is trained more than K steps after it started; the trainer
+waits for a straggler whose place in the batch is owed, and admission keeps generating
+plus buffered plus taken groups within the window (``pace_window``) (``engine``).
 
 The loss normalizer: the mean over the batch's rollouts (Miles' default), or, with the
 ``:wnorm`` suffix (``protect:0.5:wnorm``, label ``protect-a0.5-wnorm``), the loss divided

@@ -219,9 +219,10 @@ class SimConfig:
     )
     train_time: float = _s(4.0, "wall-clock of one policy update", FLOAT, T)
     max_staleness: int = _s(1, "K: a group is stale when its staleness exceeds K", INT, T)
-    pace_capacity: int = _s(
+    pace_window: int = _s(
         0,
-        "pace: generating plus buffered groups at most this (0: (K + 1) x groups-per-step)",
+        "pace: the admission window W, groups generating plus buffered plus taken this step "
+        "(0: (K + 1) x groups-per-step; allowed groups-per-step..(K + 1) x groups-per-step)",
         INT,
         T,
     )
@@ -319,7 +320,7 @@ class SimConfig:
                 raise InputError(
                     f"{flag_name(name)}={getattr(self, name)!r}; allowed: an integer >= 1"
                 )
-        for name in ("max_staleness", "pace_capacity"):
+        for name in ("max_staleness", "pace_window"):
             if getattr(self, name) < 0:
                 raise InputError(
                     f"{flag_name(name)}={getattr(self, name)!r}; allowed: an integer >= 0"
@@ -329,10 +330,11 @@ class SimConfig:
                 raise InputError(
                     f"{flag_name(name)}={getattr(self, name)!r}; allowed: a number >= 0"
                 )
-        if 0 < self.pace_capacity < self.groups_per_step:
+        most = (self.max_staleness + 1) * self.groups_per_step
+        if self.pace_window and not self.groups_per_step <= self.pace_window <= most:
             raise InputError(
-                f"--pace-capacity={self.pace_capacity}; allowed: 0 (the default, (K + 1) x "
-                f"--groups-per-step) or at least one batch ({self.groups_per_step})"
+                f"--pace-window={self.pace_window}; allowed: 0 (the default, (K + 1) x "
+                f"--groups-per-step = {most}) or from one batch ({self.groups_per_step}) to {most}"
             )
         if not (0.0 <= self.infra_rate < 1.0):
             raise InputError(f"--infra-rate={self.infra_rate!r}; allowed: 0 <= rate < 1")
@@ -383,8 +385,8 @@ class SimConfig:
 
     @property
     def pace_limit(self) -> int:
-        """Generating plus buffered groups under pace: ``pace_capacity`` or (K + 1) x B."""
-        return self.pace_capacity or (self.max_staleness + 1) * self.groups_per_step
+        """The pace window W: ``pace_window``, or (K + 1) x B."""
+        return self.pace_window or (self.max_staleness + 1) * self.groups_per_step
 
 
 @dataclass(frozen=True)

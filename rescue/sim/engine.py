@@ -11,17 +11,16 @@ groups (Miles' back-pressure). The trainer ``get``s groups until it has
 bumps ``v``. Staleness ``= v at get − v at launch`` therefore comes from the timing alone:
 a group with a long rollout is more stale.
 
-The ``pace`` arm bounds staleness by waiting instead of dropping: the trainer forms its
-batch only when the buffer holds ``groups_per_step`` groups *and* no group launched at a
-version ``<= v − K`` is still generating (it would be stale after this update); it then
-takes the buffer's groups oldest launch version first. New groups are admitted only while
-generating + buffered + in the running update stay below ``pace_limit`` ((K + 1) × B by
-default), so at most B groups are ever due at once. The time the trainer waited with a
-full buffer for such stragglers, and how many it waited for, are logged per step as
-``rollout/census/pace_wait_s`` and ``rollout/census/pace_wait_groups``; the clock includes
-the waits. (A group lost to infrastructure frees its place at once, so with lost rollouts
-more than B groups can be due; the oldest B train, and a later one counts as
-``trained_stale`` in the census.)
+The ``pace`` arm bounds staleness by waiting instead of dropping, by the schedule the
+Miles adapter runs (``rescue.pace.PaceSchedule``, the rules and why they bound staleness
+are there): a step starts when the trainer starts collecting its batch; a group is launched
+only while the schedule admits it (generating + buffered + taken this step below the
+window ``pace_limit``, (K + 1) × B by default); the trainer takes the group the schedule
+chooses (earliest deadline first) and, when every place left in its batch is owed to
+groups still generating, waits for them. The time it waits so while another finished group
+is ready (``waits_for_straggler``), and how many such waits, are logged per step as
+``rollout/census/pace_wait_s`` and ``rollout/census/pace_wait_groups``, as on Miles; the
+clock includes the waits. An aborted group frees its place.
 
 The same core objects as the Miles adapters decide everything:
 
@@ -61,6 +60,7 @@ from rescue.errors import InputError
 from rescue.gate import Gate
 from rescue.mask import mask_decision
 from rescue.outcomes import is_capped
+from rescue.pace import PaceSchedule, PaceSettings
 from rescue.sim import env, update
 from rescue.sim.arms import ArmSpec
 from rescue.sim.config import SimConfig
@@ -101,8 +101,7 @@ class Flow:
     in_flight: int = 0  # launched and not yet in the buffer (generating or blocked)
     versions: Counter[int] = field(default_factory=Counter)  # launch versions in flight
     train_end: float | None = None  # when the running update ends; None: none is running
-    wait_since: float | None = None  # pace: the trainer waits for stragglers since
-    wait_groups: int = 0  # pace: how many it waits for
+    wait_since: float | None = None  # pace: the trainer waits for a straggler since
 
 
 class Simulation:
@@ -117,8 +116,8 @@ class Simulation:
     def __init__(self, cfg: SimConfig, arm: ArmSpec, seed: int) -> None:
         if arm.pace and cfg.buffer_capacity < cfg.pace_limit:
             raise InputError(
-                f"arm pace: --buffer-capacity={cfg.buffer_capacity} is below the pace limit "
-                f"{cfg.pace_limit} (--pace-capacity, default (K + 1) x --groups-per-step); "
+                f"arm pace: --buffer-capacity={cfg.buffer_capacity} is below the pace window "
+                f"{cfg.pace_limit} (--pace-window, default (K + 1) x --groups-per-step); "
                 "allowed: a buffer that holds every admitted group"
             )
         self.cfg, self.arm, self.seed = cfg, arm, int(seed)
@@ -134,7 +133,14 @@ class Simulation:
         self._pool: deque[tuple[int, env.Episodes]] = deque()  # (version, G episodes)
         self._window_generated: list[RolloutRecord] = []
         self._launched: dict[int, list[RolloutRecord]] = {}  # launch version -> records
-        self._waits = [0.0, 0]  # pace: seconds waited, groups waited for, this step
+        self._waits = [0.0, 0]  # pace: seconds waited for stragglers, waits, this step
+        self.pace = (
+            PaceSchedule(
+                PaceSettings(cfg.max_staleness, cfg.groups_per_step, cfg.pace_window or None)
+            )
+            if arm.pace
+            else None
+        )
         self.p7 = np.zeros((3, 3))  # per baseline in P7_BASELINES: n, ΣA, ΣA²
 
     # ------------------------------------------------------------------ records
@@ -183,9 +189,7 @@ class Simulation:
     def _admits(self, flow: Flow) -> bool:
         if flow.in_flight >= self.cfg.concurrency:
             return False
-        if not self.arm.pace:
-            return True
-        return flow.in_flight + len(flow.buffer) + len(flow.batch) < self.cfg.pace_limit
+        return self.pace is None or self.pace.can_admit()
 
     # ------------------------------------------------------------------ the run
 
@@ -198,6 +202,8 @@ class Simulation:
         """
         flow = Flow()
         steps: list[dict[str, float]] = []
+        if self.pace is not None:
+            self.pace.begin_step()
         while len(steps) < self.cfg.steps:
             self._settle(flow)
             if flow.train_end is not None and (
@@ -221,6 +227,8 @@ class Simulation:
                 self._put(flow, flow.blocked.popleft())
             while self._admits(flow):
                 g = self._launch()
+                if self.pace is not None:
+                    self.pace.admit(g.group_id)
                 heapq.heappush(flow.events, (g.finished, g.group_id, g))
                 flow.in_flight += 1
                 flow.versions[g.version] += 1
@@ -245,8 +253,12 @@ class Simulation:
         self._launched.setdefault(group.version, []).extend(group.records)
         if (reason := no_result(group.records)) is not None:
             self.census.settle(group.group_id, Bucket.ABORTED, group.records, reason=reason)
+            if self.pace is not None:
+                self.pace.reject(group.group_id)
         else:
             flow.buffer.append(group)
+            if self.pace is not None:
+                self.pace.ready(group.group_id)
 
     def _take(self, flow: Flow, g: Group) -> None:
         """The gate decides one group the trainer got; the census settles it."""
@@ -264,23 +276,20 @@ class Simulation:
             self._take(flow, flow.buffer.popleft())
 
     def _pace_get(self, flow: Flow) -> None:
-        """Pace: a full batch, once no straggler would turn stale; oldest launch first."""
-        B = self.cfg.groups_per_step
-        if len(flow.buffer) < B:
-            return
-        due = sum(n for v, n in flow.versions.items() if v <= self.version - self.cfg.max_staleness)
-        if due:
-            if flow.wait_since is None:
-                flow.wait_since, flow.wait_groups = self.time, due
-            return
-        if flow.wait_since is not None:
-            self._waits[0] += self.time - flow.wait_since
-            self._waits[1] += flow.wait_groups
-            flow.wait_since = None
-        order = sorted(range(len(flow.buffer)), key=lambda i: (flow.buffer[i].version, i))[:B]
-        chosen, taken = [flow.buffer[i] for i in order], set(order)
-        flow.buffer = deque(g for i, g in enumerate(flow.buffer) if i not in taken)
-        for g in chosen:
+        """Pace: the groups the schedule chooses; it waits while its places are owed."""
+        while len(flow.batch) < self.cfg.groups_per_step:
+            key = self.pace.choose()
+            if key is None:
+                if flow.wait_since is None and self.pace.waits_for_straggler():
+                    flow.wait_since = self.time
+                return
+            if flow.wait_since is not None:
+                self._waits[0] += self.time - flow.wait_since
+                self._waits[1] += 1
+                flow.wait_since = None
+            self.pace.take(key)
+            g = next(x for x in flow.buffer if x.group_id == key)
+            flow.buffer.remove(g)
             self._take(flow, g)
 
     def _finish_next(self, flow: Flow) -> None:
@@ -305,6 +314,8 @@ class Simulation:
         self.p7 += update.p7_moments(batch, self.cfg)
         self.version += 1
         self._pool.clear()  # groups not yet launched are generated with the new weights
+        if self.pace is not None:
+            self.pace.begin_step()  # the next batch starts: the window refills
         metrics = self._step_metrics(flow.batch, len(flow.buffer), info)
         flow.batch = []
         return metrics
