@@ -1,4 +1,7 @@
-"""A stand-in ``docker`` executable for tests on machines without a Docker daemon.
+"""A stand-in ``docker`` executable for the rehearsal and the tests (no Docker daemon needed).
+
+Run as ``python -m rescue.rehearsal.docker ARGS`` (``tasks.write_docker_shim`` writes an
+executable that does so).
 
 State lives under ``$FAKE_DOCKER_ROOT``: an image ``NAME`` is the folder
 ``images/<NAME with / and : as _>/testbed``; a container is ``containers/<id>/`` holding a
