@@ -108,25 +108,41 @@ def _image_processors(module: types.ModuleType) -> None:
 
 
 def _weight_version(module: types.ModuleType) -> None:
-    actor = module.FSDPTrainRayActor
-    original = actor.update_weights
+    group = module.RayTrainGroup
+    original = group.update_weights
     stride = int(os.environ.get("RESCUE_REHEARSAL_VERSION_STRIDE", "1"))
 
-    def update_weights(self: Any, info: Any) -> None:
+    async def update_weights(self: Any, rollout_id: int | None = None) -> None:
         if not self.args.debug_rollout_only:
-            return original(self, info)
-        import ray
-        import torch.distributed as dist
+            return await original(self, rollout_id)
+        import asyncio
 
         self._rescue_weight_version = getattr(self, "_rescue_weight_version", 0) + stride
         version = self._rescue_weight_version
-        if dist.get_rank() == 0:
-            ray.get([e.update_weight_version.remote(str(version)) for e in info.rollout_engines])
-            ray.get(self.rollout_manager.set_weight_version.remote(version))
-        _record("versions", {"version": version})
+        info = await self.rollout_manager.get_updatable_engines_and_lock.remote()
+        engines = list(info.rollout_engines) if info is not None else []
+        await asyncio.gather(*[e.update_weight_version.remote(str(version)) for e in engines])
+        await self.rollout_manager.set_weight_version.remote(version)
+        _record("versions", {"version": version, "rollout_id": rollout_id})
         return None
 
-    actor.update_weights = update_weights
+    group.update_weights = update_weights
+
+
+def _register_external_engines(module: types.ModuleType) -> None:
+    original = module.start_router
+
+    def start_router(args: Any, *rest: Any, **kwargs: Any) -> tuple[str, int]:
+        ip, port = original(args, *rest, **kwargs)
+        if getattr(args, "rollout_external", False) and getattr(args, "use_miles_router", False):
+            import requests
+
+            for addr in args.rollout_external_engine_addrs or []:
+                url = f"http://{ip}:{port}/add_worker"
+                requests.post(url, params={"url": f"http://{addr}"}, timeout=30).raise_for_status()
+        return ip, port
+
+    module.start_router = start_router
 
 
 #: Packages imported only by SGLang's vision code on the rollout side's import path; when
@@ -229,9 +245,22 @@ CHANGES: tuple[Change, ...] = (
     ),
     Change(
         "argument",
-        "--worker-urls http://127.0.0.1:PORT",
-        "with external engines Miles never registers the engine with its router, which then "
-        "answers 503 no_available_workers",
+        "--use-miles-router (rehearsal option --router miles, the default); with --router "
+        "sglang: --worker-urls http://127.0.0.1:PORT instead",
+        "PyPI sglang-router (0.2.4 to 0.3.2, all tried) re-serializes /v1/chat/completions and "
+        "drops return_meta_info and input_ids, which Miles' session server sets and needs "
+        "(session/core.py ~176-200, ~214): no meta_info comes back and every turn is a 502. "
+        "Miles' own router forwards the body unchanged. With sglang-router, --worker-urls: "
+        "with external engines Miles never registers the engine with its router",
+    ),
+    Change(
+        "patch",
+        "router_manager.start_router: with --rollout-external and --use-miles-router, the "
+        "external engines are added to the router (POST /add_worker)",
+        "Miles registers an engine with its router only when it launches the engine "
+        "(sglang_engine.py _init_normal); the external path never does",
+        "miles.ray.rollout.router_manager",
+        _register_external_engines,
     ),
     Change("argument", "--distributed-backend gloo", "no NCCL without CUDA"),
     Change(
@@ -306,12 +335,12 @@ CHANGES: tuple[Change, ...] = (
     ),
     Change(
         "patch",
-        "FSDPTrainRayActor.update_weights under --debug-rollout-only: the weight version "
+        "RayTrainGroup.update_weights under --debug-rollout-only: the weight version "
         "advances by RESCUE_REHEARSAL_VERSION_STRIDE (default 1) on every engine "
         "(update_weight_version) and the rollout manager (set_weight_version); no weights move",
         "--debug-rollout-only skips the update, so the version would stay unset and no group "
         "could ever be stale; a real update does exactly these two calls after the transfer",
-        "miles.backends.fsdp_utils.actor",
+        "miles.ray.actor_group",
         _weight_version,
     ),
     Change(

@@ -117,8 +117,9 @@ def launcher_command(env: dict[str, str]) -> tuple[dict[str, Any], list[str]]:
     return runtime, rest[2:]
 
 
-def fsdp_known_flags(miles_src: Path) -> set[str]:
-    """Option strings of Miles' FSDP-backend parser (imports Miles with the CPU hook)."""
+def fsdp_known_flags(miles_src: Path, flags: list[str]) -> set[str]:
+    """Option strings of Miles' FSDP-backend parser for this command line (imports Miles
+    with the CPU hook; the custom generate function adds its own flags, as in Miles)."""
     from rescue.miles.cpu_changes import install
 
     install()
@@ -127,12 +128,22 @@ def fsdp_known_flags(miles_src: Path) -> set[str]:
     from miles.backends.fsdp_utils.arguments import build_fsdp_parser
     from miles.utils.arguments import get_miles_extra_args_provider
 
-    parser = build_fsdp_parser(get_miles_extra_args_provider())
+    argv, sys.argv = sys.argv, ["train_async.py", *flags, "--train-backend", "fsdp"]
+    try:
+        parser = build_fsdp_parser(get_miles_extra_args_provider())
+    finally:
+        sys.argv = argv
     return set(parser._option_string_actions)
 
 
 def cpu_flags(
-    flags: list[str], known: set[str], *, engine_port: int, router_port: int, session_port: int
+    flags: list[str],
+    known: set[str],
+    *,
+    engine_port: int,
+    router_port: int,
+    session_port: int,
+    router: str = "miles",
 ) -> tuple[list[str], list[str]]:
     """The ``argument`` rows applied to ``flags``; returns (flags, removed flag names)."""
     removed = sorted({f for f in flags if f.startswith("--") and f not in known})
@@ -144,7 +155,10 @@ def cpu_flags(
         flags = _set_option(flags, "--context-parallel-size", "1")
     flags = _set_option(flags, "--rollout-external")
     flags = _set_option(flags, "--rollout-external-engine-addrs", f"127.0.0.1:{engine_port}")
-    flags = _set_option(flags, "--worker-urls", f"http://127.0.0.1:{engine_port}")
+    if router == "miles":
+        flags = _set_option(flags, "--use-miles-router")
+    else:
+        flags = _set_option(flags, "--worker-urls", f"http://127.0.0.1:{engine_port}")
     flags = _set_option(flags, "--distributed-backend", "gloo")
     flags = _set_option(flags, "--sglang-router-port", str(router_port))
     flags = _set_option(flags, "--session-server-port", str(session_port))
@@ -289,7 +303,7 @@ def run(args: argparse.Namespace) -> int:
     settings.update(
         ARM=args.arm,
         SEED=str(args.seed),
-        NUM_ROLLOUT=str(args.steps),
+        NUM_ROLLOUT=str(args.steps + 1),
         MILES_DIR=str(miles_src),
         OUTPUT_DIR=str(out / "runs"),
         HF_CHECKPOINT=str(inputs["model"]),
@@ -307,24 +321,27 @@ def run(args: argparse.Namespace) -> int:
         settings["EXTRA_ARGS"] = args.extra_args
     runtime, flags = launcher_command(settings)
     ports = {k: _free_port() for k in ("engine", "router", "session")}
-    known = fsdp_known_flags(miles_src)
+    known = fsdp_known_flags(miles_src, flags)
     flags, removed = cpu_flags(
         flags,
         known,
         engine_port=ports["engine"],
         router_port=ports["router"],
         session_port=ports["session"],
+        router=args.router,
     )
     print_table(removed, settings)
     (out / "command.json").write_text(json.dumps({"runtime_env": runtime, "flags": flags}, indent=1))
 
+    k = (_option_values(flags, "--max-weight-staleness") or [None])[0]
+    stride = args.version_stride or (int(k) + 1 if k is not None else 1)
     env_vars = dict(runtime.get("env_vars", {}))
     env_vars["PYTHONPATH"] = os.pathsep.join(
         [str(SITE), str(ROOT), str(miles_src), env_vars.get("PYTHONPATH", "")]
     )
     env_vars.update(
         RESCUE_REHEARSAL_DIR=str(out),
-        RESCUE_REHEARSAL_VERSION_STRIDE=str(args.version_stride),
+        RESCUE_REHEARSAL_VERSION_STRIDE=str(stride),
         FAKE_DOCKER_ROOT=str(inputs["docker_root"]),
         MSWEA_DOCKER_EXECUTABLE=str(inputs["shim"]),
         WANDB_MODE="offline",
@@ -333,6 +350,7 @@ def run(args: argparse.Namespace) -> int:
         RAY_DEDUP_LOGS="0",
     )
     runtime = {**runtime, "env_vars": env_vars}
+    print(f"rehearsal: weight version +{stride} per update (--max-weight-staleness {k})")
     base_env = {**os.environ, **env_vars}
 
     tool_parser = (_option_values(flags, "--sglang-tool-call-parser") or [None])[0]
@@ -404,7 +422,13 @@ def run(args: argparse.Namespace) -> int:
     wall = time.monotonic() - started_at
     from rescue.rehearsal.report import check_run
 
-    report = check_run(out, arm=args.arm, a=float(args.a) if args.a else None, job_status=status)
+    report = check_run(
+        out,
+        arm=args.arm,
+        a=float(args.a) if args.a else None,
+        job_status=status,
+        steps_checked=args.steps,
+    )
     print(report.render(wall_s=wall))
     (out / "report.json").write_text(json.dumps(report.as_dict(wall_s=wall), indent=1))
     return 0 if report.ok else 1
@@ -415,7 +439,13 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--arm", default="protect", help=f"one of {', '.join(ARMS)} (default protect)")
     p.add_argument("--a", default=None, help="keep probability for protect (default 0.5)")
     p.add_argument("--miles-src", default=os.environ.get("MILES_SRC"), help="Miles checkout")
-    p.add_argument("--steps", type=int, default=6, help="training steps (default 6)")
+    p.add_argument(
+        "--steps",
+        type=int,
+        default=6,
+        help="steps checked (default 6); the run makes one more, whose rollout metrics "
+        "Miles loses at exit",
+    )
     p.add_argument("--seed", type=int, default=1, help="SEED of the launcher (default 1)")
     p.add_argument(
         "--staleness", type=int, default=None, help="STALENESS K (default: the launcher's)"
@@ -423,8 +453,14 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument(
         "--version-stride",
         type=int,
-        default=1,
-        help="weight versions per update (default 1, as a real run)",
+        default=None,
+        help="weight versions per update (default K+1 with --max-weight-staleness K, so a "
+        "group that crosses an update is stale; else 1)",
+    )
+    p.add_argument(
+        "--router",
+        default="miles",
+        help="miles (Miles' own router, default) or sglang (PyPI sglang-router)",
     )
     p.add_argument("--extra-args", default="", help="EXTRA_ARGS of the launcher (default none)")
     p.add_argument("--timeout", type=int, default=1800, help="seconds for the job (default 1800)")
@@ -436,9 +472,15 @@ def main(argv: list[str] | None = None) -> int:
         a.a = "0.5"
     if not a.miles_src:
         p.error("--miles-src (or MILES_SRC) is required: a Miles checkout with train_async.py")
+    if a.router not in ("miles", "sglang"):
+        p.error(f"--router={a.router!r}; allowed: miles, sglang")
+    if a.version_stride is not None and a.version_stride < 1:
+        p.error(f"--version-stride={a.version_stride}; allowed: an integer >= 1")
     if a.steps < 1:
         p.error(f"--steps={a.steps}; allowed: an integer >= 1")
     a.out = a.out or str(ROOT / "runs" / "rehearsal" / f"{a.arm}-{time.strftime('%Y%m%d-%H%M%S')}")
+    # SIGTERM unwinds like Ctrl-C, so every process the run started is stopped.
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
     try:
         return run(a)
     except RehearsalError as e:

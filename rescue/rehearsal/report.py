@@ -2,8 +2,9 @@
 
 ``check_run(out, arm, a, job_status)`` reads, under the run folder ``out``:
 
-- the offline wandb history (``runs/*/wandb/offline-run-*/run-*.wandb``, read with
-  wandb's own ``DataStore`` and protobuf records),
+- the offline wandb history (``runs/*/wandb/**/offline-run-*/run-*.wandb``: wandb's
+  LevelDB-log framing, parsed here since wandb 0.2x dropped its Python reader, and
+  wandb's own protobuf ``Record``),
 - the probes (``probes/train_data.jsonl``: every trained sample after the reward hook;
   ``probes/unused.jsonl``: every group Miles' unused handler received;
   ``probes/engine.jsonl``: every chat turn the stand-in engine served),
@@ -15,14 +16,16 @@ Checks (each a line of the report; any failure makes the run fail):
 1. ``job``: the Ray job succeeded.
 2. ``steps``: every step has the ``rollout/census/*`` group keys and conservation holds:
    groups entered up to a step = groups settled in a bucket up to it + groups buffered.
-3. ``weights``: protect: protected samples trained with weight 1/a (their reward after the
-   hook is 1/a times the unweighted group advantage), and at least one was; other arms:
-   no sample carries a weight.
+3. ``weights``: protect: at least one protected sample was trained, each with weight 1/a,
+   and every sample's reward after the hook is its weight times its group's GRPO
+   advantage (``rescue.advantages.group_advantages`` on the raw rewards); other arms: no
+   sample carries a weight.
 4. ``unused``: every group the census counts as dropped stale or aborted reached Miles'
    unused handler (drop and protect: at least one dropped stale group).
 5. ``outcomes``: each class appeared with its expected reason: solved/resolved,
-   submitted_failure/unresolved, budget_failure/turn_cap, budget_failure/context_limit,
-   infra_no_result (a sandbox fault before any model call).
+   submitted_failure/unresolved, budget_failure/turn_cap, budget_failure/context_limit
+   among the trained samples, and infra_no_result as groups aborted because their sandbox
+   never started (before any model call, so Miles aborts them).
 6. ``infra``: no ``infra_no_result`` rollout reached the loss (non-zero loss mask).
 7. ``replay``: the dumps load with ``rescue replay census`` and their outcome counts equal
    the logged ``rollout/census/samples/*`` counts step by step.
@@ -99,25 +102,54 @@ class Report:
         }
 
 
-def wandb_history(run_dir: Path) -> list[dict[str, Any]]:
-    """History rows of an offline wandb run folder (``offline-run-*``), in order."""
-    from wandb.proto import wandb_internal_pb2
-    from wandb.sdk.internal import datastore
-
-    (data,) = sorted(Path(run_dir).glob("*.wandb"))
-    store = datastore.DataStore()
-    store.open_for_scan(str(data))
-    rows = []
-    while (raw := store.scan_data()) is not None:
-        record = wandb_internal_pb2.Record()
-        record.ParseFromString(raw)
-        if record.WhichOneof("record_type") != "history":
+def wandb_records(path: Path) -> list[bytes]:
+    """The records of a ``.wandb`` file: wandb's LevelDB-log framing (32 KiB blocks of
+    ``crc32 | length | type`` chunks after a 7-byte ``:W&B`` header)."""
+    data = Path(path).read_bytes()
+    if data[:4] != b":W&B":
+        raise ValueError(f"{path}: not a wandb run file (no :W&B header)")
+    block, pos, records, partial = 32768, 7, [], b""
+    while pos + 7 <= len(data):
+        room = block - pos % block
+        if room < 7:
+            pos += room
             continue
-        row = {}
-        for item in record.history.item:
-            key = item.key or "/".join(item.nested_key)
-            row[key] = json.loads(item.value_json)
-        rows.append(row)
+        length = int.from_bytes(data[pos + 4 : pos + 6], "little")
+        kind = data[pos + 6]
+        chunk = data[pos + 7 : pos + 7 + length]
+        pos += 7 + length
+        if kind == 0 and length == 0:
+            pos += block - pos % block if pos % block else 0
+            continue
+        if kind == 1:
+            records.append(chunk)
+        elif kind == 2:
+            partial = chunk
+        elif kind == 3:
+            partial += chunk
+        elif kind == 4:
+            records.append(partial + chunk)
+            partial = b""
+    return records
+
+
+def wandb_history(run_dirs: list[Path]) -> list[dict[str, Any]]:
+    """History rows of offline wandb run folders (``offline-run-*``), file by file."""
+    from wandb.proto import wandb_internal_pb2
+
+    rows = []
+    for run_dir in run_dirs:
+        for data in sorted(Path(run_dir).glob("*.wandb")):
+            for raw in wandb_records(data):
+                record = wandb_internal_pb2.Record()
+                record.ParseFromString(raw)
+                if record.WhichOneof("record_type") != "history":
+                    continue
+                row = {}
+                for item in record.history.item:
+                    key = item.key or "/".join(item.nested_key)
+                    row[key] = json.loads(item.value_json)
+                rows.append(row)
     return rows
 
 
@@ -136,23 +168,26 @@ def _steps(history: list[dict[str, Any]], key: str = "rollout/step") -> dict[int
     return dict(sorted(merged.items()))
 
 
-def check_run(out: Path, *, arm: str, a: float | None, job_status: str) -> Report:
-    """Every check of the module docstring on the run folder ``out``."""
+def check_run(
+    out: Path, *, arm: str, a: float | None, job_status: str, steps_checked: int
+) -> Report:
+    """Every check of the module docstring on the run folder ``out``, for rollout steps
+    ``0 .. steps_checked-1`` (the run makes one more: Miles never finishes the rollout
+    manager's wandb run, so the last step's rollout metrics are lost at exit)."""
     out = Path(out)
     report = Report()
     report.add("job", job_status == "SUCCEEDED", f"Ray job {job_status}")
-    runs = sorted(out.glob("runs/*/wandb/offline-run-*")) or sorted(
-        out.glob("runs/*/wandb/wandb/offline-run-*")
-    )
-    history = wandb_history(runs[-1]) if runs else []
-    steps = _steps(history)
-    report.facts["steps logged"] = len(steps)
+    history = wandb_history(sorted(out.glob("runs/*/wandb/**/offline-run-*")))
+    logged = _steps(history)
+    steps = {s: logged.get(s, {}) for s in range(steps_checked)}
+    report.facts["rollout steps in wandb"] = sorted(logged)
     _check_steps(report, steps)
-    train = [s for row in _jsonl(out / "probes" / "train_data.jsonl") for s in row["samples"]]
+    per_step = [row["samples"] for row in _jsonl(out / "probes" / "train_data.jsonl")]
+    train = [s for step in per_step for s in step]
     unused = _jsonl(out / "probes" / "unused.jsonl")
-    _check_weights(report, train, arm, a)
+    _check_weights(report, per_step, arm, a)
     _check_unused(report, steps, unused, arm)
-    _check_outcomes(report, train, unused)
+    _check_outcomes(report, train, steps, out)
     infra = [s for s in train if s.get("outcome") == "infra_no_result" and s["loss_mask_sum"] > 0]
     report.add(
         "infra",
@@ -175,6 +210,9 @@ def _check_steps(report: Report, steps: dict[int, dict]) -> None:
         return
     keys = [f"{GROUPS}entered", f"{GROUPS}buffered", *(GROUPS + b for b in BUCKETS)]
     missing = [s for s, row in steps.items() if any(k not in row for k in keys)]
+    if missing == list(steps):
+        report.add("steps", False, f"no step of 0..{len(steps) - 1} has the group census keys")
+        return
     broken, entered, settled = [], 0.0, 0.0
     for s, row in steps.items():
         if s in missing:
@@ -192,7 +230,11 @@ def _check_steps(report: Report, steps: dict[int, dict]) -> None:
     report.add("steps", ok, detail)
 
 
-def _check_weights(report: Report, train: list[dict], arm: str, a: float | None) -> None:
+def _check_weights(report: Report, steps: list[list[dict]], arm: str, a: float | None) -> None:
+    """Protect: the reward after the hook of every sample equals its weight times the GRPO
+    advantage of its group (mean and std over all members, as the hook's default), and
+    protected samples carry weight 1/a. Other arms: no sample carries a weight."""
+    train = [s for step in steps for s in step]
     weighted = [s for s in train if s.get("rescue_weight") not in (None, 1, 1.0)]
     if arm != "protect":
         report.add(
@@ -201,17 +243,35 @@ def _check_weights(report: Report, train: list[dict], arm: str, a: float | None)
             "no sample carries a weight" if not weighted else f"{len(weighted)} weighted samples",
         )
         return
+    import numpy as np
+
+    from rescue.advantages import group_advantages
+
     assert a is not None
-    wrong = [s for s in weighted if abs(float(s["rescue_weight"]) - 1 / a) > 1e-9]
-    report.add(
-        "weights",
-        bool(weighted) and not wrong,
-        f"{len(weighted)} protected samples trained with weight 1/a = {1 / a:g}"
-        if weighted and not wrong
-        else "no protected sample was trained"
-        if not weighted
-        else f"{len(wrong)} protected samples with a weight other than 1/a",
-    )
+    wrong_weight = [s for s in weighted if abs(float(s["rescue_weight"]) - 1 / a) > 1e-9]
+    off = 0
+    for step in steps:
+        if not step:
+            continue
+        raw = np.array([s["raw_reward"] for s in step], dtype=float)
+        ids = np.array([s["group_index"] for s in step])
+        w = np.array([float(s.get("rescue_weight") or 1.0) for s in step])
+        expected = group_advantages(raw, ids) * w
+        got = np.array([s["reward"] for s in step], dtype=float)
+        off += int(np.sum(np.abs(expected - got) > 1e-4 * np.maximum(1.0, np.abs(expected))))
+    ok = bool(weighted) and not wrong_weight and not off
+    if not weighted:
+        detail = "no protected sample was trained"
+    elif wrong_weight:
+        detail = f"{len(wrong_weight)} protected samples with a weight other than 1/a"
+    elif off:
+        detail = f"{off} samples whose trained reward is not weight x group advantage"
+    else:
+        detail = (
+            f"{len(weighted)} protected samples trained with weight 1/a = {1 / a:g}, "
+            "each reward = weight x its group's advantage"
+        )
+    report.add("weights", ok, detail)
 
 
 def _check_unused(report: Report, steps: dict[int, dict], unused: list[dict], arm: str) -> None:
@@ -229,18 +289,21 @@ def _check_unused(report: Report, steps: dict[int, dict], unused: list[dict], ar
     )
 
 
-def _check_outcomes(report: Report, train: list[dict], unused: list[dict]) -> None:
+def _check_outcomes(report: Report, train: list[dict], steps: dict[int, dict], out: Path) -> None:
+    """Scored classes from the trained samples; ``infra_no_result`` from the groups the
+    census counted as aborted, whose sandbox failed to start (the stand-in docker's log):
+    Miles replaces such a sample by an aborted copy of the prompt, so no reason survives."""
     seen = Counter((s.get("outcome"), s.get("outcome_reason")) for s in train)
-    for row in unused:
-        for s in row["samples"]:
-            seen[(s.get("outcome"), s.get("outcome_reason"))] += 1
     missing = [f"{o}/{r}" for o, r in EXPECTED_REASONS if not seen[(o, r)]]
-    infra = sum(n for (o, _), n in seen.items() if o == "infra_no_result")
-    aborted = sum(
-        1 for row in unused for s in row["samples"] if "ABORTED" in str(s.get("status"))
+    aborted = sum(int(r.get(f"{GROUPS}aborted", 0)) for r in steps.values())
+    calls = out / "docker" / "calls.log"
+    failed_starts = sum(
+        1
+        for line in (calls.read_text().splitlines() if calls.exists() else [])
+        if json.loads(line)[0] == "run" and ".gone" in line
     )
-    if not infra and not aborted:
-        missing.append("infra_no_result")
+    if not (aborted and failed_starts):
+        missing.append("infra_no_result/sandbox_start (an aborted group)")
     report.add(
         "outcomes",
         not missing,
@@ -248,7 +311,8 @@ def _check_outcomes(report: Report, train: list[dict], unused: list[dict]) -> No
         if not missing
         else f"never seen: {', '.join(missing)}",
     )
-    report.facts["outcomes"] = {f"{o}/{r}": n for (o, r), n in sorted(seen.items(), key=str)}
+    report.facts["outcomes trained"] = {f"{o}/{r}": n for (o, r), n in sorted(seen.items(), key=str)}
+    report.facts["groups aborted (sandbox never started)"] = aborted
 
 
 def _check_replay(report: Report, out: Path, steps: dict[int, dict]) -> None:
@@ -267,7 +331,9 @@ def _check_replay(report: Report, out: Path, steps: dict[int, dict]) -> None:
         return
     mismatched = []
     for row in replayed["steps"]:
-        logged = steps.get(row["step"], {})
+        if row["step"] not in steps:
+            continue
+        logged = steps[row["step"]]
         for o in OUTCOMES:
             key = f"rollout/census/samples/outcome/{o.value}"
             n = row["metrics"].get(f"outcome/{o.value}", 0.0)
