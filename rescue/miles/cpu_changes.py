@@ -363,6 +363,8 @@ CHANGES: tuple[Change, ...] = (
 
 #: Modules PyPI sglang lacks that Miles imports: created empty by the hook.
 _MISSING = ("sglang.srt.entrypoints.openai.encoding_dsv4",)
+
+
 class _Placeholder(type):
     """Any attribute is another placeholder class; calling one says what is missing."""
 

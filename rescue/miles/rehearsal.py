@@ -239,8 +239,15 @@ def write_inputs(out: Path, miles_src: Path, python: str) -> dict[str, Path]:
         iid = f"{task_repos.INSTANCE_ID[:-4]}{k:04d}"
         image = f"{task_repos.IMAGE}.t{k}"
         task_repos.make_task_image(docker_root / "images", image, iid)
-        rows.append({"prompt": f"Task {k}: {task_repos.PROBLEM}", "metadata": task_repos.task_metadata(iid, image)})
-    missing = task_repos.task_metadata(f"{task_repos.INSTANCE_ID[:-4]}9999", f"{task_repos.IMAGE}.gone")
+        rows.append(
+            {
+                "prompt": f"Task {k}: {task_repos.PROBLEM}",
+                "metadata": task_repos.task_metadata(iid, image),
+            }
+        )
+    missing = task_repos.task_metadata(
+        f"{task_repos.INSTANCE_ID[:-4]}9999", f"{task_repos.IMAGE}.gone"
+    )
     rows.append({"prompt": f"Task 9: {task_repos.PROBLEM}", "metadata": missing})
     prompts = out / "data" / "tasks.jsonl"
     prompts.parent.mkdir(parents=True, exist_ok=True)
@@ -331,7 +338,9 @@ def run(args: argparse.Namespace) -> int:
         router=args.router,
     )
     print_table(removed, settings)
-    (out / "command.json").write_text(json.dumps({"runtime_env": runtime, "flags": flags}, indent=1))
+    (out / "command.json").write_text(
+        json.dumps({"runtime_env": runtime, "flags": flags}, indent=1)
+    )
 
     k = (_option_values(flags, "--max-weight-staleness") or [None])[0]
     stride = args.version_stride or (int(k) + 1 if k is not None else 1)

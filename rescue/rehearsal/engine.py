@@ -167,7 +167,7 @@ class Model:
 
     def generate(self, text: str, n_input: int, max_new_tokens: int) -> dict[str, Any]:
         """Output ids, decoded text and ``meta_info`` of one generation of ``text``."""
-        ids = self.tokenizer.encode(text, add_special_tokens=False).ids + [self._eos]
+        ids = [*self.tokenizer.encode(text, add_special_tokens=False).ids, self._eos]
         if len(ids) > max_new_tokens:
             ids = ids[:max_new_tokens]
             finish: dict[str, Any] = {"type": "length", "length": max_new_tokens}

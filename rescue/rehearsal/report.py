@@ -311,7 +311,9 @@ def _check_outcomes(report: Report, train: list[dict], steps: dict[int, dict], o
         if not missing
         else f"never seen: {', '.join(missing)}",
     )
-    report.facts["outcomes trained"] = {f"{o}/{r}": n for (o, r), n in sorted(seen.items(), key=str)}
+    report.facts["outcomes trained"] = {
+        f"{o}/{r}": n for (o, r), n in sorted(seen.items(), key=str)
+    }
     report.facts["groups aborted (sandbox never started)"] = aborted
 
 

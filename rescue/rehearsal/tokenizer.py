@@ -35,7 +35,7 @@ SPECIAL_TOKENS = (
 _CORPUS = (
     "You are a helpful assistant that can interact with a computer shell to solve tasks.",
     "THOUGHT: I will look at the code, fix the bug, run the tests and submit the patch.",
-    'def add(a, b):\n    return a + b\n\n\ndef mul(a, b):\n    return a * b\n',
+    "def add(a, b):\n    return a + b\n\n\ndef mul(a, b):\n    return a * b\n",
     "sed -i 's/return a - b/return a + b/' calc.py && python -m pytest -q tests",
     "git diff -- calc.py > patch.txt; echo COMPLETE_TASK_AND_SUBMIT_FINAL_OUTPUT && cat patch.txt",
     '{"name": "bash", "arguments": {"command": "cat calc.py"}}',
