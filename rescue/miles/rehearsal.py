@@ -326,7 +326,10 @@ def run(args: argparse.Namespace) -> int:
         settings["CENSUS_BUFFER"] = "1"
     if args.extra_args:
         settings["EXTRA_ARGS"] = args.extra_args
+
     runtime, flags = launcher_command(settings)
+    for name in args.without:
+        flags = _drop_option(flags, name)
     ports = {k: _free_port() for k in ("engine", "router", "session")}
     known = fsdp_known_flags(miles_src, flags)
     flags, removed = cpu_flags(
@@ -338,6 +341,8 @@ def run(args: argparse.Namespace) -> int:
         router=args.router,
     )
     print_table(removed, settings)
+    if args.without:
+        print(f"rehearsal: removed from the launcher's command (--without): {' '.join(args.without)}")
     (out / "command.json").write_text(
         json.dumps({"runtime_env": runtime, "flags": flags}, indent=1)
     )
@@ -471,6 +476,14 @@ def main(argv: list[str] | None = None) -> int:
         default="miles",
         help="miles (Miles' own router, default) or sglang (PyPI sglang-router)",
     )
+    p.add_argument(
+        "--without",
+        action="append",
+        default=[],
+        metavar="FLAG",
+        help="rehearse the launcher's command without FLAG, e.g. "
+        "--without=--sglang-tool-call-parser (repeatable; default none)",
+    )
     p.add_argument("--extra-args", default="", help="EXTRA_ARGS of the launcher (default none)")
     p.add_argument("--timeout", type=int, default=1800, help="seconds for the job (default 1800)")
     p.add_argument("--out", default=None, help="run folder (default runs/rehearsal/ARM-TIME)")
@@ -483,6 +496,9 @@ def main(argv: list[str] | None = None) -> int:
         p.error("--miles-src (or MILES_SRC) is required: a Miles checkout with train_async.py")
     if a.router not in ("miles", "sglang"):
         p.error(f"--router={a.router!r}; allowed: miles, sglang")
+    bad = [f for f in a.without if not f.startswith("--")]
+    if bad:
+        p.error(f"--without={bad[0]!r}; allowed: a flag name such as --sglang-tool-call-parser")
     if a.version_stride is not None and a.version_stride < 1:
         p.error(f"--version-stride={a.version_stride}; allowed: an integer >= 1")
     if a.steps < 1:
