@@ -14,14 +14,13 @@ import pytest
 
 from rescue.miles import cpu_changes
 from rescue.miles.cpu_changes import CHANGES, _Hook
-from rescue.miles.rehearsal import (
-    SETTINGS,
-    _drop_option,
-    _option_values,
-    _set_option,
+from rescue.miles.rehearsal import SETTINGS, main
+from rescue.miles.rehearsal_command import (
     cpu_flags,
+    drop_option,
     launcher_command,
-    main,
+    option_values,
+    set_option,
 )
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -39,11 +38,11 @@ def test_every_row_has_a_kind_and_a_reason_and_patches_name_their_module():
 
 def test_option_helpers_replace_and_drop_with_their_values():
     flags = ["--a", "1", "2", "--b", "--c", "x"]
-    assert _option_values(flags, "--a") == ["1", "2"]
-    assert _option_values(flags, "--b") == []
-    assert _option_values(flags, "--z") is None
-    assert _drop_option(flags, "--a") == ["--b", "--c", "x"]
-    assert _set_option(flags, "--c", "y") == ["--a", "1", "2", "--b", "--c", "y"]
+    assert option_values(flags, "--a") == ["1", "2"]
+    assert option_values(flags, "--b") == []
+    assert option_values(flags, "--z") is None
+    assert drop_option(flags, "--a") == ["--b", "--c", "x"]
+    assert set_option(flags, "--c", "y") == ["--a", "1", "2", "--b", "--c", "y"]
 
 
 def test_cpu_flags_remove_unknown_flags_with_their_values_and_add_the_cpu_ones():
@@ -51,20 +50,20 @@ def test_cpu_flags_remove_unknown_flags_with_their_values_and_add_the_cpu_ones()
     known = {"--num-rollout", "--context-parallel-size", "--train-backend"}
     out, removed = cpu_flags(flags, known, engine_port=1, router_port=2, session_port=3)
     assert removed == ["--hidden-size"]
-    assert "4096" not in out and _option_values(out, "--num-rollout") == ["7"]
-    assert _option_values(out, "--context-parallel-size") == ["1"]
-    assert _option_values(out, "--train-backend") == ["fsdp"]
-    assert _option_values(out, "--debug-rollout-only") == []
-    assert _option_values(out, "--rollout-external-engine-addrs") == ["127.0.0.1:1"]
-    assert _option_values(out, "--use-miles-router") == []
-    assert _option_values(out, "--distributed-backend") == ["gloo"]
-    assert _option_values(out, "--sglang-router-port") == ["2"]
-    assert _option_values(out, "--session-server-port") == ["3"]
+    assert "4096" not in out and option_values(out, "--num-rollout") == ["7"]
+    assert option_values(out, "--context-parallel-size") == ["1"]
+    assert option_values(out, "--train-backend") == ["fsdp"]
+    assert option_values(out, "--debug-rollout-only") == []
+    assert option_values(out, "--rollout-external-engine-addrs") == ["127.0.0.1:1"]
+    assert option_values(out, "--use-miles-router") == []
+    assert option_values(out, "--distributed-backend") == ["gloo"]
+    assert option_values(out, "--sglang-router-port") == ["2"]
+    assert option_values(out, "--session-server-port") == ["3"]
     sglang, _ = cpu_flags(
         flags, known, engine_port=1, router_port=2, session_port=3, router="sglang"
     )
-    assert _option_values(sglang, "--worker-urls") == ["http://127.0.0.1:1"]
-    assert _option_values(sglang, "--use-miles-router") is None
+    assert option_values(sglang, "--worker-urls") == ["http://127.0.0.1:1"]
+    assert option_values(sglang, "--use-miles-router") is None
 
 
 def test_the_hook_patches_a_module_right_after_its_first_import(tmp_path, monkeypatch):
@@ -145,17 +144,17 @@ def test_launcher_command_is_the_dry_run_of_the_arm(tmp_path):
     runtime, flags = launcher_command(env)
     assert runtime["env_vars"]["RESCUE_ARM"] == "protect"
     assert runtime["env_vars"]["RESCUE_A"] == "0.5"
-    assert _option_values(flags, "--rollout-batch-size") == ["2"]
-    assert _option_values(flags, "--n-samples-per-prompt") == ["4"]
-    assert _option_values(flags, "--sglang-tool-call-parser") == ["qwen25"]
-    assert _option_values(flags, "--custom-async-data-buffer-path") == [
+    assert option_values(flags, "--rollout-batch-size") == ["2"]
+    assert option_values(flags, "--n-samples-per-prompt") == ["4"]
+    assert option_values(flags, "--sglang-tool-call-parser") == ["qwen25"]
+    assert option_values(flags, "--custom-async-data-buffer-path") == [
         "rescue.miles.buffer.RescueDataBuffer"
     ]
-    assert _option_values(flags, "--num-layers") == ["2"]
+    assert option_values(flags, "--num-layers") == ["2"]
 
 
 def test_launcher_errors_stop_the_rehearsal_with_its_line(tmp_path):
-    from rescue.miles.rehearsal import RehearsalError
+    from rescue.miles.rehearsal_command import RehearsalError
 
     with pytest.raises(RehearsalError, match="ARM="):
         launcher_command({"ARM": "sometimes", "MILES_DIR": str(tmp_path)})

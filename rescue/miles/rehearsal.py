@@ -27,9 +27,7 @@ import argparse
 import contextlib
 import json
 import os
-import shlex
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -39,10 +37,19 @@ from pathlib import Path
 from typing import Any
 
 from rescue.miles.cpu_changes import CHANGES
+from rescue.miles.rehearsal_command import (
+    ROOT,
+    RehearsalError,
+    cpu_flags,
+    drop_option,
+    free_port,
+    fsdp_known_flags,
+    launcher_command,
+    option_values,
+)
 from rescue.rehearsal import tasks as task_repos
 from rescue.rehearsal.tokenizer import build_model_dir
 
-ROOT = Path(__file__).resolve().parents[2]
 SITE = Path(__file__).with_name("rehearsal_site")
 ARMS = ("drop", "never-drop", "protect")
 
@@ -62,109 +69,6 @@ SETTINGS: tuple[tuple[str, str, str], ...] = (
 )
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
-def _option_values(flags: list[str], name: str) -> list[str] | None:
-    """Values of the last ``name`` in ``flags`` (None when absent)."""
-    found = None
-    for i, token in enumerate(flags):
-        if token == name:
-            j = i + 1
-            while j < len(flags) and not flags[j].startswith("--"):
-                j += 1
-            found = flags[i + 1 : j]
-    return found
-
-
-def _set_option(flags: list[str], name: str, *values: str) -> list[str]:
-    """``flags`` with every ``name`` removed and ``name values`` appended."""
-    return [*_drop_option(flags, name), name, *values]
-
-
-def _drop_option(flags: list[str], name: str) -> list[str]:
-    out, i = [], 0
-    while i < len(flags):
-        if flags[i] == name:
-            i += 1
-            while i < len(flags) and not flags[i].startswith("--"):
-                i += 1
-            continue
-        out.append(flags[i])
-        i += 1
-    return out
-
-
-def launcher_command(env: dict[str, str]) -> tuple[dict[str, Any], list[str]]:
-    """(runtime env, train_async.py flags) of the launcher's dry run with ``env``."""
-    proc = subprocess.run(
-        ["bash", str(ROOT / "launch" / "swe_arm.sh")],
-        env={**os.environ, **env, "DRY_RUN": "1"},
-        capture_output=True,
-        text=True,
-    )
-    if proc.returncode != 0:
-        raise RehearsalError(f"launcher: {proc.stderr.strip().splitlines()[-1]}")
-    line = next((ln for ln in proc.stdout.splitlines() if ln.startswith("ray job submit")), None)
-    if line is None:
-        raise RehearsalError("launcher printed no `ray job submit` command")
-    words = shlex.split(line)
-    runtime = json.loads(words[words.index("--runtime-env-json") + 1])
-    rest = words[words.index("--") + 1 :]
-    return runtime, rest[2:]
-
-
-def fsdp_known_flags(miles_src: Path, flags: list[str]) -> set[str]:
-    """Option strings of Miles' FSDP-backend parser for this command line (imports Miles
-    with the CPU hook; the custom generate function adds its own flags, as in Miles)."""
-    from rescue.miles.cpu_changes import install
-
-    install()
-    if str(miles_src) not in sys.path:
-        sys.path.insert(0, str(miles_src))
-    from miles.backends.fsdp_utils.arguments import build_fsdp_parser
-    from miles.utils.arguments import get_miles_extra_args_provider
-
-    argv, sys.argv = sys.argv, ["train_async.py", *flags, "--train-backend", "fsdp"]
-    try:
-        parser = build_fsdp_parser(get_miles_extra_args_provider())
-    finally:
-        sys.argv = argv
-    return set(parser._option_string_actions)
-
-
-def cpu_flags(
-    flags: list[str],
-    known: set[str],
-    *,
-    engine_port: int,
-    router_port: int,
-    session_port: int,
-    router: str = "miles",
-) -> tuple[list[str], list[str]]:
-    """The ``argument`` rows applied to ``flags``; returns (flags, removed flag names)."""
-    removed = sorted({f for f in flags if f.startswith("--") and f not in known})
-    for name in removed:
-        flags = _drop_option(flags, name)
-    flags = _set_option(flags, "--train-backend", "fsdp")
-    flags = _set_option(flags, "--debug-rollout-only")
-    if "--context-parallel-size" in known:
-        flags = _set_option(flags, "--context-parallel-size", "1")
-    flags = _set_option(flags, "--rollout-external")
-    flags = _set_option(flags, "--rollout-external-engine-addrs", f"127.0.0.1:{engine_port}")
-    if router == "miles":
-        flags = _set_option(flags, "--use-miles-router")
-    else:
-        flags = _set_option(flags, "--worker-urls", f"http://127.0.0.1:{engine_port}")
-    flags = _set_option(flags, "--distributed-backend", "gloo")
-    flags = _set_option(flags, "--sglang-router-port", str(router_port))
-    flags = _set_option(flags, "--session-server-port", str(session_port))
-    return flags, removed
-
-
 def print_table(removed: list[str], settings: dict[str, str]) -> None:
     print("rehearsal: launcher settings (everything else is the arm's own)")
     reasons = {name: why for name, _, why in SETTINGS}
@@ -174,10 +78,6 @@ def print_table(removed: list[str], settings: dict[str, str]) -> None:
     for change in CHANGES:
         print(f"  [{change.kind}] {change.what}\n      why: {change.reason}")
     print(f"  removed flags: {' '.join(removed) or '(none)'}")
-
-
-class RehearsalError(RuntimeError):
-    """A failure of the rehearsal with its one-line reason."""
 
 
 def preflight(port: int) -> None:
@@ -329,8 +229,8 @@ def run(args: argparse.Namespace) -> int:
 
     runtime, flags = launcher_command(settings)
     for name in args.without:
-        flags = _drop_option(flags, name)
-    ports = {k: _free_port() for k in ("engine", "router", "session")}
+        flags = drop_option(flags, name)
+    ports = {k: free_port() for k in ("engine", "router", "session")}
     known = fsdp_known_flags(miles_src, flags)
     flags, removed = cpu_flags(
         flags,
@@ -342,12 +242,14 @@ def run(args: argparse.Namespace) -> int:
     )
     print_table(removed, settings)
     if args.without:
-        print(f"rehearsal: removed from the launcher's command (--without): {' '.join(args.without)}")
+        print(
+            f"rehearsal: removed from the launcher's command (--without): {' '.join(args.without)}"
+        )
     (out / "command.json").write_text(
         json.dumps({"runtime_env": runtime, "flags": flags}, indent=1)
     )
 
-    k = (_option_values(flags, "--max-weight-staleness") or [None])[0]
+    k = (option_values(flags, "--max-weight-staleness") or [None])[0]
     stride = args.version_stride or (int(k) + 1 if k is not None else 1)
     env_vars = dict(runtime.get("env_vars", {}))
     env_vars["PYTHONPATH"] = os.pathsep.join(
@@ -367,9 +269,9 @@ def run(args: argparse.Namespace) -> int:
     print(f"rehearsal: weight version +{stride} per update (--max-weight-staleness {k})")
     base_env = {**os.environ, **env_vars}
 
-    tool_parser = (_option_values(flags, "--sglang-tool-call-parser") or [None])[0]
-    reasoning = (_option_values(flags, "--sglang-reasoning-parser") or [None])[0]
-    context = (_option_values(flags, "--sglang-context-length") or [None])[0]
+    tool_parser = (option_values(flags, "--sglang-tool-call-parser") or [None])[0]
+    reasoning = (option_values(flags, "--sglang-reasoning-parser") or [None])[0]
+    context = (option_values(flags, "--sglang-context-length") or [None])[0]
     engine_cmd = [
         python, "-m", "rescue.rehearsal.engine", "--port", str(ports["engine"]),
         "--model-path", str(inputs["model"]), "--record", str(out / "probes" / "engine.jsonl"),
@@ -383,7 +285,7 @@ def run(args: argparse.Namespace) -> int:
         engine_cmd += ["--context-length", context]
 
     ray_dir = Path(f"/tmp/rrh-{os.getpid()}")
-    ray_ports = {k: _free_port() for k in ("gcs", "dashboard", "client", "agent", "metrics")}
+    ray_ports = {k: free_port() for k in ("gcs", "dashboard", "client", "agent", "metrics")}
     dashboard = f"http://127.0.0.1:{ray_ports['dashboard']}"
     log = out / "job.log"
     status = "not submitted"
