@@ -14,7 +14,7 @@ import pytest
 
 from rescue.miles import cpu_changes
 from rescue.miles.cpu_changes import CHANGES, _Hook
-from rescue.miles.rehearsal import SETTINGS, main
+from rescue.miles.rehearsal import SETTINGS, launcher_settings, main, parse_args, version_stride
 from rescue.miles.rehearsal_command import (
     cpu_flags,
     drop_option,
@@ -183,3 +183,77 @@ def test_missing_miles_checkout_is_one_line(tmp_path, capsys):
 
 def test_command_json_round_trips():
     assert json.loads(json.dumps({"flags": ["--a", "b c"]}))["flags"][1] == "b c"
+
+
+def _settings(*argv: str) -> dict[str, str]:
+    args = parse_args(["--miles-src", "/m", *argv])
+    inputs = {"model": Path("/mdl"), "prompts": Path("/p.jsonl")}
+    return launcher_settings(args, Path("/m"), Path("/o"), inputs, "/py")
+
+
+def test_each_flag_reaches_the_launcher_settings():
+    base = _settings()
+    assert base["ARM"] == "protect" and base["A"] == "0.5"
+    assert base["NUM_ROLLOUT"] == "7" and base["SEED"] == "1"
+    assert "STALENESS" not in base and "CENSUS_BUFFER" not in base
+    assert base["HF_CHECKPOINT"] == "/mdl" and base["PROMPT_DATA"] == "/p.jsonl"
+    assert base["OUTPUT_DIR"] == "/o/runs" and base["MILES_DIR"] == "/m"
+    assert _settings("--a", "0.25")["A"] == "0.25"
+    assert _settings("--steps", "3")["NUM_ROLLOUT"] == "4"
+    assert _settings("--seed", "9")["SEED"] == "9"
+    assert _settings("--staleness", "0")["STALENESS"] == "0"
+    assert _settings("--extra-args", "--x 1")["EXTRA_ARGS"] == "--x 1"
+    drop = _settings("--arm", "drop")
+    assert drop["ARM"] == "drop" and drop["CENSUS_BUFFER"] == "1" and "A" not in drop
+
+
+def test_version_stride_defaults_to_k_plus_one_and_can_be_chosen():
+    assert version_stride(None, ["--max-weight-staleness", "2"]) == 3
+    assert version_stride(None, []) == 1
+    assert version_stride(5, ["--max-weight-staleness", "2"]) == 5
+
+
+def test_router_without_out_and_timeout_flags_are_read():
+    args = parse_args(
+        [
+            "--miles-src",
+            "/m",
+            "--router",
+            "sglang",
+            "--without=--x",
+            "--out",
+            "/r",
+            "--timeout",
+            "9",
+        ]
+    )
+    assert (args.router, args.without, args.out, args.timeout) == ("sglang", ["--x"], "/r", 9)
+    assert parse_args(["--miles-src", "/m"]).out.startswith(str(ROOT / "runs" / "rehearsal"))
+
+
+def test_make_rehearsal_passes_its_variables(tmp_path):
+    venv = tmp_path / "v"
+    (venv / "bin").mkdir(parents=True)
+    (venv / ".stamp").write_text("")
+    run = subprocess.run(
+        [
+            "make", "-n", "rehearsal", f"REHEARSAL_VENV={venv}", "MILES_SRC=/src", "ARM=drop",
+            "STEPS=3", "REHEARSAL_ARGS=--router sglang",
+        ],
+        cwd=ROOT, capture_output=True, text=True,
+    )  # fmt: skip
+    text = " ".join(run.stdout.replace("\\\n", " ").split())
+    line = next(ln for ln in text.split(" && ") if "rescue.miles.rehearsal" in ln)
+    assert f'{venv}/bin/python -m rescue.miles.rehearsal --arm "drop"' in line
+    assert '--miles-src "/src"' in line and '--steps "3"' in line and "--router sglang" in line
+    assert "--a " not in line
+    with_a = subprocess.run(
+        ["make", "-n", "rehearsal", f"REHEARSAL_VENV={venv}", "MILES_SRC=/src", "A=0.3"],
+        cwd=ROOT, capture_output=True, text=True,
+    )  # fmt: skip
+    assert '--arm "protect" --a "0.3"' in " ".join(with_a.stdout.split())
+    missing = subprocess.run(
+        ["make", "rehearsal", f"REHEARSAL_VENV={venv}", "MILES_SRC="],
+        cwd=ROOT, capture_output=True, text=True,
+    )  # fmt: skip
+    assert missing.returncode == 2 and "set MILES_SRC" in missing.stdout

@@ -193,19 +193,10 @@ def stop_all(started: list[subprocess.Popen], out: Path) -> None:
         psutil.wait_procs(leftovers, timeout=10)
 
 
-def run(args: argparse.Namespace) -> int:
-    miles_src = Path(args.miles_src).resolve()
-    if not (miles_src / "train_async.py").is_file():
-        raise RehearsalError(
-            f"MILES_SRC={args.miles_src}: no train_async.py there; set MILES_SRC to a Miles checkout"
-        )
-    out = Path(args.out).resolve()
-    if out.exists() and any(out.iterdir()):
-        raise RehearsalError(f"--out {out} is not empty: choose a new folder")
-    (out / "probes").mkdir(parents=True)
-    started_at = time.monotonic()
-    python = sys.executable
-    inputs = write_inputs(out, miles_src, python)
+def launcher_settings(
+    args: argparse.Namespace, miles_src: Path, out: Path, inputs: dict[str, Path], python: str
+) -> dict[str, str]:
+    """The launcher variables of the rehearsal: ``SETTINGS``, the arm's and the inputs'."""
     settings = {name: value for name, value, _ in SETTINGS}
     settings.update(
         ARM=args.arm,
@@ -226,6 +217,31 @@ def run(args: argparse.Namespace) -> int:
         settings["CENSUS_BUFFER"] = "1"
     if args.extra_args:
         settings["EXTRA_ARGS"] = args.extra_args
+    return settings
+
+
+def version_stride(chosen: int | None, flags: list[str]) -> int:
+    """Versions per update: ``chosen``, else K+1 with ``--max-weight-staleness K``, else 1."""
+    if chosen is not None:
+        return chosen
+    k = option_values(flags, "--max-weight-staleness")
+    return int(k[0]) + 1 if k else 1
+
+
+def run(args: argparse.Namespace) -> int:
+    miles_src = Path(args.miles_src).resolve()
+    if not (miles_src / "train_async.py").is_file():
+        raise RehearsalError(
+            f"MILES_SRC={args.miles_src}: no train_async.py there; set MILES_SRC to a Miles checkout"
+        )
+    out = Path(args.out).resolve()
+    if out.exists() and any(out.iterdir()):
+        raise RehearsalError(f"--out {out} is not empty: choose a new folder")
+    (out / "probes").mkdir(parents=True)
+    started_at = time.monotonic()
+    python = sys.executable
+    inputs = write_inputs(out, miles_src, python)
+    settings = launcher_settings(args, miles_src, out, inputs, python)
 
     runtime, flags = launcher_command(settings)
     for name in args.without:
@@ -250,7 +266,7 @@ def run(args: argparse.Namespace) -> int:
     )
 
     k = (option_values(flags, "--max-weight-staleness") or [None])[0]
-    stride = args.version_stride or (int(k) + 1 if k is not None else 1)
+    stride = version_stride(args.version_stride, flags)
     env_vars = dict(runtime.get("env_vars", {}))
     env_vars["PYTHONPATH"] = os.pathsep.join(
         [str(SITE), str(ROOT), str(miles_src), env_vars.get("PYTHONPATH", "")]
@@ -350,7 +366,8 @@ def run(args: argparse.Namespace) -> int:
     return 0 if report.ok else 1
 
 
-def main(argv: list[str] | None = None) -> int:
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
+    """The rehearsal's flags, checked (an error names the flag and what is allowed)."""
     p = argparse.ArgumentParser(prog="python -m rescue.miles.rehearsal", description=__doc__)
     p.add_argument("--arm", default="protect", help=f"one of {', '.join(ARMS)} (default protect)")
     p.add_argument("--a", default=None, help="keep probability for protect (default 0.5)")
@@ -360,7 +377,7 @@ def main(argv: list[str] | None = None) -> int:
         type=int,
         default=6,
         help="steps checked (default 6); the run makes one more, whose rollout metrics "
-        "Miles loses at exit",
+        "Miles can lose at exit",
     )
     p.add_argument("--seed", type=int, default=1, help="SEED of the launcher (default 1)")
     p.add_argument(
@@ -406,6 +423,11 @@ def main(argv: list[str] | None = None) -> int:
     if a.steps < 1:
         p.error(f"--steps={a.steps}; allowed: an integer >= 1")
     a.out = a.out or str(ROOT / "runs" / "rehearsal" / f"{a.arm}-{time.strftime('%Y%m%d-%H%M%S')}")
+    return a
+
+
+def main(argv: list[str] | None = None) -> int:
+    a = parse_args(argv)
     # SIGTERM unwinds like Ctrl-C, so every process the run started is stopped.
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
     try:

@@ -173,7 +173,7 @@ def check_run(
 ) -> Report:
     """Every check of the module docstring on the run folder ``out``, for rollout steps
     ``0 .. steps_checked-1`` (the run makes one more: Miles never finishes the rollout
-    manager's wandb run, so the last step's rollout metrics are lost at exit)."""
+    manager's wandb run, so the last step's rollout metrics can be lost at exit)."""
     out = Path(out)
     report = Report()
     report.add("job", job_status == "SUCCEEDED", f"Ray job {job_status}")
