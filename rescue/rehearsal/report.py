@@ -182,6 +182,9 @@ def check_run(
     steps = {s: logged.get(s, {}) for s in range(steps_checked)}
     report.facts["rollout steps in wandb"] = sorted(logged)
     _check_steps(report, steps)
+    report.facts["groups by bucket"] = {
+        b: int(sum(row.get(GROUPS + b, 0) for row in steps.values())) for b in BUCKETS
+    }
     per_step = [row["samples"] for row in _jsonl(out / "probes" / "train_data.jsonl")]
     train = [s for step in per_step for s in step]
     unused = _jsonl(out / "probes" / "unused.jsonl")
