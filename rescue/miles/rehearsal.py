@@ -27,6 +27,7 @@ import argparse
 import contextlib
 import json
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -156,13 +157,15 @@ def write_inputs(out: Path, miles_src: Path, python: str) -> dict[str, Path]:
 
 
 @contextlib.contextmanager
-def processes(out: Path) -> Iterator[list[subprocess.Popen]]:
-    """Processes started here; on exit every process whose environment names ``out``."""
+def processes(out: Path, ray_dir: Path) -> Iterator[list[subprocess.Popen]]:
+    """Processes started here; on exit every process whose environment names ``out`` is
+    stopped and Ray's temporary folder ``ray_dir`` removed (the job's output is in ``out``)."""
     started: list[subprocess.Popen] = []
     try:
         yield started
     finally:
         stop_all(started, out)
+        shutil.rmtree(ray_dir, ignore_errors=True)
 
 
 def stop_all(started: list[subprocess.Popen], out: Path) -> None:
@@ -305,7 +308,7 @@ def run(args: argparse.Namespace) -> int:
     dashboard = f"http://127.0.0.1:{ray_ports['dashboard']}"
     log = out / "job.log"
     status = "not submitted"
-    with processes(out) as started:
+    with processes(out, ray_dir) as started:
         engine_log = (out / "engine.log").open("w")
         started.append(
             subprocess.Popen(
