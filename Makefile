@@ -74,13 +74,16 @@ clean:
 # `python -m rescue.miles.rehearsal` (--help lists them), e.g.
 # REHEARSAL_ARGS='--extra-args "--sglang-tool-call-parser qwen25"'.
 # REHEARSAL_VENV: its own virtual environment (default .venv-rehearsal): Miles' rollout side
-# needs transformers 5, the [replay] and [integration] extras pin transformers < 5.
+# needs transformers 5, the [replay] and [integration] extras pin transformers < 5. It gets
+# TORCH (above) like .venv, and PyPI sglang 0.5.23 with --no-deps (its pins would move torch).
 REHEARSAL_VENV ?= .venv-rehearsal
 REHEARSAL_PY := $(REHEARSAL_VENV)/bin/python
 
 $(REHEARSAL_VENV)/.stamp: pyproject.toml
 	test -x $(REHEARSAL_PY) || $(PYTHON) -m venv $(REHEARSAL_VENV)
-	$(REHEARSAL_PY) -m pip --disable-pip-version-check -q install -e '.[dev,sim,swe,rehearsal]'
+	echo '$(TORCH)' > $(REHEARSAL_VENV)/constraints.txt
+	$(REHEARSAL_PY) -m pip --disable-pip-version-check -q install -c $(REHEARSAL_VENV)/constraints.txt \
+		-e '.[dev,sim,swe,rehearsal]'
 	$(REHEARSAL_PY) -m pip --disable-pip-version-check -q install --no-deps 'sglang==0.5.23'
 	touch $@
 
