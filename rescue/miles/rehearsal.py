@@ -61,6 +61,7 @@ SETTINGS: tuple[tuple[str, str, str], ...] = (
     ("N_SAMPLES", "4", "group size 4: one trial of each scripted behaviour per group"),
     ("MAX_TURNS", "8", "turn cap the loop behaviour reaches within seconds"),
     ("GPUS_PER_NODE", "2", "Ray logical GPUs: one actor, one (external) engine"),
+    ("TP", "1", "one training GPU (the TP flag is Megatron's and removed anyway)"),
     ("CP", "1", "the FSDP backend refuses context parallelism"),
     ("WANDB_MODE", "offline", "no network; the report reads the offline history"),
     ("DUMP_STEPS", "all", "every step's rollout dump, for the replay check"),
