@@ -72,7 +72,7 @@ clean:
 # ARM: drop | never-drop | protect (default protect). A: keep probability of protect
 # (default 0.5). STEPS: steps checked (default 6). REHEARSAL_ARGS: more flags of
 # `python -m rescue.miles.rehearsal` (--help lists them), e.g.
-# REHEARSAL_ARGS='--extra-args "--sglang-tool-call-parser qwen25"'.
+# REHEARSAL_ARGS=--without=--sglang-tool-call-parser (stops at pre-flight, saying why).
 # REHEARSAL_VENV: its own virtual environment (default .venv-rehearsal): Miles' rollout side
 # needs transformers 5, the [replay] and [integration] extras pin transformers < 5. It gets
 # TORCH (above) like .venv, and PyPI sglang 0.5.23 with --no-deps (its pins would move torch).

@@ -204,7 +204,7 @@ def test_each_flag_reaches_the_launcher_settings():
     assert _settings("--staleness", "0")["STALENESS"] == "0"
     assert _settings("--extra-args", "--x 1")["EXTRA_ARGS"] == "--x 1"
     drop = _settings("--arm", "drop")
-    assert drop["ARM"] == "drop" and drop["CENSUS_BUFFER"] == "1" and "A" not in drop
+    assert drop["ARM"] == "drop" and "A" not in drop
 
 
 def test_version_stride_defaults_to_k_plus_one_and_can_be_chosen():

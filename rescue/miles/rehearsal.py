@@ -217,8 +217,6 @@ def launcher_settings(
         settings["A"] = args.a
     if args.staleness is not None:
         settings["STALENESS"] = str(args.staleness)
-    if args.arm != "protect":
-        settings["CENSUS_BUFFER"] = "1"
     if args.extra_args:
         settings["EXTRA_ARGS"] = args.extra_args
     return settings
