@@ -5,6 +5,7 @@
 #   make test     the test suite (installs what it needs into .venv)
 #   make lint     ruff, and shellcheck on launch/ when shellcheck is installed
 #   make bench    the benchmarks in bench/, each printing side-by-side ratios
+#   make rehearsal  the first steps of a SWE arm through Miles' own process tree, on the CPU
 
 # PYTHON: the interpreter that creates the virtual environment (default python3).
 PYTHON ?= python3
@@ -17,7 +18,7 @@ TORCH ?= torch==2.13.0
 PY     := $(VENV)/bin/python
 PIP    := $(PY) -m pip --disable-pip-version-check -q
 
-.PHONY: demo test integration lint bench identity venv clean
+.PHONY: demo test integration lint bench identity venv clean rehearsal rehearsal-test
 
 # One stamp per set of extras, so a target installs only what it needs, once.
 $(VENV)/.stamp-base: pyproject.toml
@@ -67,7 +68,37 @@ bench: $(VENV)/.stamp-dev+sim+swe+replay
 	for f in bench/*.py; do echo "== $$f"; $(PY) $$f || exit 1; done
 
 clean:
-	rm -rf $(VENV) build *.egg-info .pytest_cache .ruff_cache
+	rm -rf $(VENV) $(REHEARSAL_VENV) build *.egg-info .pytest_cache .ruff_cache
+
+# ── make rehearsal: the first steps of a SWE arm through Miles' own process tree, on the CPU
+#   make rehearsal MILES_SRC=/path/to/miles [ARM=protect] [A=0.5] [STEPS=6] [REHEARSAL_ARGS=...]
+# ARM: drop | never-drop | protect (default protect). A: keep probability of protect
+# (default 0.5). STEPS: steps checked (default 6). REHEARSAL_ARGS: more flags of
+# `python -m rescue.miles.rehearsal` (--help lists them), e.g.
+# REHEARSAL_ARGS=--without=--sglang-tool-call-parser (stops at pre-flight, saying why).
+# REHEARSAL_VENV: its own virtual environment (default .venv-rehearsal): Miles' rollout side
+# needs transformers 5, the [replay] and [integration] extras pin transformers < 5. It gets
+# TORCH (above) like .venv, and PyPI sglang 0.5.23 with --no-deps (its pins would move torch).
+REHEARSAL_VENV ?= .venv-rehearsal
+REHEARSAL_PY := $(REHEARSAL_VENV)/bin/python
+
+$(REHEARSAL_VENV)/.stamp: pyproject.toml
+	test -x $(REHEARSAL_PY) || $(PYTHON) -m venv $(REHEARSAL_VENV)
+	echo '$(TORCH)' > $(REHEARSAL_VENV)/constraints.txt
+	$(REHEARSAL_PY) -m pip --disable-pip-version-check -q install -c $(REHEARSAL_VENV)/constraints.txt \
+		-e '.[dev,sim,swe,rehearsal]'
+	$(REHEARSAL_PY) -m pip --disable-pip-version-check -q install --no-deps 'sglang==0.5.23'
+	touch $@
+
+rehearsal: $(REHEARSAL_VENV)/.stamp
+	@test -n "$(MILES_SRC)" || { echo "rehearsal: set MILES_SRC=/path/to/miles (a checkout with train_async.py)"; exit 2; }
+	$(REHEARSAL_PY) -m rescue.miles.rehearsal --arm "$(or $(ARM),protect)" $(if $(A),--a "$(A)") \
+		--miles-src "$(MILES_SRC)" --steps "$(or $(STEPS),6)" $(REHEARSAL_ARGS)
+
+# The pytest marker `rehearsal`: one arm end to end, and the parser-less run failing at pre-flight.
+rehearsal-test: $(VENV)/.stamp-dev $(REHEARSAL_VENV)/.stamp
+	@test -n "$(MILES_SRC)" || { echo "rehearsal-test: set MILES_SRC=/path/to/miles"; exit 2; }
+	MILES_SRC="$(MILES_SRC)" REHEARSAL_PY="$(REHEARSAL_PY)" $(PY) -m pytest -ra -q -m rehearsal tests/test_rehearsal_miles.py $(PYTEST_ARGS)
 
 # ── The SWE arms on Miles (GPU nodes). Every variable, with its default, is documented in
 # launch/config.sh; set any of them on the command line. DRY_RUN=1 prints the commands.

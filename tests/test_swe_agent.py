@@ -3,7 +3,7 @@
 Each trial runs the real ``swe_smith_tasks.agent.run``: mini-swe-agent's DefaultAgent with
 its LitellmModel against a scripted OpenAI-compatible server on loopback, in either
 mini-swe-agent's LocalEnvironment or its DockerEnvironment driving the stand-in docker
-executable (``tests/fake_docker.py``), then grading in a fresh container.
+executable (``rescue/rehearsal/docker.py``), then grading in a fresh container.
 """
 
 from __future__ import annotations

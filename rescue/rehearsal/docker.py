@@ -1,8 +1,12 @@
-"""A stand-in ``docker`` executable for tests on machines without a Docker daemon.
+"""A stand-in ``docker`` executable for the rehearsal and the tests (no Docker daemon needed).
+
+Run as ``python -m rescue.rehearsal.docker ARGS`` (``tasks.write_docker_shim`` writes an
+executable that does so).
 
 State lives under ``$FAKE_DOCKER_ROOT``: an image ``NAME`` is the folder
 ``images/<NAME with / and : as _>/testbed``; a container is ``containers/<id>/`` holding a
-copy of it (``testbed/``), its ``name`` and a ``rescue/`` scratch folder. Paths ``/testbed``
+copy of it (``testbed/``), its ``name`` and a ``rescue/`` scratch folder, built under
+``staging/`` and moved in whole, so concurrent calls never see half a container. Paths ``/testbed``
 and ``/rescue`` in ``exec`` commands and ``-w`` map into the container folder.
 
 Supported: ``run -d --name N [-w D] [--rm] [--label L] [other flags] IMAGE CMD…`` (prints
@@ -28,13 +32,24 @@ ROOT = Path(os.environ.get("FAKE_DOCKER_ROOT", "/nonexistent"))
 _VALUE_FLAGS = {"--name", "-w", "--label", "--cpus", "--memory", "-m", "-e", "--platform", "-v"}
 
 
-def _containers() -> dict[str, Path]:
-    out = {}
+def _named() -> list[tuple[str, str, Path]]:
+    """(id, name, folder) of each container. One another call is removing is skipped:
+    calls run concurrently, as against a real daemon."""
+    out = []
     for folder in (ROOT / "containers").glob("*"):
-        out[folder.name] = folder
-        name = folder / "name"
-        if name.exists():
-            out[name.read_text().strip()] = folder
+        try:
+            name = (folder / "name").read_text().strip()
+        except OSError:
+            continue
+        out.append((folder.name, name, folder))
+    return out
+
+
+def _containers() -> dict[str, Path]:
+    """Container id and name -> folder."""
+    out = {}
+    for cid, name, folder in _named():
+        out[cid] = out[name] = folder
     return out
 
 
@@ -62,10 +77,12 @@ def main(argv: list[str]) -> int:
             print(f"Unable to find image '{image}' locally: pull access denied", file=sys.stderr)
             return 125
         cid = uuid.uuid4().hex
-        folder = ROOT / "containers" / cid
-        shutil.copytree(source, folder / "testbed", symlinks=True)
-        (folder / "rescue").mkdir()
-        (folder / "name").write_text(name or cid)
+        staging = ROOT / "staging" / cid  # built aside, then appears whole (one rename)
+        staging.parent.mkdir(exist_ok=True)
+        shutil.copytree(source, staging / "testbed", symlinks=True)
+        (staging / "rescue").mkdir()
+        (staging / "name").write_text(name or cid)
+        staging.rename(ROOT / "containers" / cid)
         print(cid)
         return 0
     if command == "exec":
@@ -93,7 +110,13 @@ def main(argv: list[str]) -> int:
         known = _containers()
         for ref in [a for a in args if not a.startswith("-")]:
             if ref in known:
-                shutil.rmtree(known[ref], ignore_errors=True)
+                gone = ROOT / "staging" / f"rm-{uuid.uuid4().hex}"
+                gone.parent.mkdir(exist_ok=True)
+                try:
+                    known[ref].rename(gone)  # leaves containers/ whole, in one step
+                except OSError:
+                    continue  # removed by a concurrent call
+                shutil.rmtree(gone, ignore_errors=True)
         return 0
     if command == "inspect":
         ref = args[-1]
@@ -107,8 +130,7 @@ def main(argv: list[str]) -> int:
         for a, b in itertools.pairwise(args):
             if a == "--filter" and b.startswith("name="):
                 prefix = b[len("name=") :]
-        for folder in (ROOT / "containers").glob("*"):
-            name = (folder / "name").read_text().strip()
+        for _, name, _ in _named():
             if name.startswith(prefix):
                 print(name)
         return 0

@@ -1,0 +1,127 @@
+"""The training command of the rehearsal: the launcher's dry run and the ``argument`` rows.
+
+``launcher_command`` runs ``launch/swe_arm.sh`` with ``DRY_RUN=1`` and returns the runtime
+env and the ``train_async.py`` flags it would submit; ``cpu_flags`` applies the ``argument``
+rows of ``rescue.miles.cpu_changes.CHANGES`` to them; ``fsdp_known_flags`` asks Miles'
+FSDP-backend parser which flags it knows (the others are Megatron's).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shlex
+import socket
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+class RehearsalError(RuntimeError):
+    """A failure of the rehearsal with its one-line reason."""
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def option_values(flags: list[str], name: str) -> list[str] | None:
+    """Values of the last ``name`` in ``flags`` (None when absent)."""
+    found = None
+    for i, token in enumerate(flags):
+        if token == name:
+            j = i + 1
+            while j < len(flags) and not flags[j].startswith("--"):
+                j += 1
+            found = flags[i + 1 : j]
+    return found
+
+
+def set_option(flags: list[str], name: str, *values: str) -> list[str]:
+    """``flags`` with every ``name`` removed and ``name values`` appended."""
+    return [*drop_option(flags, name), name, *values]
+
+
+def drop_option(flags: list[str], name: str) -> list[str]:
+    out, i = [], 0
+    while i < len(flags):
+        if flags[i] == name:
+            i += 1
+            while i < len(flags) and not flags[i].startswith("--"):
+                i += 1
+            continue
+        out.append(flags[i])
+        i += 1
+    return out
+
+
+def launcher_command(env: dict[str, str]) -> tuple[dict[str, Any], list[str]]:
+    """(runtime env, train_async.py flags) of the launcher's dry run with ``env``."""
+    proc = subprocess.run(
+        ["bash", str(ROOT / "launch" / "swe_arm.sh")],
+        env={**os.environ, **env, "DRY_RUN": "1"},
+        capture_output=True,
+        text=True,
+    )
+    if proc.returncode != 0:
+        raise RehearsalError(f"launcher: {proc.stderr.strip().splitlines()[-1]}")
+    line = next((ln for ln in proc.stdout.splitlines() if ln.startswith("ray job submit")), None)
+    if line is None:
+        raise RehearsalError("launcher printed no `ray job submit` command")
+    words = shlex.split(line)
+    runtime = json.loads(words[words.index("--runtime-env-json") + 1])
+    rest = words[words.index("--") + 1 :]
+    return runtime, rest[2:]
+
+
+def fsdp_known_flags(miles_src: Path, flags: list[str]) -> set[str]:
+    """Option strings of Miles' FSDP-backend parser for this command line (imports Miles
+    with the CPU hook; the custom generate function adds its own flags, as in Miles)."""
+    from rescue.miles.cpu_changes import install
+
+    install()
+    if str(miles_src) not in sys.path:
+        sys.path.insert(0, str(miles_src))
+    from miles.backends.fsdp_utils.arguments import build_fsdp_parser
+    from miles.utils.arguments import get_miles_extra_args_provider
+
+    argv, sys.argv = sys.argv, ["train_async.py", *flags, "--train-backend", "fsdp"]
+    try:
+        parser = build_fsdp_parser(get_miles_extra_args_provider())
+    finally:
+        sys.argv = argv
+    return set(parser._option_string_actions)
+
+
+def cpu_flags(
+    flags: list[str],
+    known: set[str],
+    *,
+    engine_port: int,
+    router_port: int,
+    session_port: int,
+    router: str = "miles",
+) -> tuple[list[str], list[str]]:
+    """The ``argument`` rows applied to ``flags``; returns (flags, removed flag names)."""
+    removed = sorted({f for f in flags if f.startswith("--") and f not in known})
+    for name in removed:
+        flags = drop_option(flags, name)
+    flags = set_option(flags, "--train-backend", "fsdp")
+    flags = set_option(flags, "--debug-rollout-only")
+    if "--context-parallel-size" in known:
+        flags = set_option(flags, "--context-parallel-size", "1")
+    flags = set_option(flags, "--rollout-external")
+    flags = set_option(flags, "--rollout-external-engine-addrs", f"127.0.0.1:{engine_port}")
+    if router == "miles":
+        flags = set_option(flags, "--use-miles-router")
+    else:
+        flags = set_option(flags, "--worker-urls", f"http://127.0.0.1:{engine_port}")
+    flags = set_option(flags, "--distributed-backend", "gloo")
+    flags = set_option(flags, "--sglang-router-port", str(router_port))
+    flags = set_option(flags, "--session-server-port", str(session_port))
+    return flags, removed

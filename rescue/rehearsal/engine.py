@@ -1,0 +1,231 @@
+"""A stand-in SGLang engine on 127.0.0.1 that plays scripted SWE agents (stdlib HTTP only).
+
+Run: ``python -m rescue.rehearsal.engine --port P --model-path DIR [--tool-call-parser
+qwen25] [--reasoning-parser qwen3] [--context-length N] [--record FILE]``.
+
+It answers every request Miles sends an external engine at 31f1ca96 and fails where
+SGLang 0.5.x fails:
+
+| request | reply |
+|---|---|
+| ``GET /health``, ``/health_generate``, ``/flush_cache`` | 200 |
+| ``GET /get_server_info``, ``/server_info`` | the server arguments Miles checks (host, port, nnodes, node_rank, gpu_id_step, base_gpu_id, tp/dp/pp/ep size, enable_memory_saver) plus context_length, tool_call_parser, reasoning_parser, weight_version |
+| ``GET /model_info``, ``/get_weight_version`` | model path, ``weight_version`` |
+| ``POST /update_weight_version`` ``{new_version}`` | the version every later reply reports in ``meta_info.weight_version`` |
+| ``POST /generate`` | ``{text, output_ids, meta_info}``; ``finish_reason`` ``length`` at ``max_new_tokens`` |
+| ``POST /v1/chat/completions`` | one choice with ``meta_info.output_token_logprobs`` of exactly ``completion_tokens`` entries |
+| ``POST /abort_request``, ``/pause_generation``, ``/continue_generation`` | 200 |
+
+As SGLang does (``serving_chat.py``, ``tokenizer_manager.py``, ``qwen25_detector.py``,
+``reasoning_parser.py`` in 0.5.23):
+
+- without ``--tool-call-parser`` a tool call stays in ``message.content`` as
+  ``<tool_call>\\n{json}\\n</tool_call>`` text and ``tool_calls`` is null; with ``qwen25``
+  it moves to ``message.tool_calls`` (id ``call_<24 hex>``), ``content`` keeps the text
+  before it, and ``finish_reason`` ``stop`` becomes ``tool_calls``;
+- without ``--reasoning-parser`` the ``<think>`` block stays in ``content``; with
+  ``qwen3`` it moves to ``reasoning_content``;
+- a prompt of ``n`` tokens with ``n >= context`` or ``n + max_tokens > context`` is a 400
+  ``BadRequestError`` with SGLang's message; the context is ``--context-length`` or the
+  checkpoint's ``max_position_embeddings``;
+- a reply cut at ``max_tokens`` has ``finish_reason`` ``length``.
+
+The model: the first user message names the task; each new trial of a task (a request
+with no assistant turn yet) takes the next behaviour of ``--mixture`` (round robin per
+task, so a group of ``len(mixture)`` trials plays each once) and writes ``[plan NAME]`` in
+the text of every reply, which later requests carry back. Behaviours (``BEHAVIOURS``): ``solve``
+(fix, run tests, submit), ``wrong`` (a patch that does not resolve the task), ``loop``
+(reads files until the turn cap), ``overrun`` (long replies until the context is full),
+``ramble`` (replies cut by the length limit, no tool call).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import signal
+import sys
+import threading
+from collections import Counter
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+from typing import Any
+
+from rescue.rehearsal.model import BEHAVIOURS, DEFAULT_MIXTURE, Model, error_body
+
+__all__ = ["BEHAVIOURS", "DEFAULT_MIXTURE", "Engine", "Model", "main"]
+
+
+class Engine:
+    """The HTTP server around a ``Model``; ``record`` appends one JSON line per chat turn."""
+
+    def __init__(
+        self,
+        model: Model,
+        *,
+        port: int,
+        host: str = "127.0.0.1",
+        base_gpu_id: int = 0,
+        tp_size: int = 1,
+        record: Path | None = None,
+    ) -> None:
+        self.model = model
+        self.server_info = {
+            "host": host,
+            "port": port,
+            "nnodes": 1,
+            "node_rank": 0,
+            "gpu_id_step": 1,
+            "base_gpu_id": base_gpu_id,
+            "tp_size": tp_size,
+            "dp_size": 1,
+            "pp_size": 1,
+            "ep_size": 1,
+            "enable_memory_saver": False,
+            "model_path": str(model.model_path),
+            "tokenizer_path": str(model.model_path),
+            "context_length": model.context_length,
+            "tool_call_parser": model.tool_call_parser,
+            "reasoning_parser": model.reasoning_parser,
+        }
+        self.record = Path(record) if record else None
+        self.requests: Counter[str] = Counter()
+        self._write = threading.Lock()
+        engine = self
+
+        class Handler(BaseHTTPRequestHandler):
+            protocol_version = "HTTP/1.1"
+
+            def log_message(self, *args: object) -> None:
+                pass
+
+            def do_GET(self) -> None:
+                engine.requests[self.path] += 1
+                status, payload = engine.get(self.path.split("?")[0])
+                self._send(status, payload)
+
+            def do_POST(self) -> None:
+                engine.requests[self.path] += 1
+                length = int(self.headers.get("Content-Length") or 0)
+                raw = self.rfile.read(length) if length else b""
+                try:
+                    body = json.loads(raw) if raw else {}
+                except json.JSONDecodeError as e:
+                    self._send(400, error_body(f"invalid JSON: {e}", 400))
+                    return
+                status, payload = engine.post(self.path.split("?")[0], body)
+                self._send(status, payload)
+
+            def _send(self, status: int, payload: Any) -> None:
+                data = json.dumps(payload).encode()
+                try:
+                    self.send_response(status)
+                    self.send_header("Content-Type", "application/json")
+                    self.send_header("Content-Length", str(len(data)))
+                    self.end_headers()
+                    self.wfile.write(data)
+                except OSError:
+                    pass
+
+        self.server = ThreadingHTTPServer((host, port), Handler)
+        self.server.daemon_threads = True
+        self.port = self.server.server_address[1]
+        self.server_info["port"] = self.port
+
+    def get(self, path: str) -> tuple[int, Any]:
+        m = self.model
+        if path in ("/health", "/health_generate", "/flush_cache"):
+            return 200, {}
+        if path in ("/get_server_info", "/server_info"):
+            return 200, {**self.server_info, "weight_version": m.weight_version}
+        if path in ("/model_info", "/get_model_info", "/get_weight_version"):
+            return 200, {
+                "model_path": str(m.model_path),
+                "tokenizer_path": str(m.model_path),
+                "is_generation": True,
+                "weight_version": m.weight_version,
+            }
+        if path == "/v1/models":
+            return 200, {"object": "list", "data": [{"id": str(m.model_path), "object": "model"}]}
+        return 404, error_body(f"no route {path}", 404)
+
+    def post(self, path: str, body: dict[str, Any]) -> tuple[int, Any]:
+        m = self.model
+        if path in ("/flush_cache", "/abort_request", "/pause_generation", "/continue_generation"):
+            return 200, {"success": True}
+        if path == "/update_weight_version":
+            m.weight_version = str(body["new_version"])
+            return 200, {"success": True, "message": f"weight_version {m.weight_version}"}
+        if path == "/generate":
+            ids = body.get("input_ids")
+            if ids is None:
+                ids = m.tokenizer.encode(str(body.get("text", "")), add_special_tokens=False).ids
+            max_new = (body.get("sampling_params") or {}).get("max_new_tokens")
+            if error := m.context_error(len(ids), max_new):
+                return 400, error_body(error, 400)
+            budget = max_new if max_new is not None else m.context_length - len(ids)
+            return 200, m.generate(m.raw_reply("solve", 0, budget), len(ids), budget)
+        if path in ("/v1/chat/completions", "/chat/completions"):
+            status, response, record = m.chat(body)
+            self._note(record)
+            return status, response
+        return 404, error_body(f"no route {path}", 404)
+
+    def _note(self, record: dict[str, Any]) -> None:
+        if self.record is None:
+            return
+        record["weight_version"] = self.model.weight_version
+        with self._write, self.record.open("a") as f:
+            f.write(json.dumps(record) + "\n")
+
+    def serve_forever(self) -> None:
+        self.server.serve_forever()
+
+    def start(self) -> Engine:
+        threading.Thread(target=self.serve_forever, daemon=True).start()
+        return self
+
+    def close(self) -> None:
+        self.server.shutdown()
+        self.server.server_close()
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(prog="python -m rescue.rehearsal.engine", description=__doc__)
+    p.add_argument("--port", type=int, default=0, help="port on 127.0.0.1 (default 0: any free)")
+    p.add_argument("--model-path", required=True, help="folder with tokenizer.json, config.json")
+    p.add_argument("--tool-call-parser", default=None, help="qwen25 or unset (default unset)")
+    p.add_argument("--reasoning-parser", default=None, help="qwen3 or unset (default unset)")
+    p.add_argument(
+        "--context-length", type=int, default=None, help="default: max_position_embeddings"
+    )
+    p.add_argument("--base-gpu-id", type=int, default=0, help="reported base_gpu_id (default 0)")
+    p.add_argument("--tp-size", type=int, default=1, help="reported tp_size (default 1)")
+    p.add_argument(
+        "--mixture",
+        default=",".join(DEFAULT_MIXTURE),
+        help=f"behaviours per task, round robin (default {','.join(DEFAULT_MIXTURE)})",
+    )
+    p.add_argument("--record", default=None, help="append one JSON line per chat turn here")
+    a = p.parse_args(argv)
+    try:
+        model = Model(
+            Path(a.model_path),
+            tool_call_parser=a.tool_call_parser,
+            reasoning_parser=a.reasoning_parser,
+            context_length=a.context_length,
+            mixture=tuple(x for x in a.mixture.split(",") if x),
+        )
+    except ValueError as e:
+        p.error(str(e))
+    engine = Engine(
+        model, port=a.port, base_gpu_id=a.base_gpu_id, tp_size=a.tp_size, record=a.record
+    )
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(0))
+    print(f"engine ready on 127.0.0.1:{engine.port}", flush=True)
+    engine.serve_forever()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
