@@ -46,8 +46,10 @@ identity: $(VENV)/.stamp-base
 test: $(VENV)/.stamp-dev+sim+swe+replay+ray
 	$(PY) -m pytest $(PYTEST_ARGS)
 
-# MILES_SRC / SLIME_SRC: checkouts of radixark/miles and THUDM/slime (default unset).
-# The integration tests import them with the [integration] extra's CPU packages.
+# MILES_SRC / SLIME_SRC: checkouts (or unpacked archives) of radixark/miles and THUDM/slime
+# (default unset; the commits rescue is tested against are in rescue/frameworks.py). The
+# integration tests import them with the [integration] extra's CPU packages; a package
+# missing fails them, sources at another commit warn naming both commits.
 INTEGRATION_TESTS := tests/test_miles_buffer.py tests/test_miles_log.py tests/test_miles_reward.py \
 	tests/test_miles_pace.py tests/test_filters.py tests/test_slime_rollout.py \
 	tests/test_replay_miles.py tests/test_advantages.py tests/test_launch.py \
@@ -56,6 +58,8 @@ INTEGRATION_TESTS := tests/test_miles_buffer.py tests/test_miles_log.py tests/te
 
 integration: $(VENV)/.stamp-dev+sim+swe+replay+integration
 	@test -n "$(MILES_SRC)$(SLIME_SRC)" || { echo "integration: set MILES_SRC=/path/to/miles and/or SLIME_SRC=/path/to/slime"; exit 2; }
+	@for v in "MILES_SRC=$(MILES_SRC)" "SLIME_SRC=$(SLIME_SRC)"; do \
+	  test -z "$${v#*=}" || test -d "$${v#*=}" || { echo "integration: $${v%%=*}=$${v#*=} is not a directory"; exit 2; }; done
 	MILES_SRC="$(MILES_SRC)" SLIME_SRC="$(SLIME_SRC)" $(PY) -m pytest -ra -q $(INTEGRATION_TESTS) $(PYTEST_ARGS)
 
 lint: $(VENV)/.stamp-dev

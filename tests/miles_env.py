@@ -2,7 +2,15 @@
 
 ``MILES_SRC`` / ``SLIME_SRC`` name a checkout of radixark/miles / THUDM/slime. A test that
 needs one calls ``require_miles()`` / ``require_slime()``: it skips with the reason when
-the variable is unset, else puts the checkout on ``sys.path`` and returns it.
+the variable is unset, fails naming the package when one the framework imports is not
+installed, warns when the sources are not at the commit rescue is tested against
+(``rescue.frameworks``), and puts the checkout on ``sys.path`` and returns it.
+
+Which commit a source folder is at: a git checkout (a ``.git`` in the folder itself) by
+``git rev-parse HEAD``; otherwise, the folder's name ``<name>-<commit>`` (7 to 40 hex
+digits), which is how ``git archive`` tarballs of a commit unpack (GitHub's downloads, the
+pinned archives; CI names the folder after the commit ``git get-tar-commit-id`` reads from
+the archive itself). Neither: the warning says it cannot tell.
 
 Miles' rollout modules import ``sglang.srt.entrypoints.openai.encoding_dsv4`` and
 ``...protocol.Tool`` at import time (chat templates), which CPU tests never call. When
@@ -14,10 +22,16 @@ from __future__ import annotations
 
 import importlib.util
 import os
+import re
+import subprocess
 import sys
 import types
+import warnings
+from pathlib import Path
 
 import pytest
+
+from rescue.frameworks import MILES, SLIME, PinnedFramework
 
 MILES_SRC = os.environ.get("MILES_SRC") or None
 SLIME_SRC = os.environ.get("SLIME_SRC") or None
@@ -90,27 +104,84 @@ FRAMEWORK_DEPENDENCIES = (
 
 
 def _require_dependencies(variable: str) -> None:
+    """Fail, naming them, when packages the framework imports are missing: the user asked
+    for the integration tests by setting ``variable``, so a skip would hide them."""
     missing = [m for m in FRAMEWORK_DEPENDENCIES if not _module_exists(m)]
     if missing:
-        pytest.skip(
+        pytest.fail(
             f"{variable} is set but {', '.join(missing)} not installed: "
-            "pip install -e '.[integration]' (or run `make integration`)"
+            "pip install -e '.[integration]' (or run `make integration`)",
+            pytrace=False,
         )
 
 
+class FrameworkCommitWarning(UserWarning):
+    """The framework sources are not (or not known to be) at the pinned commit."""
+
+
+def source_commit(src: str | os.PathLike) -> tuple[str | None, str]:
+    """The commit ``src`` is at (full, or the prefix its folder name gives) and how that is
+    known; ``(None, why)`` when it cannot be told."""
+    path = Path(src).resolve()
+    if (path / ".git").exists():
+        done = subprocess.run(
+            ["git", "-C", str(path), "rev-parse", "HEAD"], capture_output=True, text=True
+        )
+        if done.returncode == 0:
+            return done.stdout.strip(), "git rev-parse HEAD"
+        return None, f"git rev-parse HEAD failed: {done.stderr.strip()}"
+    named = re.fullmatch(r".+-([0-9a-f]{7,40})", path.name)
+    if named:
+        return named.group(1), f"its folder name {path.name}"
+    return None, f"no .git in it and its name {path.name} is not <name>-<commit>"
+
+
+def commit_mismatch(framework: PinnedFramework, src: str | os.PathLike) -> str | None:
+    """A message when ``src`` is not known to be at ``framework``'s pinned commit, else None."""
+    commit, how = source_commit(src)
+    pinned = f"{framework.repository}@{framework.commit}"
+    if commit is None:
+        return (
+            f"cannot tell which {framework.name} commit {src} is ({how}); "
+            f"rescue is tested against {pinned}"
+        )
+    if framework.commit.startswith(commit.lower()):
+        return None
+    return (
+        f"{framework.name} at {src} is commit {commit} (by {how}), not {pinned} that rescue "
+        f"is tested against: a failure may come from changes in {framework.name}"
+    )
+
+
+_checked: set[tuple[str, str]] = set()
+
+
+def warn_unless_pinned(framework: PinnedFramework, src: str) -> None:
+    """Warn once per source when it is not known to be at the pinned commit."""
+    if (framework.package, src) in _checked:
+        return
+    _checked.add((framework.package, src))
+    message = commit_mismatch(framework, src)
+    if message is not None:
+        warnings.warn(message, FrameworkCommitWarning, stacklevel=3)
+
+
 def require_miles() -> str:
-    """Miles' checkout on ``sys.path`` (with the sglang stand-ins), or skip the test."""
+    """Miles' checkout on ``sys.path`` (with the sglang stand-ins); skip when unset."""
     if MILES_SRC is None:
         pytest.skip("needs real Miles sources: set MILES_SRC=/path/to/miles to run")
     _require_dependencies("MILES_SRC")
     src = _on_path(MILES_SRC)
+    warn_unless_pinned(MILES, src)
     stub_sglang_for_miles()
     return src
 
 
 def require_slime() -> str:
-    """slime's checkout on ``sys.path``, or skip the test."""
+    """slime's checkout on ``sys.path``; skip when unset."""
     if SLIME_SRC is None:
         pytest.skip("needs real slime sources: set SLIME_SRC=/path/to/slime to run")
     _require_dependencies("SLIME_SRC")
-    return _on_path(SLIME_SRC)
+    src = _on_path(SLIME_SRC)
+    warn_unless_pinned(SLIME, src)
+    return src

@@ -1,0 +1,41 @@
+"""The Miles and slime commits rescue is built and tested against.
+
+The adapters (``rescue.miles``, ``rescue.slime``) follow the data path and hooks of these
+commits; the integration tests run against sources at these commits (CI unpacks their
+archives, named ``<package>-<commit[:8]>.tar.gz``) and warn, naming both commits, when
+they are given sources at another one. This is the one place the commits are stated.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True)
+class PinnedFramework:
+    """A framework rescue plugs into, at the commit it is tested against."""
+
+    #: How the framework is named in messages ("Miles").
+    name: str
+    #: Its top-level Python package, also the stem of its source archive ("miles").
+    package: str
+    #: Its GitHub repository ("radixark/miles").
+    repository: str
+    #: The full 40-character commit.
+    commit: str
+
+    @property
+    def short(self) -> str:
+        """The commit's first 8 characters, as in the archive's name."""
+        return self.commit[:8]
+
+    @property
+    def archive(self) -> str:
+        """The file name of this commit's source archive (``git archive`` output)."""
+        return f"{self.package}-{self.short}.tar.gz"
+
+
+MILES = PinnedFramework(
+    "Miles", "miles", "radixark/miles", "31f1ca961a94cb860cec3b2dea34ec332bfa8f76"
+)
+SLIME = PinnedFramework("slime", "slime", "THUDM/slime", "624b824a898ab0ec1fcb4d373004c7f3852bf515")
