@@ -101,7 +101,7 @@ rehearsal: $(REHEARSAL_VENV)/.stamp
 # The pytest marker `rehearsal`: one arm end to end, and the parser-less run failing at pre-flight.
 rehearsal-test: $(VENV)/.stamp-dev $(REHEARSAL_VENV)/.stamp
 	@test -n "$(MILES_SRC)" || { echo "rehearsal-test: set MILES_SRC=/path/to/miles"; exit 2; }
-	MILES_SRC="$(MILES_SRC)" REHEARSAL_PY="$(REHEARSAL_PY)" $(PY) -m pytest -ra -q -m rehearsal tests/test_rehearsal_miles.py $(PYTEST_ARGS)
+	MILES_SRC="$(MILES_SRC)" REHEARSAL_PY="$(REHEARSAL_PY)" $(PY) -m pytest -ra -q -m rehearsal --timeout=0 tests/test_rehearsal_miles.py $(PYTEST_ARGS)
 
 # ── The SWE arms on Miles (GPU nodes). Every variable, with its default, is documented in
 # launch/config.sh; set any of them on the command line. DRY_RUN=1 prints the commands.

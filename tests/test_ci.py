@@ -98,3 +98,8 @@ def test_the_allowed_skip_names_a_test_that_exists():
     module, name = allowed.split("::")
     source = (ROOT / (module.replace(".", "/") + ".py")).read_text()
     assert f"def {name}(" in source
+
+
+def test_a_hung_test_fails_after_the_configured_timeout(request):
+    assert request.config.pluginmanager.hasplugin("timeout")
+    assert float(request.config.getini("timeout")) == 300
