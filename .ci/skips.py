@@ -1,19 +1,14 @@
-"""CI: fail when an integration run (pytest's JUnit XML) ran no test or skipped one.
+"""CI: fail when an integration run (pytest's JUnit XML) failed, ran no test or skipped one.
 
-With both frameworks' sources given, every integration test must run; the only skips
-allowed are the tests below, which by design run only where Miles is not importable.
-Each skip is printed with its reason. Usage: python .ci/skips.py JUNIT_XML
+With both frameworks' sources given, every integration test must run (none runs only
+without Miles), so each skip fails CI; each is printed with its reason.
+Usage: python .ci/skips.py JUNIT_XML
 """
 
 from __future__ import annotations
 
 import sys
 import xml.etree.ElementTree as ET
-
-#: Tests that run only without Miles (``classname::name`` as pytest's JUnit XML writes them).
-RUN_ONLY_WITHOUT_MILES = frozenset(
-    {"tests.test_miles_buffer::test_building_the_buffer_without_miles_names_the_fix"}
-)
 
 
 def outcomes(junit_xml: str) -> tuple[int, int, list[tuple[str, str]]]:
@@ -37,18 +32,14 @@ def main(argv: list[str]) -> int:
         print("usage: python .ci/skips.py JUNIT_XML", file=sys.stderr)
         return 2
     passed, failed, skipped = outcomes(argv[0])
-    unexpected = [(t, why) for t, why in skipped if t not in RUN_ONLY_WITHOUT_MILES]
     for test, why in skipped:
-        kind = (
-            "unexpected skip" if (test, why) in unexpected else "skipped, runs only without Miles"
-        )
-        print(f"ci: {kind}: {test}: {why}")
+        print(f"ci: skipped: {test}: {why}")
     if passed + failed == 0:
         print("ci: no integration test ran")
-    elif unexpected:
-        print(f"ci: {len(unexpected)} integration tests skipped: each must run in CI")
+    elif skipped:
+        print(f"ci: {len(skipped)} integration tests skipped: each must run in CI")
     print(f"integration: {passed} passed, {failed} failed, {len(skipped)} skipped")
-    return 1 if failed or unexpected or passed + failed == 0 else 0
+    return 1 if failed or skipped or passed + failed == 0 else 0
 
 
 if __name__ == "__main__":
