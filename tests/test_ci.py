@@ -94,3 +94,63 @@ def test_a_failed_test_fails(tmp_path):
 def test_a_hung_test_fails_after_the_configured_timeout(request):
     assert request.config.pluginmanager.hasplugin("timeout")
     assert float(request.config.getini("timeout")) == 300
+
+
+def fake_vendor(tmp_path: Path) -> Path:
+    """Archives named like the pinned ones, each holding one folder with a file."""
+    from rescue.frameworks import SLIME
+
+    vendor = tmp_path / "vendor"
+    vendor.mkdir()
+    for fw in (MILES, SLIME):
+        folder = tmp_path / fw.archive.removesuffix(".tar.gz")
+        folder.mkdir()
+        (folder / "README").write_text(fw.package)
+        subprocess.run(
+            ["tar", "czf", str(vendor / fw.archive), "-C", str(tmp_path), folder.name], check=True
+        )
+    return vendor
+
+
+def fake_make(tmp_path: Path) -> tuple[Path, Path]:
+    """A `make` on PATH that records its arguments and writes a passing JUnit file."""
+    bin_dir, calls = tmp_path / "bin", tmp_path / "make-calls"
+    bin_dir.mkdir()
+    script = bin_dir / "make"
+    script.write_text(
+        "#!/usr/bin/env bash\n"
+        f'echo "$*" >> {calls}\n'
+        'for a in "$@"; do case $a in PYTEST_ARGS=--junitxml=*) x=${a#PYTEST_ARGS=--junitxml=};\n'
+        '  echo \'<testsuites><testsuite><testcase classname="t" name="x"/></testsuite>'
+        '</testsuites>\' > "$x";; esac; done\n'
+    )
+    script.chmod(0o755)
+    return bin_dir, calls
+
+
+@needs_bash_and_git
+@pytest.mark.parametrize("setting", ["1", "0"])
+def test_the_integration_step_runs_the_rehearsal_unless_ci_rehearsal_is_0(tmp_path, setting):
+    vendor = fake_vendor(tmp_path)
+    bin_dir, calls = fake_make(tmp_path)
+    result = subprocess.run(
+        ["bash", str(ROOT / ".ci" / "integration")],
+        env={
+            **os.environ,
+            "VENDOR_DIR": str(vendor),
+            "CI_REHEARSAL": setting,
+            "PATH": f"{bin_dir}:{os.environ['PATH']}",
+        },
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert result.returncode == 0, result.stdout + result.stderr
+    targets = [line.split()[0] for line in calls.read_text().splitlines()]
+    assert targets == (["integration", "rehearsal-test"] if setting == "1" else ["integration"])
+    if setting == "1":
+        integration, rehearsal = (line.split() for line in calls.read_text().splitlines())
+        assert rehearsal[1] == integration[1]  # the same unpacked Miles
+        assert rehearsal[1].startswith("MILES_SRC=") and "/miles-" in rehearsal[1]
+    else:
+        assert "rehearsal not run: CI_REHEARSAL=0" in result.stdout
