@@ -155,13 +155,22 @@ class Gate:
 
     def decide(self, group_id: int | str, staleness: int | float | None) -> Decision:
         """Keep or drop one group, and its loss weight."""
-        if not self.is_stale(staleness):
+        return self.decide_drawn(self.is_stale(staleness), self.coin(group_id))
+
+    def decide_drawn(self, stale: bool, u: float) -> Decision:
+        """The decision for a group already known stale or fresh whose coin is ``u``.
+
+        ``decide`` is this with ``u = coin(seed, group id)``; the oracle's build step calls it
+        with the staleness flag and the coin a never-drop run recorded on the group's samples
+        (``rescue.samples`` tags), so every arm's selection comes from this one rule.
+        """
+        if not stale:
             return Decision(keep=True, weight=1.0, stale=False)
         if self.arm in (Arm.NEVER_DROP, Arm.PACE):
             return Decision(keep=True, weight=1.0, stale=True)
         if self.arm is Arm.DROP:
             return Decision(keep=False, weight=0.0, stale=True)
-        if self.coin(group_id) < self.a:
+        if u < self.a:
             return Decision(keep=True, weight=self.protect_weight, stale=True)
         return Decision(keep=False, weight=0.0, stale=True)
 

@@ -40,6 +40,13 @@ Rules (each equal to Miles' own where Miles has one):
   removed otherwise) and its bucket is ``trained_protected``, ``trained_stale`` or
   ``trained_fresh``. ``GatedGroup.settle`` closes its census entry with the records of
   its trajectories as they are at that moment.
+- recording (also ``gate_group``, every arm): every sample of every group that reaches
+  the gate carries ``metadata["rescue_staleness"]`` (``STALENESS_KEY``; ``None`` when
+  unknown), ``metadata["rescue_would_drop"]`` (``WOULD_DROP_KEY``: the group is stale,
+  so the drop arm drops it) and ``metadata["rescue_coin"]`` (``COIN_KEY``: the protect
+  coin ``u(seed, group id)`` of the gate's seed, which protect compares with ``a``). A
+  never-drop run's dump therefore holds the cohort and every arm's selection of it
+  (``rescue.oracle``); the selection is recomputed with ``Gate.decide_drawn``.
 """
 
 from __future__ import annotations
@@ -57,6 +64,12 @@ from rescue.outcomes import status_value
 
 #: Metadata key carrying a sample's loss weight (1/a for a protected stale group).
 WEIGHT_KEY = "rescue_weight"
+#: Metadata key: the group's staleness at the gate (``None`` when unknown).
+STALENESS_KEY = "rescue_staleness"
+#: Metadata key: whether the drop arm would drop the group (it is stale).
+WOULD_DROP_KEY = "rescue_would_drop"
+#: Metadata key: the group's protect coin ``u(seed, group id)`` in [0, 1).
+COIN_KEY = "rescue_coin"
 
 _MISSING = object()
 
@@ -255,23 +268,36 @@ def weight_of(sample: Any) -> float:
     return float(metadata.get(WEIGHT_KEY, 1.0))
 
 
+def sample_metadata(sample: Any) -> dict:
+    """The sample's metadata dict, created (and attached) when it has none."""
+    is_dict = isinstance(sample, dict)
+    metadata = sample.get("metadata") if is_dict else getattr(sample, "metadata", None)
+    if metadata is None:
+        metadata = {}
+        if is_dict:
+            sample["metadata"] = metadata
+        else:
+            sample.metadata = metadata
+    return metadata
+
+
 def set_group_weight(group: Iterable[Any], weight: float | None) -> None:
     """Write ``weight`` into every sample's metadata, or remove the key when ``None``."""
-    for item in group:
-        for s in item if isinstance(item, list) else (item,):
-            is_dict = isinstance(s, dict)
-            metadata = s.get("metadata") if is_dict else getattr(s, "metadata", None)
-            if weight is None:
-                if metadata:
-                    metadata.pop(WEIGHT_KEY, None)
-                continue
-            if metadata is None:
-                metadata = {}
-                if is_dict:
-                    s["metadata"] = metadata
-                else:
-                    s.metadata = metadata
-            metadata[WEIGHT_KEY] = float(weight)
+    for s in iter_samples(group):
+        if weight is None:
+            if metadata := field(s, "metadata"):
+                metadata.pop(WEIGHT_KEY, None)
+            continue
+        sample_metadata(s)[WEIGHT_KEY] = float(weight)
+
+
+def tag_group(group: Iterable[Any], staleness: int | None, would_drop: bool, u: float) -> None:
+    """Record the gate's inputs on every sample: staleness, would-drop and the coin."""
+    for s in iter_samples(group):
+        metadata = sample_metadata(s)
+        metadata[STALENESS_KEY] = staleness
+        metadata[WOULD_DROP_KEY] = bool(would_drop)
+        metadata[COIN_KEY] = float(u)
 
 
 @dataclass
@@ -296,10 +322,13 @@ class GatedGroup:
 
 
 def gate_group(gate: Gate, group: Sequence[Any], current_version: int | None) -> GatedGroup:
-    """Pass one group through the gate; a kept group is tagged with its loss weight."""
+    """Pass one group through the gate, recording its inputs on every sample; a kept group
+    is tagged with its loss weight."""
     gid = group_id(group)
     staleness = group_staleness(group, current_version)
-    decision = gate.decide(gid, staleness)
+    u = gate.coin(gid)
+    decision = gate.decide_drawn(gate.is_stale(staleness), u)
+    tag_group(group, staleness, decision.stale, u)
     if decision.keep:
         set_group_weight(group, decision.weight if decision.protected else None)
     return GatedGroup(gid, group, staleness, Bucket.after_gate(decision), decision.weight)

@@ -160,3 +160,16 @@ def test_protect_weighted_sum_is_unbiased_for_never_drop():
     drop = Gate(arm="drop", max_staleness=2)
     w = np.array([drop.decide(g, int(s)).weight for g, s in enumerate(staleness)])
     assert (w * losses).sum() == pytest.approx(target - losses[stale].sum())
+
+
+@pytest.mark.parametrize(
+    "arm, a", [("drop", None), ("never-drop", None), ("protect", 0.5), ("pace", None)]
+)
+def test_decide_is_decide_drawn_on_the_group_coin(arm, a):
+    """The oracle rebuilds each arm's selection from recorded (stale, coin) with the same rule."""
+    gate = Gate(arm=arm, a=a, seed=3, max_staleness=1)
+    for gid in range(50):
+        for staleness in (0, 1, 2, None):
+            assert gate.decide(gid, staleness) == gate.decide_drawn(
+                gate.is_stale(staleness), coin(3, gid)
+            )

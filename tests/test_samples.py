@@ -11,7 +11,10 @@ from rescue.census import Bucket, RolloutRecord, no_result
 from rescue.gate import Gate, coin
 from rescue.outcomes import Outcome
 from rescue.samples import (
+    COIN_KEY,
+    STALENESS_KEY,
     WEIGHT_KEY,
+    WOULD_DROP_KEY,
     gate_group,
     group_id,
     group_newest_weight_version,
@@ -159,3 +162,25 @@ def test_trajectories_of_a_flat_batch_group_siblings_by_rollout_id():
     b = [Sample(group_index=1, index=10), Sample(group_index=1, index=11)]
     c = [Sample(group_index=2, index=20, rollout_id=7)]
     assert [len(t) for t in trajectories_of([*a, *b, *c])] == [3, 1, 1, 1]
+
+
+def test_gate_group_records_staleness_would_drop_and_the_coin_on_every_sample():
+    gate = Gate(arm="never-drop", seed=4, max_staleness=1)
+    stale = group_of(7, version=1, nested=True)
+    fresh = [{"group_index": 8, "weight_versions": ["3"]}, {"group_index": 8, "metadata": None}]
+    gate_group(gate, stale, 3)
+    gate_group(gate, fresh, 3)
+    for s in (s for t in stale for s in t):
+        assert s.metadata[STALENESS_KEY] == 2 and s.metadata[WOULD_DROP_KEY] is True
+        assert s.metadata[COIN_KEY] == coin(4, 7)
+    for s in fresh:
+        assert s["metadata"][STALENESS_KEY] == 0 and s["metadata"][WOULD_DROP_KEY] is False
+        assert s["metadata"][COIN_KEY] == coin(4, 8)
+    # the drop arm tags the groups it drops too, and unknown staleness is recorded as None
+    dropped = group_of(9, version=0)
+    assert not gate_group(Gate(arm="drop", max_staleness=1), dropped, 3).kept
+    assert all(s.metadata[WOULD_DROP_KEY] for s in dropped)
+    unknown = [Sample(group_index=5)]
+    gate_group(gate, unknown, 3)
+    assert unknown[0].metadata[STALENESS_KEY] is None
+    assert unknown[0].metadata[WOULD_DROP_KEY] is False
