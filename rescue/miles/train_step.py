@@ -10,8 +10,11 @@ opt_param_scheduler)`` before every optimizer step (after the gradients are zero
 
 1. clears the advantage moments ``MOMENTS`` that ``rescue.miles.loss.policy_loss`` records
    for this step's micro-batches;
-2. installs, once per optimizer, the step wrapper (``rescue.miles.step``) with two layers:
-   ``TrainLog`` (outermost) and, unless ``RESCUE_UPDATE_NORM=0``, ``UpdateNorm``;
+2. installs, once per optimizer, the step wrapper (``rescue.miles.step``) with its layers:
+   ``TrainLog`` (outermost); unless ``RESCUE_UPDATE_NORM=0``, ``UpdateNorm``; and, when
+   the run converts with ``rescue.miles.matched.convert_samples_to_train_data`` (the
+   matched-update control), ``MatchedUpdate`` (innermost), with the scheduler's step held
+   at the reference copy's steps (``rescue.miles.matched``);
 3. hands the wrapper this step's ``(args, rollout_id, step_id)``.
 
 After Miles' ``optimizer.step()``, ``TrainLog`` reduces the moments over the DP x CP groups
@@ -24,10 +27,13 @@ initialized (last pipeline stage, DP x CP rank 0, TP rank 0: Miles'
 ``train/rescue/adv_var``       their variance (population variance over those tokens);
 ``train/rescue/adv_tokens``    how many tokens that is;
 
-at ``train/step = rollout_id * S + step_id`` with ``S`` Miles' steps per rollout
-(``--num-steps-per-rollout``, else ``rollout_batch_size * n_samples_per_prompt //
-global_batch_size``), the value Miles logs its own ``train/*`` keys at when every rollout
-has ``S`` steps. Clip fraction and TIS statistics are Miles' own (``train/pg_clipfrac``,
+and, under the matched-update control, ``train/rescue/matched_copy``,
+``train/rescue/update_norm_ref``, ``train/rescue/update_norm_mask`` and
+``train/rescue/update_scale`` (``rescue.miles.matched``); at ``train/step = rollout_id * S +
+step_id`` with ``S`` Miles' steps per rollout (``--num-steps-per-rollout``, else
+``rollout_batch_size * n_samples_per_prompt // global_batch_size``; twice that under the
+matched control, which takes each step on two copies), the value Miles logs its own
+``train/*`` keys at when every rollout has ``S`` steps. Clip fraction and TIS statistics are Miles' own (``train/pg_clipfrac``,
 ``train/tis*``). Nothing is logged for a step Miles skips (no ``optimizer.step()`` call:
 inf/NaN gradients, ``--debug-disable-optimizer``).
 
@@ -42,6 +48,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from rescue.errors import InputError
+from rescue.miles.matched import MatchedUpdate, ReferenceStepHold, matched_enabled
 from rescue.miles.step import StepContext, StepWrapper, UpdateNorm
 
 #: Prefix of every key this module logs.
@@ -119,12 +126,13 @@ MOMENTS = AdvantageMoments()
 
 def steps_per_rollout(args: Any) -> int:
     """Miles' optimizer steps per rollout (module docstring), at least 1."""
+    copies = 2 if matched_enabled(args) else 1
     configured = getattr(args, "num_steps_per_rollout", None)
     if configured:
-        return int(configured)
+        return copies * int(configured)
     batch = getattr(args, "rollout_batch_size", 0) * getattr(args, "n_samples_per_prompt", 0)
     gbs = getattr(args, "global_batch_size", None) or batch
-    return max(1, batch // gbs) if gbs else 1
+    return copies * (max(1, batch // gbs) if gbs else 1)
 
 
 def _parallel() -> tuple[Sequence[Any], bool]:
@@ -173,4 +181,7 @@ def before_train_step(
     wrapper.ensure(TrainLog)
     if update_norm_from_env():
         wrapper.ensure(UpdateNorm)
+    if matched_enabled(args):
+        wrapper.ensure(MatchedUpdate)
+        ReferenceStepHold.install(opt_param_scheduler, lambda: wrapper.context)
     wrapper.context = StepContext(args=args, rollout_id=rollout_id, step_id=step_id)

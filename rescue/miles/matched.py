@@ -1,0 +1,260 @@
+"""The matched-update control: the mask arm's step rescaled to the R = 0 arm's update norm.
+
+Targets: ``--custom-convert-samples-to-train-data-path
+rescue.miles.matched.convert_samples_to_train_data`` together with rescue's
+before-train-step hook (``rescue.miles.train_step.before_train_step``), which installs
+``MatchedUpdate`` when it sees this convert path.
+
+Specification
+-------------
+Each training step of the mask arm is taken twice from the same parameters and optimizer
+state, once on each of two copies of the same batch:
+
+- copy A, the R = 0 arm: the batch with every capped trajectory unmasked
+  (``remove_sample`` cleared on the trajectories ``rescue.outcomes.is_capped`` marks, the
+  only ones a mask filter masks; any other ``remove_sample`` stays);
+- copy B, the mask arm: the batch as the sample filter left it.
+
+Both copies go through Miles' own conversion with the run's reward hook
+(``--custom-reward-post-process-path``, else Miles' normalization), each copy on its own, so
+the group baselines, ``RESCUE_TRUNCATED_REWARD`` (``zero`` scores every budget failure 0:
+the launchers' setting) and the per-rollout loss denominators are those each arm would
+have. Copy B's rollout ids are shifted by ``ROLLOUT_ID_OFFSET``. The rollouts are laid out
+``A_1, B_1, A_2, B_2, ...`` in chunks of ``--global-batch-size`` rollouts, so Miles' DP
+schedule (steps of ``global_batch_size`` rollouts in first-appearance order) makes two
+optimizer steps per base step: step ``2k`` is copy A's k-th chunk, ``2k + 1`` copy B's.
+
+``MatchedUpdate``, a layer of the optimizer-step wrapper (``rescue.miles.step``):
+
+- step ``2k`` (copy A): Megatron's full step runs (gradient norm, clipping by copy A's own
+  norm, the inner optimizer step) with the inner step measured and undone
+  (``measured_inner_steps``): the reference update norm ``‖Δθ_A‖`` is recorded, and
+  parameters and optimizer state (moments, step counts) are left exactly as before. The
+  learning-rate scheduler's step is skipped, so it advances once per base step, by the
+  base step's rollouts, as in the mask arm.
+- step ``2k + 1`` (copy B): the step is measured and undone the same way (``‖Δθ_B‖`` at
+  the scheduled learning rate), then applied with every group's learning rate multiplied
+  by ``s = ‖Δθ_A‖ / ‖Δθ_B‖`` (``step_with_ready_grads()`` on the prepared, clipped
+  gradients).
+
+Exactness: for the optimizers Megatron builds (SGD with momentum and coupled weight decay;
+Adam and AdamW with bias correction, ε and decoupled decay ``lr·wd·θ``), the update from a
+given state and gradient is ``lr · D(g, state, θ)`` and the new moments do not depend on
+``lr``. So the applied update is ``s · Δθ_B`` and its norm equals ``‖Δθ_A‖`` up to the
+rounding of the parameter arithmetic; under SGD without momentum or decay ``s`` is the
+ratio of the clipped gradient norms. Both updates include weight decay, and each copy is
+clipped by its own gradient norm, as each arm would be. What is matched is the update of
+the step the mask arm takes, not its direction.
+
+Logged at each step (``rescue.miles.train_step``; ``train/step = rollout_id · 2S + step``):
+``train/rescue/matched_copy`` (0: copy A, measured, not applied; 1: copy B, applied), so
+every Miles ``train/*`` row (``train/grad_norm``, ``train/pg_loss``, ...) says which copy it
+belongs to; ``train/rescue/update_norm_ref`` (``‖Δθ_A‖``, both steps);
+``train/rescue/update_norm_mask`` (``‖Δθ_B‖`` at the scheduled rate) and
+``train/rescue/update_scale`` (``s``; NaN when copy B's update is 0 and copy A's is not)
+at copy B's step; ``train/rescue/update_norm`` is the realized update (0 at copy A's step).
+
+Costs: every step's forward and backward work doubles (the log-prob passes too, and the
+reference-model pass under a KL loss), the rollout-to-trainer transfer doubles, and each
+step holds one copy of this rank's parameters and optimizer state (``rescue.miles.step``).
+Miles' train-side ``rollout/*`` means (rewards, advantages, log-probs) average both copies;
+rescue's rollout census runs before conversion and sees the batch once.
+
+Refused, with the flag named: a before-train-step hook other than rescue's (copy A would
+be trained), ``--use-dynamic-global-batch-size``, multi-LoRA, a critic, ``--indep-dp``, and
+a batch whose rollouts are not a multiple of ``--global-batch-size``.
+"""
+
+from __future__ import annotations
+
+import copy
+import logging
+import math
+from collections.abc import Sequence
+from typing import Any
+
+from rescue.errors import InputError
+from rescue.miles.step import StepContext, measured_inner_steps, scaled_learning_rate
+from rescue.outcomes import Classification, is_capped
+from rescue.samples import rollout_key, rollout_record, trajectories_of
+
+logger = logging.getLogger(__name__)
+
+#: This convert's dotted path, as Miles' ``load_function`` loads it.
+CONVERT_PATH = "rescue.miles.matched.convert_samples_to_train_data"
+#: The before-train-step hook that applies the control.
+STEP_HOOK_PATH = "rescue.miles.train_step.before_train_step"
+#: Added to copy B's rollout ids (Miles ships them as int64).
+ROLLOUT_ID_OFFSET = 1 << 40
+#: Copy index of the R = 0 reference (A) and of the mask arm (B).
+REFERENCE, MASK = 0, 1
+
+
+def matched_enabled(args: Any) -> bool:
+    """Whether the run converts with the matched layout (this module's convert path)."""
+    return getattr(args, "custom_convert_samples_to_train_data_path", None) == CONVERT_PATH
+
+
+def check_matched_flags(args: Any) -> None:
+    """Refuse the settings under which the two copies would not pair (module docstring)."""
+    hook = getattr(args, "custom_megatron_before_train_step_hook_path", None)
+    if hook != STEP_HOOK_PATH:
+        raise InputError(
+            f"--custom-convert-samples-to-train-data-path {CONVERT_PATH} needs "
+            f"--custom-megatron-before-train-step-hook-path {STEP_HOOK_PATH} (got {hook!r}): "
+            "without it the R = 0 copy would be trained"
+        )
+    refused = {
+        "--use-dynamic-global-batch-size": getattr(args, "use_dynamic_global_batch_size", False),
+        "--multi-lora": getattr(args, "multi_lora", False),
+        "--use-critic": getattr(args, "use_critic", False),
+        "--indep-dp": getattr(args, "indep_dp", False),
+    }
+    on = [flag for flag, value in refused.items() if value]
+    if on:
+        raise InputError(
+            f"--custom-convert-samples-to-train-data-path {CONVERT_PATH} cannot run with "
+            f"{', '.join(on)}: the two copies of a batch must be two plain optimizer steps"
+        )
+
+
+def reference_copy(samples: Sequence[Any], *, reward_key: str | None = None) -> list[Any]:
+    """Copy A: shallow copies of the samples with the capped trajectories unmasked."""
+    out = [copy.copy(s) for s in samples]
+    for s in out:
+        if getattr(s, "metadata", None) is not None:
+            s.metadata = dict(s.metadata)
+        if getattr(s, "loss_mask", None) is not None:
+            s.loss_mask = list(s.loss_mask)  # Miles' convert reassigns masked loss masks
+    for trajectory in trajectories_of(out):
+        record = rollout_record(trajectory, reward_key=reward_key)
+        if is_capped(Classification(record.outcome, record.reason)):
+            for s in trajectory:
+                s.remove_sample = False
+    return out
+
+
+def step_chunks(rollout_ids: Sequence[Any], global_batch_size: int) -> list[list[int]]:
+    """Sample positions of each base step: ``global_batch_size`` rollouts in first-appearance
+    order, as Miles' DP schedule cuts them."""
+    positions: dict[Any, list[int]] = {}
+    for i, rid in enumerate(rollout_ids):
+        if rid is None:
+            raise InputError(
+                f"sample {i} has neither rollout_id nor index: the matched arm pairs steps by "
+                "rollout ids"
+            )
+        positions.setdefault(rid, []).append(i)
+    order = list(positions)
+    if not order or len(order) % global_batch_size:
+        raise InputError(
+            f"the matched arm needs the batch's rollouts to fill whole steps: {len(order)} "
+            f"rollouts, --global-batch-size {global_batch_size}; set --global-batch-size to a "
+            "divisor of the rollouts per step (rollout_batch_size × n_samples_per_prompt)"
+        )
+    return [
+        [i for rid in order[k : k + global_batch_size] for i in positions[rid]]
+        for k in range(0, len(order), global_batch_size)
+    ]
+
+
+def interleave(a: dict, b: dict, global_batch_size: int) -> dict:
+    """One train-data dict: copy A's and copy B's chunks alternating, B's ids shifted."""
+    if set(a) != set(b):
+        raise ValueError(f"the two copies' train data differ in keys: {sorted(set(a) ^ set(b))}")
+    n = len(a["tokens"])
+    chunks = step_chunks(a["rollout_ids"], global_batch_size)
+    order = [(c, i) for chunk in chunks for c in (REFERENCE, MASK) for i in chunk]
+    out: dict[str, Any] = {}
+    for key, value in a.items():
+        if isinstance(value, list) and len(value) == n:
+            copies = (value, b[key])
+            if key == "rollout_ids":
+                copies = (value, [r + ROLLOUT_ID_OFFSET for r in b[key]])
+            out[key] = [copies[c][i] for c, i in order]
+        elif value == b[key]:
+            out[key] = value
+        else:
+            raise ValueError(f"train data key {key!r} is not per sample and differs between copies")
+    return out
+
+
+def convert_samples_to_train_data(args: Any, samples: Sequence[Any]) -> dict:
+    """Miles' conversion of copy A and copy B, interleaved by step (module docstring)."""
+    from miles.ray.rollout.train_data_conversion import convert_samples_to_train_data as convert
+    from miles.utils.misc import load_function
+
+    check_matched_flags(args)
+    samples = list(samples)
+    path = getattr(args, "custom_reward_post_process_path", None)
+    reward = load_function(path) if path else None
+    reward_key = getattr(args, "reward_key", None)
+    reference = reference_copy(samples, reward_key=reward_key)
+    a = convert(args, reference, {}, None, reward)
+    b = convert(args, samples, {}, None, reward)
+    unmasked = sum(
+        1 for s, r in zip(samples, reference, strict=True) if s.remove_sample != r.remove_sample
+    )
+    logger.info(
+        "matched arm: %d samples, %d unmasked in the R = 0 copy, %d rollouts",
+        len(samples),
+        unmasked,
+        len({rollout_key(s) for s in samples}),
+    )
+    return interleave(a, b, int(args.global_batch_size))
+
+
+class MatchedUpdate:
+    """Layer: measure copy A's step, apply copy B's rescaled to it (module docstring)."""
+
+    def __init__(self) -> None:
+        self.reference: dict[tuple[int, int], float] = {}
+
+    def __call__(self, ctx: StepContext, optimizer: Any, step: Any) -> Any:
+        pair, which = divmod(ctx.step_id, 2)
+        norms: list[float] = []
+        with measured_inner_steps(optimizer, norms.append):
+            result = step()
+        if not norms:  # Megatron skipped the step (inf/NaN gradients)
+            return result
+        norm = math.sqrt(sum(norms))
+        ctx.metrics["matched_copy"] = which
+        if which == REFERENCE:
+            self.reference = {(ctx.rollout_id, pair): norm}
+            ctx.metrics["update_norm_ref"] = norm
+            return result
+        ref = self.reference.pop((ctx.rollout_id, pair), None)
+        if ref is None:
+            raise RuntimeError(
+                f"matched arm: rollout {ctx.rollout_id} step {ctx.step_id} (copy B) has no "
+                "reference norm from the step before it (copy A)"
+            )
+        scale = ref / norm if norm > 0 else (1.0 if ref == 0 else math.nan)
+        ctx.metrics.update(update_norm_ref=ref, update_norm_mask=norm, update_scale=scale)
+        with scaled_learning_rate(optimizer, scale if math.isfinite(scale) else 1.0):
+            optimizer.step_with_ready_grads()
+        return result
+
+
+class ReferenceStepHold:
+    """The scheduler's ``step`` that does nothing at copy A's steps (installed once)."""
+
+    attribute = "_rescue_reference_hold"
+
+    def __init__(self, scheduler: Any, context_of: Any) -> None:
+        self.original = scheduler.step
+        self.context_of = context_of
+
+    def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        if self.context_of().step_id % 2 == REFERENCE:
+            return None
+        return self.original(*args, **kwargs)
+
+    @classmethod
+    def install(cls, scheduler: Any, context_of: Any) -> None:
+        """Replace ``scheduler.step`` unless already replaced."""
+        if scheduler is None or scheduler.__dict__.get(cls.attribute) is not None:
+            return
+        hold = cls(scheduler, context_of)
+        scheduler.step = hold
+        setattr(scheduler, cls.attribute, hold)
