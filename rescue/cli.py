@@ -23,6 +23,10 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "identity": ("rescue.identity", "exact enumeration of the masked-update identity"),
     "sim": ("rescue.sim.cli", "the arms side by side on the simulator of async agent RL"),
     "replay": ("rescue.replay.cli", "census, advantages and gradients of the arms on debug dumps"),
+    "oracle": (
+        "rescue.oracle.cli",
+        "the gradient oracle: every arm's selection of one cohort, gradients compared",
+    ),
     "report": (
         "rescue.judge.cli",
         "judge the pre-registered predictions on simulated or real runs",

@@ -15,7 +15,9 @@ opt_param_scheduler)`` before every optimizer step (after the gradients are zero
    the run converts with ``rescue.miles.matched.convert_samples_to_train_data`` (the
    matched-update control), ``MatchedUpdate`` (innermost), with the scheduler's step held
    at the reference copy's steps (``rescue.miles.matched``);
-3. hands the wrapper this step's ``(args, rollout_id, step_id)``.
+3. hands the wrapper this step's ``(args, rollout_id, step_id)``;
+4. with ``RESCUE_ORACLE_DIR`` set (a gradient-oracle replay, ``rescue.miles.oracle``),
+   wraps this step's ``finalize_model_grads_func`` to capture the reduced gradient.
 
 After Miles' ``optimizer.step()``, ``TrainLog`` reduces the moments over the DP x CP groups
 (every rank takes part) and logs, through Miles' tracking on the rank that has it
@@ -174,7 +176,11 @@ def before_train_step(
     opt_param_scheduler: Any,
 ) -> None:
     """Miles' before-train-step hook (module docstring)."""
+    from rescue.miles.oracle import install_capture, oracle_dir_from_env
+
     MOMENTS.reset()
+    if oracle_dir_from_env() is not None:
+        install_capture(args, rollout_id, step_id, model, optimizer)
     if optimizer is None:
         return
     wrapper = StepWrapper.install(optimizer)

@@ -6,7 +6,10 @@
                                           statistics, their variance and the P7 verdict;
 ``rescue replay gradients DUMPS... --model M``
                                           the two-outcome identity check, then each arm's
-                                          full-batch policy gradient compared with (a).
+                                          full-batch policy gradient compared with (a);
+                                          with ``--trained DIR``, each dump's gradient as
+                                          the trainer trains it, written for
+                                          ``rescue oracle compare``.
 
 DUMPS are files written by Miles or slime ``--save-debug-rollout-data`` (paths or globs).
 """
@@ -130,6 +133,14 @@ def configure(parser: argparse.ArgumentParser) -> None:
         action="store_true",
         help="run the two-outcome identity check and stop (default off)",
     )
+    p.add_argument(
+        "--trained",
+        metavar="DIR",
+        default=None,
+        help="instead of the arms' report, write each dump's gradient as the trainer trains "
+        "it (its masks and loss weights, rescue.replay.trained) to DIR/<rollout_id>/model.pt, "
+        "e.g. DIR = an oracle directory's gradients/ (default: off)",
+    )
 
 
 def _print(report: Any, text: str, as_json: bool) -> None:
@@ -171,6 +182,27 @@ def main(args: argparse.Namespace) -> int:
         dtype=args.dtype,
         device=args.device,
     )
+    if args.trained is not None:
+        import os
+
+        import torch
+
+        from rescue.replay.trained import trained_gradient
+
+        for d in dumps:
+            grads = trained_gradient(
+                d,
+                model,
+                std_normalize=args.std_normalize,
+                reduction=args.reduction,
+                device=args.device,
+            )
+            target = os.path.join(args.trained, str(d.step))
+            os.makedirs(target, exist_ok=True)
+            torch.save({k: v.cpu() for k, v in grads.items()}, os.path.join(target, "model.pt"))
+            norm = float(sum(float(v.double().pow(2).sum()) for v in grads.values())) ** 0.5
+            print(f"{d.path}: rollout {d.step}, gradient norm {norm:.6e} -> {target}/model.pt")
+        return 0
     if args.check_only:
         from rescue.replay.arms import build_batch
         from rescue.replay.gradients import two_outcome_check
