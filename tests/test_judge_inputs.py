@@ -275,3 +275,21 @@ def test_a_variant_of_an_arm_keeps_its_own_label_and_the_arms_roles():
     assert parse_name("protect-a0.5-bogus") is None
     cond, seed = identify(tags=["arm:protect", "a:0.5", "variant:wnorm", "seed:1"])
     assert (cond.label, seed) == ("protect-a0.5-wnorm", 1)
+
+
+def test_gradient_oracle_files_are_skipped_with_a_note(tmp_path):
+    """No registered prediction reads the oracle's comparison: it is said, not judged."""
+    (tmp_path / "oracle").mkdir()
+    (tmp_path / "oracle" / "oracle.json").write_text(
+        json.dumps({"format": "rescue-oracle/1", "arms": ["all"], "entries": []})
+    )
+    (tmp_path / "oracle" / "compare.json").write_text(
+        json.dumps({"format": "rescue-oracle-compare/1", "arms": ["all"], "steps": []})
+    )
+    (tmp_path / "drop-seed0.jsonl").write_text(
+        "\n".join(json.dumps(r) for r in rows_of("drop", 0)) + "\n"
+    )
+    inputs = read_inputs([tmp_path], progress=False)
+    assert [r.label for r in inputs.runs] == ["drop"] and not inputs.replays
+    skipped = [n for n in inputs.notes if "no registered prediction reads it" in n]
+    assert len(skipped) == 2 and all(n.endswith("skipped") for n in skipped)

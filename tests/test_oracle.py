@@ -229,3 +229,64 @@ def test_trained_gradient_is_one_backward_of_the_miles_loss(dumps):
     names = [n for n, p in model.named_parameters() if p.requires_grad]
     for name, g in zip(names, grads, strict=True):
         torch.testing.assert_close(got[name], g, rtol=1e-10, atol=1e-12)
+
+
+def test_build_cli_flags(dumps, tmp_path, capsys):
+    import fractions
+
+    # default --out: DUMP_DIR/oracle; a progress bar unless --no-progress
+    assert main(["oracle", "build", str(dumps)]) == 0
+    assert "dumps" in capsys.readouterr().err
+    assert Manifest.read(str(dumps / "oracle")).arms == ["all", "drop", "stale", "protect-a0.5"]
+    assert main(["oracle", "build", str(dumps), "--no-progress"]) == 2  # exists: --force
+    assert "--force" in capsys.readouterr().err
+    args = ["oracle", "build", str(dumps), "--no-progress", "--force"]
+    assert main([*args, "--arms", "all,protect", "--a", "0.25,1"]) == 0
+    assert capsys.readouterr().err == ""
+    assert Manifest.read(str(dumps / "oracle")).arms == ["all", "protect-a0.25", "protect-a1"]
+    with pytest.raises(SystemExit):
+        main([*args, "--a", "0"])
+    # --unsafe-load: a dump holding an object outside the allow-list
+    odd = load(str(dumps / "rollout_data" / "3.pt"))
+    odd["metadata"] = {"ratio": fractions.Fraction(1, 3)}
+    torch.save(odd, tmp_path / "odd.pt")
+    out = str(tmp_path / "odd")
+    assert main(["oracle", "build", str(tmp_path / "odd.pt"), "--out", out, "--no-progress"]) == 2
+    assert "refusing to unpickle fractions.Fraction" in capsys.readouterr().err
+    assert main(["oracle", "build", str(tmp_path / "odd.pt"), "--out", out, "--unsafe-load"]) == 0
+
+
+def test_compare_cli_reads_gradients_from_elsewhere(dumps, tmp_path, capsys):
+    out = str(tmp_path / "oracle")
+    manifest = build([str(dumps)], out, arms=("all", "drop"), progress=False)
+    elsewhere = tmp_path / "grads"
+    for e in manifest:
+        (elsewhere / str(e.rollout_id)).mkdir(parents=True)
+        v = torch.tensor([1.0, float(e.rollout_id % 2)])
+        torch.save({"w": v}, elsewhere / str(e.rollout_id) / "model.pt")
+    assert main(["oracle", "compare", out]) == 2  # nothing in ORACLE_DIR/gradients
+    assert "no gradient of replay rollout 0" in capsys.readouterr().err
+    assert main(["oracle", "compare", out, "--gradients", str(elsewhere)]) == 0
+    table = capsys.readouterr().out
+    assert table.startswith("| step | stale / groups | cos(drop, all) |")
+    assert "| 3 | 2 / 3 | 0.7071 | 1.4142 | 1.0000 |" in table
+
+
+def test_replay_gradients_trained_honours_reduction_and_normalization(dumps, tmp_path):
+    from rescue.replay.dumps import load_dumps
+    from rescue.replay.model import build_model
+    from rescue.replay.trained import trained_gradient
+
+    flags = ["--reduction", "sample-mean", "--no-std-normalize"]
+    kwargs = {"reduction": "sample-mean", "std_normalize": False}
+    path = str(dumps / "rollout_data" / "3.pt")
+    args = ["replay", "gradients", path, "--model", "tiny-gpt2", "--dtype", "float64"]
+    assert main([*args, *flags, "--trained", str(tmp_path / "g")]) == 0
+    saved = torch.load(tmp_path / "g" / "3" / "model.pt")
+    (d,) = load_dumps([path], need_tokens=True)
+    model = build_model("tiny-gpt2", vocab_size=VOCAB, seed=0, dtype="float64")
+    want = trained_gradient(d, model, **kwargs)
+    other = trained_gradient(d, model)  # the defaults: sum, std-normalized
+    for name, g in want.items():
+        torch.testing.assert_close(saved[name], g, rtol=1e-12, atol=0)
+    assert any(not torch.allclose(want[n], other[n]) for n in want)

@@ -16,7 +16,10 @@ reports and a note per thing it skipped (never silently):
   column; otherwise the file name names the run;
 - ``*.json``: a ``rescue replay`` report (``offline.report_kind``); the simulator's
   ``runs.json``; a list of history rows; ``{"group", "name", "tags", "config",
-  "history": [rows]}``; or ``{"runs": [such objects]}``;
+  "history": [rows]}``; or ``{"runs": [such objects]}``. The gradient oracle's files
+  (``oracle.json``, ``compare.json`` of ``rescue oracle``) are skipped with a note: no
+  registered prediction reads them (P5 and P6 are judged on the runs' outcomes; the
+  comparison of each arm's gradient with the oracle is ``rescue oracle compare``'s report);
 - ``wandb/offline-run-*`` directories (or their ``run-*.wandb`` file): read with wandb's
   own reader of the transaction log: ``wandb leet inspect --json`` (wandb >= 0.31), or
   ``wandb.sdk.internal.datastore.DataStore`` where the installed wandb still has it
@@ -45,6 +48,14 @@ from rescue.judge.offline import Report, report_kind
 from rescue.judge.runs import Run, identify, parse_name
 
 _RUN_COLUMNS = ("group", "run", "name", "run_name")
+
+
+#: Format tags of the gradient oracle's files, which no prediction reads.
+ORACLE_FORMATS = ("rescue-oracle/1", "rescue-oracle-compare/1")
+
+
+class Skipped(Exception):
+    """An input that is read but not judged; the message says why."""
 
 
 @dataclass
@@ -138,7 +149,11 @@ def read_inputs(paths: Sequence[str | os.PathLike], *, progress: bool = True) ->
                 raise InputError(f"{path}: the simulator's runs.json is a list of runs")
             offline_figures.extend(figures)
         else:
-            runs, reports = read_json(path)
+            try:
+                runs, reports = read_json(path)
+            except Skipped as e:
+                result.notes.append(f"{path}: {e}; skipped")
+                runs, reports = [], []
             result.runs.extend(runs)
             result.replays.extend(reports)
         done += 1
@@ -235,6 +250,12 @@ def read_json(path: Path) -> tuple[list[Run], list[Report]]:
     kind = report_kind(data)
     if kind is not None:
         return [], [Report(kind, data, str(path))]
+    if isinstance(data, dict) and data.get("format") in ORACLE_FORMATS:
+        raise Skipped(
+            "a gradient-oracle file (rescue oracle); no registered prediction reads it: P5 and "
+            "P6 are judged on the runs' outcomes, and `rescue oracle compare` reports each "
+            "arm's gradient against the oracle"
+        )
     if isinstance(data, list) and data and all(isinstance(r, dict) for r in data):
         return [_run_from_rows(data, path)], []
     if isinstance(data, dict) and "history" in data:
