@@ -54,7 +54,8 @@ INTEGRATION_TESTS := tests/test_miles_buffer.py tests/test_miles_log.py tests/te
 	tests/test_miles_pace.py tests/test_filters.py tests/test_slime_rollout.py \
 	tests/test_replay_miles.py tests/test_advantages.py tests/test_launch.py \
 	tests/test_miles_turn_e2e.py tests/test_miles_turn_reward.py tests/test_miles_drgrpo.py \
-	tests/test_miles_train_step.py tests/test_slime_turn.py
+	tests/test_miles_train_step.py tests/test_slime_turn.py tests/test_miles_matched.py \
+	tests/test_miles_matched_convert.py tests/test_miles_oracle.py tests/test_launch_oracle.py
 
 integration: $(VENV)/.stamp-dev+sim+swe+replay+integration
 	@test -n "$(MILES_SRC)$(SLIME_SRC)" || { echo "integration: set MILES_SRC=/path/to/miles and/or SLIME_SRC=/path/to/slime"; exit 2; }
@@ -111,12 +112,16 @@ rehearsal-test: $(VENV)/.stamp-dev $(REHEARSAL_VENV)/.stamp
 #                      train, after `rescue swe probe` checks its tool calls; writes the subset
 #   make preflight     GPUs, Docker, task images and their git remote, wandb, disk, context,
 #                      the imports of a trial
-#   make swe-arm ARM=drop|never-drop|protect|pace [A=0.5] [SEED=1] [STALENESS=2]
+#   make swe-arm ARM=drop|never-drop|protect|pace|matched [A=0.5] [SEED=1] [STALENESS=2]
 #                      Ray head (NODE_RANK=0) + `ray job submit` of Miles' train_async.py and
 #                      the housekeeper; with NNODES>1 run it on every node with NODE_RANK and
 #                      MASTER_ADDR
 #   make reap          remove task containers trials left behind on this node
-.PHONY: swe-arm pilot swe-prepare preflight reap
+#   make oracle CKPT=... DUMPS=... [ORACLE_A=0.5] [ORACLE_STREAM=1]
+#                      the gradient oracle on one node (launch/oracle.sh): each arm's replay
+#                      input from a never-drop recording's dumps, Miles' replay at CKPT
+#                      capturing every arm's gradient, then the comparison table
+.PHONY: swe-arm pilot swe-prepare preflight reap oracle
 
 # `rescue swe ...` runs in $(VENV) with the swe extra unless RESCUE_PY names another Python.
 SWE_CLI_DEPS := $(if $(RESCUE_PY)$(filter 1,$(DRY_RUN)),,$(VENV)/.stamp-swe)
@@ -135,3 +140,10 @@ preflight:
 
 reap: $(SWE_CLI_DEPS)
 	@launch/reap.sh
+
+# `rescue oracle ...` needs torch (the replay extra) unless RESCUE_PY names another Python;
+# a dry run only counts the dumps (the base install).
+ORACLE_DEPS := $(if $(RESCUE_PY),,$(VENV)/.stamp-$(if $(filter 1,$(DRY_RUN)),base,replay))
+
+oracle: $(ORACLE_DEPS)
+	@launch/oracle.sh

@@ -70,12 +70,21 @@ RESCUE_NON_NEGATIVE=(STALENESS NODE_RANK RAY_WAIT_S CKPT_KEEP)
 # Empty means derived (rescue_derive_layout) or unset.
 RESCUE_OPTIONAL_POSITIVE=(ACTOR_GPUS_PER_NODE ROLLOUT_NUM_GPUS GLOBAL_BATCH_SIZE AGENT_CONCURRENCY
   PILOT_TASKS PACE_WINDOW)
-RESCUE_OPTIONAL_NON_NEGATIVE=(HEALTH_CHECK_FIRST_WAIT)
+RESCUE_OPTIONAL_NON_NEGATIVE=(HEALTH_CHECK_FIRST_WAIT CKPT_STEP)
 RESCUE_SWITCHES=(RAY_STOP DRY_RUN PREFLIGHT REAP PULL_IMAGES EXTEND_CONTEXT PILOT_ALL
-  PILOT_RETRY_INFRA DRGRPO)
+  PILOT_RETRY_INFRA DRGRPO ORACLE_STREAM ORACLE_FORCE)
 
 # Every setting every launcher reads: one line naming the first bad one, never a shell error.
 rescue_check_settings() {
+  rescue_check_values
+  rescue_family
+  rescue_derive_layout
+  if [[ ${ARM:-} == matched ]]; then rescue_check_matched; fi
+}
+
+# The values themselves (numbers, switches, seed, dump window, nodes, pause mode, pace
+# window, lengths), before any arithmetic or derivation uses them.
+rescue_check_values() {
   local name value
   for name in "${RESCUE_POSITIVE[@]}" "${RESCUE_OPTIONAL_POSITIVE[@]}"; do
     value=${!name}
@@ -113,17 +122,16 @@ rescue_check_settings() {
   fi
   ((MAX_RESPONSE_LEN < MAX_SEQ_LEN)) ||
     rescue_die "MAX_RESPONSE_LEN=$MAX_RESPONSE_LEN is not below MAX_SEQ_LEN=$MAX_SEQ_LEN: SGLang would refuse every request; set MAX_RESPONSE_LEN below MAX_SEQ_LEN"
-  rescue_family
-  rescue_derive_layout
 }
 
 # The arm's own settings (ARM, A, PACE_WINDOW, BASELINE); rescue_check_settings checks the
 # rest (PACE_WINDOW's range among them).
 rescue_check_arm() {
+  local arms="ARM=drop, ARM=never-drop, ARM=protect, ARM=pace or ARM=matched"
   case $ARM in
-    drop | never-drop | protect | pace) ;;
-    "") rescue_die "ARM is not set: set ARM=drop, ARM=never-drop, ARM=protect or ARM=pace" ;;
-    *) rescue_die "ARM='$ARM' is not an arm: set ARM=drop, ARM=never-drop, ARM=protect or ARM=pace" ;;
+    drop | never-drop | protect | pace | matched) ;;
+    "") rescue_die "ARM is not set: set $arms" ;;
+    *) rescue_die "ARM='$ARM' is not an arm: set $arms" ;;
   esac
   # (a PACE_WINDOW that is not a number gets rescue_check_settings' message instead)
   if [[ $PACE_WINDOW =~ ^[1-9][0-9]*$ && $ARM != pace ]]; then
@@ -138,6 +146,12 @@ rescue_check_arm() {
   elif [[ -n $A ]]; then
     rescue_die "A=$A applies only to ARM=protect: unset A or set ARM=protect"
   fi
+  rescue_check_estimator
+}
+
+# How a batch becomes a gradient (BASELINE, ESTIMATOR, DRGRPO_DIVISOR): an arm's, and the
+# oracle replay's of its recording.
+rescue_check_estimator() {
   case $BASELINE in
     all | survivors) ;;
     *) rescue_die "BASELINE='$BASELINE' is not a baseline population: set BASELINE=all or BASELINE=survivors" ;;
@@ -156,9 +170,11 @@ rescue_check_arm() {
   fi
 }
 
+# $1: the Miles entry point the launcher submits.
 rescue_check_miles() {
-  [[ -f $MILES_DIR/train_async.py ]] ||
-    rescue_die "no Miles checkout at MILES_DIR=$MILES_DIR (train_async.py missing): set MILES_DIR to a Miles checkout with train_async.py"
+  local script=$1
+  [[ -f $MILES_DIR/$script ]] ||
+    rescue_die "no Miles checkout at MILES_DIR=$MILES_DIR ($script missing): set MILES_DIR to a Miles checkout with $script"
 }
 
 # GPUs this node can use: nvidia-smi's list, narrowed by CUDA_VISIBLE_DEVICES when set.
@@ -193,7 +209,7 @@ rescue_check_gpus() {
 rescue_derive_names() {
   local name="swe-$ARM"
   [[ $ARM == protect ]] && name+="-a$A"
-  [[ $ARM != never-drop ]] && name+="-k$STALENESS"
+  [[ $ARM != never-drop && $ARM != matched ]] && name+="-k$STALENESS"
   name+="-seed$SEED"
   RUN_NAME=${RUN_NAME:-$name}
   WANDB_GROUP=${WANDB_GROUP:-$RUN_NAME}
@@ -201,7 +217,7 @@ rescue_derive_names() {
   DUMP_DIR=${DUMP_DIR:-$OUTPUT_DIR/$RUN_NAME/dumps}
   WANDB_TAGS="arm:$ARM,seed:$SEED"
   [[ $ARM == protect ]] && WANDB_TAGS+=",a:$A"
-  [[ $ARM != never-drop ]] && WANDB_TAGS+=",k:$STALENESS"
+  [[ $ARM != never-drop && $ARM != matched ]] && WANDB_TAGS+=",k:$STALENESS"
   return 0
 }
 
@@ -252,17 +268,52 @@ rescue_arm_flags() {
       [[ $ESTIMATOR == turn ]] ||
         ARM_FLAGS+=(--custom-reward-post-process-path rescue.miles.reward.post_process_rewards)
       ;;
+    matched)
+      rescue_matched_flags
+      ARM_FLAGS+=("${MATCHED_FLAGS[@]}")
+      ;;
   esac
 }
 
-# ARM_ENV: the runtime-env settings of the arm (the gate's, the protect hook's, pace's window).
+# ARM_ENV: the runtime-env settings of the arm (the gate's, the protect hook's, pace's window,
+# the matched control's). The matched arm's gate is never-drop.
 rescue_arm_env() {
   ARM_ENV=("RESCUE_ARM=$ARM")
   case $ARM in
     protect) ARM_ENV+=("RESCUE_A=$A" "RESCUE_BASELINE=$BASELINE") ;;
     pace) [[ -z $PACE_WINDOW ]] || ARM_ENV+=("RESCUE_PACE_WINDOW=$PACE_WINDOW") ;;
+    matched)
+      rescue_matched_flags
+      ARM_ENV=(RESCUE_ARM=never-drop "${MATCHED_ENV[@]}")
+      ;;
   esac
 }
+# ── The matched-update control (one function for every launcher's mask arm) ────────────
+
+# A rollout's batch must be whole steps of GLOBAL_BATCH_SIZE: each step is taken on two
+# copies (rescue_check_settings calls this under ARM=matched, once the layout is derived).
+rescue_check_matched() {
+  local batch=$((ROLLOUT_BATCH_SIZE * N_SAMPLES))
+  if ((batch % GLOBAL_BATCH_SIZE)); then
+    rescue_die "ARM=matched needs GLOBAL_BATCH_SIZE to divide ROLLOUT_BATCH_SIZE*N_SAMPLES=$batch (got $GLOBAL_BATCH_SIZE): set GLOBAL_BATCH_SIZE=$batch"
+  fi
+}
+
+# MATCHED_FLAGS / MATCHED_ENV: the mask arm (the mask filter, R = 0 on budget failures through
+# the reward hook) with each step taken twice, on the R = 0 copy (measured, not applied) and
+# on the mask copy (applied, rescaled to the first's update norm): rescue.miles.matched. It
+# needs rescue's before-train-step hook (LOSS_FLAGS) and one --custom-reward-post-process-path:
+# the reward hook is left out here when the shared flags carry it (ESTIMATOR=turn).
+rescue_matched_flags() {
+  MATCHED_FLAGS=(
+    --rollout-sample-filter-path filters.mask_truncated_zero_reward
+    --custom-convert-samples-to-train-data-path rescue.miles.matched.convert_samples_to_train_data
+  )
+  [[ $ESTIMATOR == turn ]] ||
+    MATCHED_FLAGS+=(--custom-reward-post-process-path rescue.miles.reward.post_process_rewards)
+  MATCHED_ENV=(RESCUE_TRUNCATED_REWARD=zero)
+}
+
 
 # SHARED_FLAGS: identical in every arm except for the names derived from the arm.
 rescue_shared_flags() {
@@ -293,14 +344,10 @@ rescue_shared_flags() {
     # whole trajectory: Miles does not derive these from --tito-model
     --sglang-tool-call-parser "$TOOL_CALL_PARSER" --sglang-reasoning-parser "$REASONING_PARSER"
     --sglang-context-length "$MAX_SEQ_LEN"
-    # GRPO, one off-policy correction for every arm
-    --advantage-estimator grpo --eps-clip "$EPS_CLIP" --eps-clip-high "$EPS_CLIP_HIGH" --use-tis
     --optimizer adam --lr "$LR" --lr-decay-style constant --weight-decay 0.1
     --adam-beta1 0.9 --adam-beta2 0.98
-    # the outcome census, and the train-side logging contract (update norm, trained advantages)
+    # the outcome census
     --custom-rollout-log-function-path rescue.miles.log.log_rollout
-    --loss-type custom_loss --custom-loss-function-path rescue.miles.loss.policy_loss
-    --custom-megatron-before-train-step-hook-path rescue.miles.train_step.before_train_step
     --use-wandb --wandb-mode "$WANDB_MODE" --wandb-project "$WANDB_PROJECT"
     --wandb-group "$WANDB_GROUP" --disable-wandb-random-suffix
     --wandb-dir "$OUTPUT_DIR/$RUN_NAME/wandb"
@@ -319,22 +366,34 @@ rescue_shared_flags() {
     --attention-dropout 0.0 --hidden-dropout 0.0 --accumulate-allreduce-grads-in-fp32
     --attention-softmax-in-fp32 --attention-backend flash
   )
-  # The estimator, identical in every arm.
-  if [[ $ESTIMATOR == turn ]]; then
-    SHARED_FLAGS+=(--custom-reward-post-process-path rescue.miles.reward.post_process_rewards)
-  fi
-  if [[ $DRGRPO == 1 ]]; then
-    SHARED_FLAGS+=(
-      --disable-grpo-std-normalization
-      --custom-pg-loss-reducer-function-path rescue.miles.drgrpo.pg_loss_reducer
-    )
-  fi
+  rescue_loss_flags
+  SHARED_FLAGS+=("${LOSS_FLAGS[@]}")
   if [[ $DUMP_STEPS != 0 ]]; then
     SHARED_FLAGS+=(--save-debug-rollout-data "$DUMP_DIR/rollout_data/{rollout_id}.pt")
   fi
   local -a extra=()
   read -ra extra <<<"$EXTRA_ARGS"
   SHARED_FLAGS+=("${extra[@]}")
+}
+
+# LOSS_FLAGS: how a batch becomes a gradient, identical in every arm and in the gradient
+# oracle's replay: GRPO with one off-policy correction, the estimator, Dr. GRPO, and the
+# train-side logging contract (update norm, trained advantages).
+rescue_loss_flags() {
+  LOSS_FLAGS=(
+    --advantage-estimator grpo --eps-clip "$EPS_CLIP" --eps-clip-high "$EPS_CLIP_HIGH" --use-tis
+    --loss-type custom_loss --custom-loss-function-path rescue.miles.loss.policy_loss
+    --custom-megatron-before-train-step-hook-path rescue.miles.train_step.before_train_step
+  )
+  if [[ $ESTIMATOR == turn ]]; then
+    LOSS_FLAGS+=(--custom-reward-post-process-path rescue.miles.reward.post_process_rewards)
+  fi
+  if [[ $DRGRPO == 1 ]]; then
+    LOSS_FLAGS+=(
+      --disable-grpo-std-normalization
+      --custom-pg-loss-reducer-function-path rescue.miles.drgrpo.pg_loss_reducer
+    )
+  fi
 }
 
 # AGENT_VARS: the SWE agent's settings as NAME=VALUE words, the same for training and the
@@ -368,11 +427,100 @@ rescue_runtime_env() {
   [[ $EXTEND_CONTEXT == 1 ]] && env+=(SGLANG_ALLOW_OVERWRITE_LONGER_CONTEXT_LEN=1)
   rescue_agent_vars "$AGENT_CONCURRENCY"
   env+=("${AGENT_VARS[@]}")
+  rescue_env_json "${env[@]}"
+}
+
+# RUNTIME_ENV_JSON from NAME=VALUE words: Ray's runtime env with these variables.
+rescue_env_json() {
   RUNTIME_ENV_JSON=$("$JOB_PYTHON" -c '
 import json, sys
 print(json.dumps({"env_vars": dict(kv.split("=", 1) for kv in sys.argv[1:])}, separators=(",", ":")))
-' "${env[@]}") || rescue_die "JOB_PYTHON=$JOB_PYTHON cannot run: set JOB_PYTHON to a Python 3 interpreter"
+' "$@") || rescue_die "JOB_PYTHON=$JOB_PYTHON cannot run: set JOB_PYTHON to a Python 3 interpreter"
 }
+
+# ── The gradient oracle (launch/oracle.sh) ──────────────────────────────────────────────
+
+# The oracle's own settings and layout (one node, every GPU trains, no rollout engines);
+# rescue_check_values checks the values they share with the arms.
+rescue_check_oracle() {
+  ((NNODES == 1)) || rescue_die "the oracle replays on one node: set NNODES=1"
+  ((GPUS_PER_NODE % (TP * CP) == 0)) ||
+    rescue_die "TP=$TP x CP=$CP = $((TP * CP)) does not divide GPUS_PER_NODE=$GPUS_PER_NODE (the oracle trains on every GPU): set TP, CP or GPUS_PER_NODE"
+  NODE_ADDR=${NODE_ADDR:-$MASTER_ADDR}
+  [[ -n $CKPT ]] || rescue_die "CKPT is not set: set CKPT to the recording run's Megatron checkpoint directory"
+  if [[ ! -d $CKPT ]]; then
+    local msg="CKPT=$CKPT is not a directory: set CKPT to the recording run's Megatron checkpoint directory"
+    if [[ $DRY_RUN == 1 ]]; then rescue_warn "$msg (dry run continues)"; else rescue_die "$msg"; fi
+  fi
+  [[ -n $DUMPS ]] || rescue_die "DUMPS is not set: set DUMPS to the recording run's dump directory"
+  rescue_check_estimator
+}
+
+# ORACLE_ROLLOUTS: replay rollouts `rescue oracle build` writes (dumped steps x arms), asked of
+# rescue itself, which also validates DUMPS, ORACLE_ARMS and ORACLE_A.
+rescue_oracle_rollouts() {
+  ORACLE_ROLLOUTS=$(PYTHONPATH="$RESCUE_DIR${PYTHONPATH:+:$PYTHONPATH}" "$RESCUE_PY" -W ignore - \
+    "$DUMPS" "$ORACLE_ARMS" "$ORACLE_A" 2>&1 <<'PY'
+import sys
+
+from rescue.errors import InputError
+from rescue.oracle.build import arm_names, dump_files
+
+dumps, arms, a = sys.argv[1:4]
+try:
+    values = [float(x) for x in a.split(",") if x.strip()]
+except ValueError:
+    sys.exit(f"ORACLE_A='{a}' is not a comma-separated list of numbers: set ORACLE_A=0.5")
+try:
+    names = arm_names([x.strip() for x in arms.split(",") if x.strip()], values)
+    print(len(dump_files([dumps])) * len(names))
+except InputError as e:
+    sys.exit(f"{e} (ORACLE_ARMS={arms}, ORACLE_A={a}, DUMPS={dumps})")
+PY
+  ) || rescue_die "$ORACLE_ROLLOUTS"
+}
+
+# ORACLE_FLAGS: Miles' train.py replaying the arms at CKPT without an optimizer, with the
+# recording run's model, batch and loss (LOSS_FLAGS); one optimizer step (one gradient) per
+# replayed arm. The reward hook is always on: the protect arms' 1/a weights need it.
+rescue_oracle_flags() {
+  local model_args
+  model_args=$(rescue_model_args)
+  local -a model=()
+  read -ra model <<<"$model_args"
+  rescue_loss_flags
+  ORACLE_FLAGS=(
+    "${model[@]}"
+    --hf-checkpoint "$HF_CHECKPOINT" --ref-load "$REF_LOAD" --load "$CKPT"
+  )
+  [[ -z $CKPT_STEP ]] || ORACLE_FLAGS+=(--ckpt-step "$CKPT_STEP")
+  ORACLE_FLAGS+=(
+    # the replay: every arm of every dumped step, at the checkpoint's weights
+    --load-debug-rollout-data "$ORACLE_DIR/rollout_data/{rollout_id}.pt"
+    --start-rollout-id 0 --num-rollout "$ORACLE_ROLLOUTS" --debug-disable-optimizer
+    --prompt-data "$PROMPT_DATA" --input-key prompt --metadata-key metadata --seed "$SEED"
+    --rollout-batch-size "$ROLLOUT_BATCH_SIZE" --n-samples-per-prompt "$N_SAMPLES"
+    --global-batch-size "$((ROLLOUT_BATCH_SIZE * N_SAMPLES))"
+    --rollout-max-response-len "$MAX_RESPONSE_LEN" --max-seq-len "$MAX_SEQ_LEN"
+    --rollout-max-context-len "$MAX_SEQ_LEN"
+    "${LOSS_FLAGS[@]}"
+  )
+  [[ $ESTIMATOR == turn ]] ||
+    ORACLE_FLAGS+=(--custom-reward-post-process-path rescue.miles.reward.post_process_rewards)
+  ORACLE_FLAGS+=(
+    # one node, every GPU trains
+    --actor-num-nodes 1 --actor-num-gpus-per-node "$GPUS_PER_NODE" --num-gpus-per-node "$GPUS_PER_NODE"
+    --tensor-model-parallel-size "$TP" --sequence-parallel --pipeline-model-parallel-size 1
+    --context-parallel-size "$CP" --recompute-granularity full --recompute-method uniform
+    --recompute-num-layers 1 --use-dynamic-batch-size --max-tokens-per-gpu "$MAX_TOKENS_PER_GPU"
+    --attention-dropout 0.0 --hidden-dropout 0.0 --accumulate-allreduce-grads-in-fp32
+    --attention-softmax-in-fp32 --attention-backend flash
+  )
+  local -a extra=()
+  read -ra extra <<<"$EXTRA_ARGS"
+  ORACLE_FLAGS+=("${extra[@]}")
+}
+
 
 # ── Ray ─────────────────────────────────────────────────────────────────────────────────
 

@@ -6,7 +6,7 @@
 #   make swe-arm ARM=protect A=0.5 SEED=2 STALENESS=3 NUM_ROLLOUT=100
 #
 # ── The arm ─────────────────────────────────────────────────────────────────────────────
-#   ARM                (required) drop | never-drop | protect | pace. Every arm runs
+#   ARM                (required) drop | never-drop | protect | pace | matched. Every arm runs
 #                      through rescue's buffer (rescue.miles.buffer.RescueDataBuffer) with
 #                      --max-weight-staleness K, so every arm has the same group census
 #                      and the same exclusion of groups without a result; the arm is its
@@ -14,7 +14,8 @@
 #                      own, except for pace):
 #                      drop:       a stale group goes to the unused handler (Miles' behaviour)
 #                      never-drop: every group is trained with weight 1 (K only labels
-#                                  groups stale in the census)
+#                                  groups stale in the census, and on every sample, which
+#                                  the gradient oracle reads from its dumps)
 #                      protect:    a stale group is kept with probability A, weight 1/A
 #                                  (the reward hook rescue.miles.reward.post_process_rewards
 #                                  applies the weights)
@@ -22,6 +23,15 @@
 #                                  the trainer waits for stragglers
 #                                  (--rollout-function-path rescue.miles.pace.PaceRolloutFn,
 #                                  Miles' fully-async rollout with rescue's schedule)
+#                      matched:    the budget regime's matched-update control, gated as
+#                                  never-drop: the mask arm (filters.mask_truncated_zero_reward,
+#                                  R = 0 on budget failures: RESCUE_TRUNCATED_REWARD=zero and
+#                                  the reward hook) with each step rescaled to the update norm
+#                                  the R = 0 arm takes on the same batch from the same state
+#                                  (rescue.miles.matched). Every step's forward and backward
+#                                  work doubles; GLOBAL_BATCH_SIZE must divide
+#                                  ROLLOUT_BATCH_SIZE*N_SAMPLES. Flags: rescue_matched_flags
+#                                  in common.sh, shared by every launcher's mask arm.
 #   A                  (protect only, required there) keep probability of a stale group,
 #                      0 < A <= 1 (RESCUE_A). A=1 is never-drop with protect's hook.
 #   SEED               1. Replicate seed: the protect coin (RESCUE_SEED), Miles' --seed and
@@ -46,6 +56,25 @@
 #                      Every arm also runs rescue's policy loss and before-train-step hook
 #                      (train/rescue/update_norm, train/rescue/adv_*). ESTIMATOR and DRGRPO
 #                      are not part of RUN_NAME: set RUN_NAME to keep such runs apart.
+#
+# ── The gradient oracle (launch/oracle.sh, `make oracle`) ───────────────────────────────
+#   CKPT               (required) Megatron checkpoint directory of the recording run
+#                      (--load): every arm's gradient is taken at these weights.
+#   CKPT_STEP          (empty) --ckpt-step: which saved step of CKPT; empty = its latest.
+#   DUMPS              (required) the recording run's dump directory (its rollout_data/*.pt):
+#                      a never-drop run with dumps (ARM=never-drop DUMP_STEPS=N).
+#   ORACLE_DIR         DUMPS/oracle. Where `rescue oracle build` writes the arms' replay
+#                      inputs and the capture writes gradients or statistics.
+#   ORACLE_ARMS        all,drop,stale,protect. Arms replayed per dumped step (all first).
+#   ORACLE_A           0.5. Keep probabilities of the protect arms (comma-separated).
+#   ORACLE_STREAM      0. 1: keep each step's earlier arms in host memory and write only
+#                      inner products and norms (RESCUE_ORACLE_STREAM); 0 writes every
+#                      arm's full gradient (4 bytes per parameter per arm and step).
+#   ORACLE_FORCE       0. 1: rebuild ORACLE_DIR when it already holds oracle.json.
+#   The replay uses this file's model, batch (ROLLOUT_BATCH_SIZE*N_SAMPLES rollouts per step,
+#   one optimizer step each), parallelism (TP, CP, MAX_TOKENS_PER_GPU), ESTIMATOR, DRGRPO,
+#   BASELINE and loss settings: set them as the recording run had them. All GPUS_PER_NODE
+#   GPUs of node 0 train (no rollout engines).
 #
 # ── Cluster (Ray) ───────────────────────────────────────────────────────────────────────
 #   NNODES             1. Nodes in the job; run the same command on every node.
@@ -73,7 +102,8 @@
 #                      40-turn trial with 60 s commands.
 #
 # ── Paths ───────────────────────────────────────────────────────────────────────────────
-#   MILES_DIR          /root/miles. Miles checkout (must hold train_async.py).
+#   MILES_DIR          /root/miles. Miles checkout (must hold train_async.py; train.py for
+#                      the oracle).
 #   MEGATRON_DIR       /root/Megatron-LM. Megatron-LM checkout (on the job's PYTHONPATH).
 #   OUTPUT_DIR         /root/rescue-runs. Runs, data and pilot results (shared storage when
 #                      NNODES > 1).
@@ -200,7 +230,8 @@
 #   family's chat_template_kwargs, as training does.
 #
 # Errors (one line on stderr, exit status 2; every setting is checked before it is used):
-#   ARM='x' is not an arm: set ARM=drop, ARM=never-drop, ARM=protect or ARM=pace
+#   ARM='x' is not an arm: set ARM=drop, ARM=never-drop, ARM=protect, ARM=pace or ARM=matched
+#   ARM=matched needs GLOBAL_BATCH_SIZE to divide ROLLOUT_BATCH_SIZE*N_SAMPLES=n: ...
 #   ARM=protect needs A: set A with 0 < A <= 1, e.g. A=0.5
 #   A='x' is outside (0, 1]: set A with 0 < A <= 1
 #   A=x applies only to ARM=protect: unset A or set ARM=protect
@@ -220,6 +251,10 @@
 #   TP=t x CP=c = k does not divide the n training GPUs (ACTOR_NUM_NODES x ACTOR_GPUS_PER_NODE)
 #   GPUS_PER_NODE=1 on one node leaves no GPU for training or rollout: ...
 #   no Miles checkout at MILES_DIR=...: set MILES_DIR to a Miles checkout with train_async.py
+#                      (train.py for the oracle)
+#   oracle: CKPT is not set / DUMPS is not set / no dump files in DUMPS / ORACLE_A='x' /
+#   ORACLE_ARMS: 'x' is not an arm / the oracle replays on one node / TP x CP does not
+#   divide GPUS_PER_NODE (each naming the value to set)
 #   no GPUs visible (...): run on a GPU node or set GPUS_PER_NODE / CUDA_VISIBLE_DEVICES
 
 LAUNCH_DIR=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
@@ -234,6 +269,15 @@ ESTIMATOR=${ESTIMATOR:-group}
 PACE_WINDOW=${PACE_WINDOW:-}
 DRGRPO=${DRGRPO:-0}
 DRGRPO_DIVISOR=${DRGRPO_DIVISOR:-}
+
+CKPT=${CKPT:-}
+CKPT_STEP=${CKPT_STEP:-}
+DUMPS=${DUMPS:-}
+ORACLE_DIR=${ORACLE_DIR:-${DUMPS:+$DUMPS/oracle}}
+ORACLE_ARMS=${ORACLE_ARMS:-all,drop,stale,protect}
+ORACLE_A=${ORACLE_A:-0.5}
+ORACLE_STREAM=${ORACLE_STREAM:-0}
+ORACLE_FORCE=${ORACLE_FORCE:-0}
 
 NNODES=${NNODES:-1}
 NODE_RANK=${NODE_RANK:-0}

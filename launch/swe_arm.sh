@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# One SWE arm of rescue on Miles: `launch/swe_arm.sh` with ARM=drop|never-drop|protect|pace
+# One SWE arm of rescue on Miles: `launch/swe_arm.sh` with ARM=drop|never-drop|protect|pace|matched
 # (or launch/drop.sh, launch/never_drop.sh, launch/protect.sh, launch/pace.sh). Every variable and its
 # default is documented in launch/config.sh.
 #
@@ -18,7 +18,7 @@ source "$LAUNCH_DIR/common.sh"
 
 rescue_check_arm
 rescue_check_settings
-rescue_check_miles
+rescue_check_miles train_async.py
 rescue_check_gpus
 rescue_derive_names
 

@@ -185,3 +185,38 @@ def require_slime() -> str:
     src = _on_path(SLIME_SRC)
     warn_unless_pinned(SLIME, src)
     return src
+
+
+def miles_argument_parser():
+    """Miles' own argument parser (``get_miles_extra_args_provider``: Miles' flags, not
+    Megatron's); skips without ``MILES_SRC``, fails without polars (the integration extra).
+
+    Miles' arguments module imports sglang's ``ServerArgs`` and sglang_router's
+    ``RouterArgs`` only to add their flags to the parser. Where those packages are not
+    installed, import-only stand-ins add no flag, so SGLang's and the router's flags are left
+    over by ``parse_known_args`` like Megatron's; everything Miles defines is parsed by
+    Miles' code.
+    """
+    import argparse
+
+    require_miles()
+    if not _module_exists("polars"):
+        pytest.fail("Miles' argument parser imports polars: pip install -e '.[integration]'")
+    if not _module_exists("sglang.srt.server_args"):
+        module = types.ModuleType("sglang.srt.server_args")
+        module.ServerArgs = type("ServerArgs", (), {"add_cli_args": staticmethod(lambda p: None)})
+        sys.modules[module.__name__] = module
+    if not _module_exists("sglang_router.launch_router"):
+        package = sys.modules.setdefault("sglang_router", types.ModuleType("sglang_router"))
+        package.__path__ = []
+        module = types.ModuleType("sglang_router.launch_router")
+        module.RouterArgs = type(
+            "RouterArgs", (), {"add_cli_args": staticmethod(lambda p, **kw: None)}
+        )
+        sys.modules[module.__name__] = module
+        package.launch_router = module
+    from miles.utils.arguments import get_miles_extra_args_provider
+
+    parser = argparse.ArgumentParser(prog="miles")
+    get_miles_extra_args_provider()(parser)
+    return parser

@@ -28,7 +28,7 @@ from launch_env import (
 from launch_env import bin_dir as bin_dir  # a fixture
 from launch_env import miles_dir as miles_dir  # a fixture
 
-ARMS = ("drop", "never-drop", "protect", "pace")
+ARMS = ("drop", "never-drop", "protect", "pace", "matched")
 #: The flags that distinguish the arms (the rollout function first); every other flag is shared.
 ARM_FLAGS = {
     "drop": {"--fully-async": []},
@@ -38,6 +38,14 @@ ARM_FLAGS = {
         "--custom-reward-post-process-path": ["rescue.miles.reward.post_process_rewards"],
     },
     "pace": {"--rollout-function-path": ["rescue.miles.pace.PaceRolloutFn"]},
+    "matched": {
+        "--fully-async": [],
+        "--rollout-sample-filter-path": ["filters.mask_truncated_zero_reward"],
+        "--custom-convert-samples-to-train-data-path": [
+            "rescue.miles.matched.convert_samples_to_train_data"
+        ],
+        "--custom-reward-post-process-path": ["rescue.miles.reward.post_process_rewards"],
+    },
 }
 ARM_FLAG_NAMES = {flag for flags in ARM_FLAGS.values() for flag in flags}
 #: The runtime-env settings that distinguish the arms.
@@ -46,6 +54,7 @@ ARM_ENV = {
     "never-drop": {"RESCUE_ARM": "never-drop"},
     "protect": {"RESCUE_ARM": "protect", "RESCUE_A": "0.5", "RESCUE_BASELINE": "all"},
     "pace": {"RESCUE_ARM": "pace"},
+    "matched": {"RESCUE_ARM": "never-drop", "RESCUE_TRUNCATED_REWARD": "zero"},
 }
 #: Shared flags and settings whose value is derived from the run name (arm, A, seed).
 NAMED_FLAGS = {"--load", "--save", "--wandb-group", "--wandb-dir", "--save-debug-rollout-data"}
@@ -106,10 +115,10 @@ def test_make_swe_arm_dry_runs_of_the_arms_differ_only_by_the_arms_own_settings(
         rest[arm] = [
             w for w in command_lines(out) if w[:3] != ["ray", "job", "submit"] and "submit" not in w
         ]
-    assert shared["drop"] == shared["never-drop"] == shared["protect"] == shared["pace"]
-    assert shared_env["drop"] == shared_env["never-drop"] == shared_env["protect"]
-    assert shared_env["protect"] == shared_env["pace"]
-    assert rest["drop"] == rest["never-drop"] == rest["protect"] == rest["pace"]
+    for arm in ARMS:
+        assert shared[arm] == shared["drop"], arm
+        assert shared_env[arm] == shared_env["drop"], arm
+        assert rest[arm] == rest["drop"], arm
 
 
 #: The train-side logging contract, in every arm.
@@ -131,7 +140,7 @@ def test_by_default_every_arm_logs_the_contract_with_the_group_estimator(arm, bi
     assert {f: flags.get(f) for f in LOGGING_FLAGS} == LOGGING_FLAGS
     assert env["RESCUE_ESTIMATOR"] == "group" and "RESCUE_DRGRPO_DIVISOR" not in env
     assert not set(DRGRPO_FLAGS) & set(flags)
-    assert ("--custom-reward-post-process-path" in flags) == (arm == "protect")
+    assert ("--custom-reward-post-process-path" in flags) == (arm in ("protect", "matched"))
 
 
 def test_estimator_turn_and_drgrpo_are_applied_identically_to_every_arm(bin_dir, miles_dir):
@@ -150,7 +159,7 @@ def test_estimator_turn_and_drgrpo_are_applied_identically_to_every_arm(bin_dir,
             for f, v in flags.items()
             if (f not in ARM_FLAG_NAMES or f in REWARD_HOOK) and f not in NAMED_FLAGS
         }
-    assert shared["drop"] == shared["never-drop"] == shared["protect"] == shared["pace"]
+    assert all(shared[arm] == shared["drop"] for arm in ARMS)
 
 
 def test_drgrpo_without_a_divisor_leaves_the_reducers_default(bin_dir, miles_dir):
@@ -331,6 +340,12 @@ def test_pace_runs_rescues_rollout_function_with_its_window_and_its_names(bin_di
     assert env["RESCUE_PACE_WINDOW"] == "24"
 
 
+def test_matched_is_named_without_staleness(bin_dir, miles_dir):
+    flags, env, _ = submitted(dry_run("matched", bin_dir, miles_dir).stdout)
+    assert flags["--wandb-group"] == ["swe-matched-seed1"]
+    assert env["WANDB_TAGS"] == "arm:matched,seed:1"
+
+
 def test_the_arm_entries_set_their_arm(bin_dir, miles_dir):
     for script, arm in [("drop.sh", "drop"), ("never_drop.sh", "never-drop"), ("pace.sh", "pace")]:
         result = launch(script, bin_dir, miles_dir, DRY_RUN="1", ARM="protect")
@@ -345,9 +360,15 @@ def test_the_arm_entries_set_their_arm(bin_dir, miles_dir):
 INVALID = [
     (
         {"ARM": "mask"},
-        "ARM='mask' is not an arm: set ARM=drop, ARM=never-drop, ARM=protect or ARM=pace",
+        "ARM='mask' is not an arm: "
+        "set ARM=drop, ARM=never-drop, ARM=protect, ARM=pace or ARM=matched",
     ),
-    ({}, "ARM is not set: set ARM=drop, ARM=never-drop, ARM=protect or ARM=pace"),
+    ({}, "ARM is not set: set ARM=drop, ARM=never-drop, ARM=protect, ARM=pace or ARM=matched"),
+    (
+        {"ARM": "matched", "GLOBAL_BATCH_SIZE": "48"},
+        "ARM=matched needs GLOBAL_BATCH_SIZE to divide ROLLOUT_BATCH_SIZE*N_SAMPLES=128 "
+        "(got 48): set GLOBAL_BATCH_SIZE=128",
+    ),
     ({"ARM": "protect"}, "ARM=protect needs A: set A with 0 < A <= 1, e.g. A=0.5"),
     ({"ARM": "protect", "A": "0"}, "A='0' is outside (0, 1]: set A with 0 < A <= 1"),
     ({"ARM": "protect", "A": "1.5"}, "A='1.5' is outside (0, 1]: set A with 0 < A <= 1"),
@@ -461,7 +482,7 @@ def _integer_settings() -> list[str]:
 
 
 @pytest.mark.parametrize("name", _integer_settings())
-@pytest.mark.parametrize("script", ["swe_arm.sh", "pilot.sh", "preflight.sh"])
+@pytest.mark.parametrize("script", ["swe_arm.sh", "pilot.sh", "preflight.sh", "oracle.sh"])
 def test_a_bad_number_is_one_line_naming_it_in_every_launcher(name, script, bin_dir, miles_dir):
     prog = {"swe_arm.sh": "swe-arm"}.get(script, script.removesuffix(".sh"))
     result = launch(script, bin_dir, miles_dir, DRY_RUN="1", ARM="drop", **{name: "8x"})
@@ -520,9 +541,9 @@ def test_make_swe_arm_reports_the_launchers_error():
     )
     assert result.returncode != 0
     first = result.stderr.splitlines()[0]
-    assert (
-        first
-        == "swe-arm: error: ARM='bogus' is not an arm: set ARM=drop, ARM=never-drop, ARM=protect or ARM=pace"
+    assert first == (
+        "swe-arm: error: ARM='bogus' is not an arm: "
+        "set ARM=drop, ARM=never-drop, ARM=protect, ARM=pace or ARM=matched"
     )
 
 

@@ -87,7 +87,7 @@ def test_build_refuses_untagged_weighted_or_inconsistent_dumps(dumps, tmp_path):
     payload = load(path)
     untagged = {**payload, "samples": [{**s, "metadata": {}} for s in payload["samples"]]}
     torch.save(untagged, tmp_path / "u.pt")
-    with pytest.raises(ValueError, match=r"rescue_would_drop.*CENSUS_BUFFER=1"):
+    with pytest.raises(ValueError, match=r"rescue_would_drop.*ARM=never-drop STALENESS=K"):
         build([str(tmp_path / "u.pt")], str(tmp_path / "o1"), progress=False)
     weighted = load(path)
     weighted["samples"][0]["metadata"][WEIGHT_KEY] = 2.0

@@ -4,7 +4,7 @@ Specification
 -------------
 Input: debug rollout dumps (``--save-debug-rollout-data``) of a run whose groups went
 through rescue's gate with ``--max-weight-staleness K`` and every group kept (``RESCUE_ARM=
-never-drop`` through rescue's buffer: the launchers' ``ARM=never-drop CENSUS_BUFFER=1``).
+never-drop`` through rescue's buffer: the launchers' ``ARM=never-drop`` with ``DUMP_STEPS``).
 Every sample then carries ``rescue_staleness``, ``rescue_would_drop`` and ``rescue_coin``
 (``rescue.samples``). A sample without them, a group whose samples disagree, or a sample
 with a loss weight other than 1 (the run was not never-drop) is an error naming the file
@@ -53,7 +53,7 @@ DEFAULT_A = (0.5,)
 #: How to record dumps the oracle can read.
 RECORDING = (
     "record with rescue's buffer, RESCUE_ARM=never-drop and --max-weight-staleness K "
-    "(launchers: ARM=never-drop CENSUS_BUFFER=1 STALENESS=K)"
+    "(launchers: ARM=never-drop STALENESS=K DUMP_STEPS=N)"
 )
 
 

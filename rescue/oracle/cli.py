@@ -6,8 +6,8 @@
 ``rescue oracle compare ORACLE_DIR``   per step and in total, each arm's gradient against
                                          the all-groups gradient (JSON and a markdown table).
 
-The dumps come from a never-drop run through rescue's buffer (``ARM=never-drop
-CENSUS_BUFFER=1``); the gradients from Miles' replay (``make oracle``) or from ``rescue replay
+The dumps come from a never-drop run through rescue's buffer (the launchers' ``ARM=never-drop``
+with dumps); the gradients from Miles' replay (``make oracle``) or from ``rescue replay
 gradients ORACLE_DIR/rollout_data/*.pt --model M --trained ORACLE_DIR/gradients``.
 """
 
