@@ -36,7 +36,6 @@ consecutive replay ids, and the manifest ``oracle.json`` lists them
 from __future__ import annotations
 
 import glob
-import math
 import os
 from collections.abc import Mapping, Sequence
 from typing import Any
@@ -127,7 +126,7 @@ def _tags(samples: Sequence[Mapping[str, Any]], source: str) -> dict[Any, tuple[
                 f"dropped; {RECORDING}"
             )
         tag = (bool(md[WOULD_DROP_KEY]), float(md[COIN_KEY]))
-        if not (0.0 <= tag[1] < 1.0) or math.isnan(tag[1]):
+        if not 0.0 <= tag[1] < 1.0:  # NaN fails the comparison too
             raise InputError(f"{where}: {COIN_KEY}={md[COIN_KEY]!r}; allowed: a number in [0, 1)")
         if tags.setdefault(g, tag) != tag:
             raise InputError(
