@@ -299,3 +299,10 @@ def test_copy_b_without_its_reference_is_an_error(megatron):
     matched = build("sgd", weight_decay=0.0, clip=0.0)
     with pytest.raises(RuntimeError, match="no reference norm"):
         matched_step(matched, 0, 1, *batch(0, masked=True))
+
+
+def test_an_asynchronous_gather_inside_the_step_is_refused(megatron):
+    matched = build("adam", weight_decay=0.0, clip=0.0)
+    matched[1].config.overlap_param_gather_with_optimizer_step = True
+    with pytest.raises(ValueError, match="--overlap-param-gather-with-optimizer-step"):
+        matched_step(matched, 0, 0, *batch(0, masked=False))

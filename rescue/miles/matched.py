@@ -61,8 +61,9 @@ Miles' train-side ``rollout/*`` means (rewards, advantages, log-probs) average b
 rescue's rollout census runs before conversion and sees the batch once.
 
 Refused, with the flag named: a before-train-step hook other than rescue's (copy A would
-be trained), ``--use-dynamic-global-batch-size``, multi-LoRA, a critic, ``--indep-dp``, and
-a batch whose rollouts are not a multiple of ``--global-batch-size``.
+be trained), ``--use-dynamic-global-batch-size``, multi-LoRA, a critic, ``--indep-dp``, a
+batch whose rollouts are not a multiple of ``--global-batch-size`` (at conversion), and
+``--overlap-param-gather-with-optimizer-step`` (at the first step).
 """
 
 from __future__ import annotations
@@ -211,6 +212,13 @@ class MatchedUpdate:
         self.reference: dict[tuple[int, int], float] = {}
 
     def __call__(self, ctx: StepContext, optimizer: Any, step: Any) -> Any:
+        config = getattr(optimizer, "config", None)
+        if getattr(config, "overlap_param_gather_with_optimizer_step", False):
+            raise InputError(
+                "the matched arm applies copy B's step after measuring it; "
+                "--overlap-param-gather-with-optimizer-step would gather the parameters "
+                "asynchronously in between: remove it"
+            )
         pair, which = divmod(ctx.step_id, 2)
         norms: list[float] = []
         with measured_inner_steps(optimizer, norms.append):
