@@ -285,3 +285,28 @@ def test_the_wrapper_is_replaced_not_stacked(megatron, oracle, monkeypatch):
     before_train_step(replay_args(oracle), 0, 0, [ddp], None, None)
     before_train_step(replay_args(oracle), 1, 0, [ddp], None, None)
     assert config.finalize_model_grads_func._rescue_oracle_original is original
+
+
+def test_miles_objects_in_a_dump_need_unsafe_load_to_be_copied(miles, tmp_path):
+    """A RewardSpec is read as an inert stand-in, which cannot be written back as Miles'
+    class: build says so, and with --unsafe-load (Miles importable) copies it."""
+    Sample, debug_data = miles
+    from miles.utils.types import RewardSpec
+
+    payload = recorded_step(0, stale={1}, groups=2, G=2)
+    samples = [Sample.from_dict(s) for s in payload["samples"]]
+    samples[0].reward_spec = RewardSpec(rm_type="math")
+    template = str(tmp_path / "d" / "{rollout_id}.pt")
+    dump_args = argparse.Namespace(
+        save_debug_rollout_data=template, save_debug_trajectory_data=None
+    )
+    debug_data.save_debug_rollout_data(dump_args, samples, rollout_id=0, evaluation=False)
+    with pytest.raises(ValueError, match="--unsafe-load with Miles on PYTHONPATH"):
+        build([str(tmp_path / "d")], str(tmp_path / "o"), progress=False)
+    build([str(tmp_path / "d")], str(tmp_path / "o"), progress=False, unsafe_load=True, force=True)
+    load_args = SimpleNamespace(
+        load_debug_rollout_data=str(tmp_path / "o" / "rollout_data" / "{rollout_id}.pt"),
+        load_debug_rollout_data_subsample=None,
+    )
+    loaded, _ = debug_data.load_debug_rollout_data(load_args, rollout_id=1)
+    assert loaded[0].reward_spec == RewardSpec(rm_type="math")

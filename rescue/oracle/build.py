@@ -37,6 +37,7 @@ from __future__ import annotations
 
 import glob
 import os
+import pickle
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -219,7 +220,16 @@ def build(
                 "metadata": payload.get("metadata") or {},
                 "samples": selected,
             }
-            torch.save(data, target + ".tmp")
+            try:
+                torch.save(data, target + ".tmp")
+            except pickle.PicklingError as e:
+                if os.path.exists(target + ".tmp"):
+                    os.remove(target + ".tmp")
+                raise InputError(
+                    f"{path}: its samples hold framework objects read as inert stand-ins ({e}); "
+                    "to copy them, load the dumps as themselves: --unsafe-load with Miles on "
+                    "PYTHONPATH, for dumps you trust"
+                ) from None
             os.replace(target + ".tmp", target)
             manifest.entries.append(entry)
         bar.show(ordinal + 1)
