@@ -34,12 +34,13 @@ from __future__ import annotations
 
 import json
 import os
-from collections.abc import Iterable, Iterator, Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from rescue.errors import InputError
+from rescue.rows import read_rows
 
 #: Default Hugging Face dataset (swesmith.constants.HF_DATASET).
 HF_DATASET = "SWE-bench/SWE-smith"
@@ -56,7 +57,6 @@ REQUIRED_FIELDS = (
     "FAIL_TO_PASS",
     "PASS_TO_PASS",
 )
-FILE_SUFFIXES = (".jsonl", ".json", ".parquet")
 _DOCKER_HUB_PREFIXES = ("docker.io/", "index.docker.io/", "registry-1.docker.io/")
 
 
@@ -122,77 +122,6 @@ def read_subset(path: str | os.PathLike[str]) -> list[str]:
         if line:
             ids.append(line)
     return ids
-
-
-def read_rows(source: str, *, split: str = "train") -> Iterator[tuple[str, dict[str, Any]]]:
-    """``(where, row)`` pairs from a local file or a Hugging Face dataset name.
-
-    ``where`` locates the row in error messages (``rows.jsonl line 3``, ``… row 3``). A
-    ``source`` that exists on disk, or ends in a file suffix, is read as a file; anything
-    else is a dataset name (``split``, default ``train``), loaded with ``datasets``.
-    """
-    path = Path(source)
-    if path.exists() or path.suffix.lower() in FILE_SUFFIXES:
-        yield from _read_file(path)
-    else:
-        yield from _read_hf(source, split)
-
-
-def _read_file(path: Path) -> Iterator[tuple[str, dict[str, Any]]]:
-    if not path.is_file():
-        raise InputError(f"input file {str(path)!r} does not exist")
-    suffix = path.suffix.lower()
-    if suffix == ".jsonl":
-        with path.open() as f:
-            for lineno, line in enumerate(f, 1):
-                if not line.strip():
-                    continue
-                try:
-                    row = json.loads(line)
-                except json.JSONDecodeError as e:
-                    raise InputError(f"{path} line {lineno}: not valid JSON ({e})") from None
-                yield f"{path} line {lineno}", row
-    elif suffix == ".json":
-        try:
-            rows = json.loads(path.read_text())
-        except json.JSONDecodeError as e:
-            raise InputError(f"{path}: not valid JSON ({e})") from None
-        if not isinstance(rows, list):
-            raise InputError(f"{path}: expected a JSON list of rows, got {type(rows).__name__}")
-        for i, row in enumerate(rows, 1):
-            yield f"{path} row {i}", row
-    elif suffix == ".parquet":
-        import pyarrow.parquet as pq
-
-        i = 0
-        for batch in pq.ParquetFile(path).iter_batches(batch_size=1024):
-            for row in batch.to_pylist():
-                i += 1
-                yield f"{path} row {i}", row
-    else:
-        raise InputError(
-            f"input file {str(path)!r}: unsupported suffix {suffix!r}; allowed: "
-            + ", ".join(FILE_SUFFIXES)
-        )
-
-
-def _read_hf(name: str, split: str) -> Iterator[tuple[str, dict[str, Any]]]:
-    try:
-        import datasets
-    except ImportError:
-        raise InputError(
-            f"reading the Hugging Face dataset {name!r} needs the 'datasets' package "
-            "(pip install 'rescue[swe]'), or pass a local .jsonl/.parquet file"
-        ) from None
-    try:
-        ds = datasets.load_dataset(name, split=split)
-    except Exception as e:
-        raise InputError(
-            f"could not load Hugging Face dataset {name!r} (split {split!r}): "
-            f"{type(e).__name__}: {e}"
-        ) from None
-    for i, row in enumerate(ds, 1):
-        yield f"{name}[{split}] row {i}", dict(row)
 
 
 def _test_list(where: str, iid: str, row: Mapping[str, Any], key: str) -> list[str]:
