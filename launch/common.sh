@@ -76,15 +76,25 @@ RESCUE_SWITCHES=(RAY_STOP DRY_RUN PREFLIGHT REAP PULL_IMAGES EXTEND_CONTEXT PILO
 
 # Every setting every launcher reads: one line naming the first bad one, never a shell error.
 rescue_check_settings() {
-  rescue_check_values
+  rescue_check_numbers
+  case $PAUSE_MODE in
+    in_place | retract) ;;
+    abort) rescue_die "PAUSE_MODE=abort would abort every group in flight at each weight update (Miles' fully-async rollout and pace refuse it): set PAUSE_MODE=in_place or PAUSE_MODE=retract" ;;
+    *) rescue_die "PAUSE_MODE='$PAUSE_MODE' is not a pause mode: set PAUSE_MODE=in_place or PAUSE_MODE=retract" ;;
+  esac
+  if [[ -n $PACE_WINDOW ]] &&
+    ((PACE_WINDOW < ROLLOUT_BATCH_SIZE || PACE_WINDOW > (STALENESS + 1) * ROLLOUT_BATCH_SIZE)); then
+    rescue_die "PACE_WINDOW=$PACE_WINDOW is outside ROLLOUT_BATCH_SIZE..(STALENESS + 1) * ROLLOUT_BATCH_SIZE = $ROLLOUT_BATCH_SIZE..$(((STALENESS + 1) * ROLLOUT_BATCH_SIZE)): set PACE_WINDOW in that range or leave it empty"
+  fi
+  ((MAX_RESPONSE_LEN < MAX_SEQ_LEN)) ||
+    rescue_die "MAX_RESPONSE_LEN=$MAX_RESPONSE_LEN is not below MAX_SEQ_LEN=$MAX_SEQ_LEN: SGLang would refuse every request; set MAX_RESPONSE_LEN below MAX_SEQ_LEN"
   rescue_family
   rescue_derive_layout
   if [[ ${ARM:-} == matched ]]; then rescue_check_matched; fi
 }
 
-# The values themselves (numbers, switches, seed, dump window, nodes, pause mode, pace
-# window, lengths), before any arithmetic or derivation uses them.
-rescue_check_values() {
+# The counts, switches, seed and node rank of every launcher (the SWE and single-turn ones).
+rescue_check_numbers() {
   local name value
   for name in "${RESCUE_POSITIVE[@]}" "${RESCUE_OPTIONAL_POSITIVE[@]}"; do
     value=${!name}
@@ -111,27 +121,21 @@ rescue_check_values() {
   if ((NNODES > 1)) && [[ $MASTER_ADDR == 127.0.0.1 || $MASTER_ADDR == localhost ]]; then
     rescue_die "NNODES=$NNODES needs MASTER_ADDR: set MASTER_ADDR to node 0's address on every node"
   fi
-  case $PAUSE_MODE in
-    in_place | retract) ;;
-    abort) rescue_die "PAUSE_MODE=abort would abort every group in flight at each weight update (Miles' fully-async rollout and pace refuse it): set PAUSE_MODE=in_place or PAUSE_MODE=retract" ;;
-    *) rescue_die "PAUSE_MODE='$PAUSE_MODE' is not a pause mode: set PAUSE_MODE=in_place or PAUSE_MODE=retract" ;;
-  esac
-  if [[ -n $PACE_WINDOW ]] &&
-    ((PACE_WINDOW < ROLLOUT_BATCH_SIZE || PACE_WINDOW > (STALENESS + 1) * ROLLOUT_BATCH_SIZE)); then
-    rescue_die "PACE_WINDOW=$PACE_WINDOW is outside ROLLOUT_BATCH_SIZE..(STALENESS + 1) * ROLLOUT_BATCH_SIZE = $ROLLOUT_BATCH_SIZE..$(((STALENESS + 1) * ROLLOUT_BATCH_SIZE)): set PACE_WINDOW in that range or leave it empty"
-  fi
-  ((MAX_RESPONSE_LEN < MAX_SEQ_LEN)) ||
-    rescue_die "MAX_RESPONSE_LEN=$MAX_RESPONSE_LEN is not below MAX_SEQ_LEN=$MAX_SEQ_LEN: SGLang would refuse every request; set MAX_RESPONSE_LEN below MAX_SEQ_LEN"
+  return 0
 }
 
 # The arm's own settings (ARM, A, PACE_WINDOW, BASELINE); rescue_check_settings checks the
-# rest (PACE_WINDOW's range among them).
+# rest (PACE_WINDOW's range among them). A budget-regime arm (budget.sh) runs with never-drop
+# for staleness and sets its estimator, Dr. GRPO and baseline population itself.
+RESCUE_SWE_ARMS="drop, never-drop, protect or pace (stale handling), or zero, mask, matched, drgrpo-mask, survivor or turn (budget regime, with never-drop)"
 rescue_check_arm() {
-  local arms="ARM=drop, ARM=never-drop, ARM=protect, ARM=pace or ARM=matched"
   case $ARM in
-    drop | never-drop | protect | pace | matched) ;;
-    "") rescue_die "ARM is not set: set $arms" ;;
-    *) rescue_die "ARM='$ARM' is not an arm: set $arms" ;;
+    drop | never-drop | protect | pace) ;;
+    "") rescue_die "ARM is not set: set ARM to $RESCUE_SWE_ARMS" ;;
+    *)
+      rescue_is_budget_arm || rescue_die "ARM='$ARM' is not an arm: set ARM to $RESCUE_SWE_ARMS"
+      rescue_budget_arm
+      ;;
   esac
   # (a PACE_WINDOW that is not a number gets rescue_check_settings' message instead)
   if [[ $PACE_WINDOW =~ ^[1-9][0-9]*$ && $ARM != pace ]]; then
@@ -206,10 +210,14 @@ rescue_check_gpus() {
 
 # ── Names derived from the arm ──────────────────────────────────────────────────────────
 
+# RUN_NAME, WANDB_GROUP, SAVE_DIR, DUMP_DIR (each unless set) and WANDB_TAGS of the arm:
+# swe-ARM[-aA][-kK]-seedSEED. K names the stale-handling arms that drop or protect; the
+# never-drop and budget-regime arms train every group, so K only labels the census.
 rescue_derive_names() {
-  local name="swe-$ARM"
+  local name="swe-$ARM" with_k=1
+  [[ $ARM == never-drop ]] || rescue_is_budget_arm && with_k=0
   [[ $ARM == protect ]] && name+="-a$A"
-  [[ $ARM != never-drop && $ARM != matched ]] && name+="-k$STALENESS"
+  [[ $with_k == 1 ]] && name+="-k$STALENESS"
   name+="-seed$SEED"
   RUN_NAME=${RUN_NAME:-$name}
   WANDB_GROUP=${WANDB_GROUP:-$RUN_NAME}
@@ -217,7 +225,7 @@ rescue_derive_names() {
   DUMP_DIR=${DUMP_DIR:-$OUTPUT_DIR/$RUN_NAME/dumps}
   WANDB_TAGS="arm:$ARM,seed:$SEED"
   [[ $ARM == protect ]] && WANDB_TAGS+=",a:$A"
-  [[ $ARM != never-drop && $ARM != matched ]] && WANDB_TAGS+=",k:$STALENESS"
+  [[ $with_k == 1 ]] && WANDB_TAGS+=",k:$STALENESS"
   return 0
 }
 
@@ -263,57 +271,32 @@ rescue_arm_flags() {
   esac
   case $ARM in
     drop | never-drop | pace) ;;
-    protect)
-      # With ESTIMATOR=turn every arm has the reward hook (a shared flag).
+    *)
+      # protect and the budget arms: the reward hook (with ESTIMATOR=turn a shared flag).
       [[ $ESTIMATOR == turn ]] ||
         ARM_FLAGS+=(--custom-reward-post-process-path rescue.miles.reward.post_process_rewards)
-      ;;
-    matched)
-      rescue_matched_flags
-      ARM_FLAGS+=("${MATCHED_FLAGS[@]}")
+      if rescue_is_budget_arm; then
+        rescue_budget_flags
+        ARM_FLAGS+=("${BUDGET_FLAGS[@]}")
+      fi
       ;;
   esac
 }
 
-# ARM_ENV: the runtime-env settings of the arm (the gate's, the protect hook's, pace's window,
-# the matched control's). The matched arm's gate is never-drop.
+# ARM_ENV: the runtime-env settings of the arm (the gate's, the reward hook's, pace's window).
+# The budget arms' gate is never-drop.
 rescue_arm_env() {
   ARM_ENV=("RESCUE_ARM=$ARM")
   case $ARM in
+    drop | never-drop) ;;
     protect) ARM_ENV+=("RESCUE_A=$A" "RESCUE_BASELINE=$BASELINE") ;;
     pace) [[ -z $PACE_WINDOW ]] || ARM_ENV+=("RESCUE_PACE_WINDOW=$PACE_WINDOW") ;;
-    matched)
-      rescue_matched_flags
-      ARM_ENV=(RESCUE_ARM=never-drop "${MATCHED_ENV[@]}")
+    *)
+      rescue_budget_env
+      ARM_ENV=(RESCUE_ARM=never-drop "${BUDGET_ENV[@]}")
       ;;
   esac
 }
-# ── The matched-update control (one function for every launcher's mask arm) ────────────
-
-# A rollout's batch must be whole steps of GLOBAL_BATCH_SIZE: each step is taken on two
-# copies (rescue_check_settings calls this under ARM=matched, once the layout is derived).
-rescue_check_matched() {
-  local batch=$((ROLLOUT_BATCH_SIZE * N_SAMPLES))
-  if ((batch % GLOBAL_BATCH_SIZE)); then
-    rescue_die "ARM=matched needs GLOBAL_BATCH_SIZE to divide ROLLOUT_BATCH_SIZE*N_SAMPLES=$batch (got $GLOBAL_BATCH_SIZE): set GLOBAL_BATCH_SIZE=$batch"
-  fi
-}
-
-# MATCHED_FLAGS / MATCHED_ENV: the mask arm (the mask filter, R = 0 on budget failures through
-# the reward hook) with each step taken twice, on the R = 0 copy (measured, not applied) and
-# on the mask copy (applied, rescaled to the first's update norm): rescue.miles.matched. It
-# needs rescue's before-train-step hook (LOSS_FLAGS) and one --custom-reward-post-process-path:
-# the reward hook is left out here when the shared flags carry it (ESTIMATOR=turn).
-rescue_matched_flags() {
-  MATCHED_FLAGS=(
-    --rollout-sample-filter-path filters.mask_truncated_zero_reward
-    --custom-convert-samples-to-train-data-path rescue.miles.matched.convert_samples_to_train_data
-  )
-  [[ $ESTIMATOR == turn ]] ||
-    MATCHED_FLAGS+=(--custom-reward-post-process-path rescue.miles.reward.post_process_rewards)
-  MATCHED_ENV=(RESCUE_TRUNCATED_REWARD=zero)
-}
-
 
 # SHARED_FLAGS: identical in every arm except for the names derived from the arm.
 rescue_shared_flags() {
@@ -524,6 +507,11 @@ rescue_oracle_flags() {
 
 # ── Ray ─────────────────────────────────────────────────────────────────────────────────
 
+# More words of `ray start` (RAY_START_EXTRA) and its environment (RAY_START_ENV); the
+# single-turn launchers add their run slots and Ray's job-start timeout.
+RAY_START_EXTRA=()
+RAY_START_ENV=()
+
 # Ray on this node, started as its own session: every process Ray starts (GCS, raylet,
 # workers, Miles' session server and SGLang engines) keeps that session id, which is
 # recorded, so a later run stops exactly these (RAY_STOP=1) and nothing else on the node.
@@ -535,7 +523,8 @@ rescue_ray_start() {
   else
     cmd+=(--address "$MASTER_ADDR:$RAY_PORT" --node-ip-address "$NODE_ADDR")
   fi
-  cmd+=(--num-gpus "$GPUS_PER_NODE" --disable-usage-stats)
+  cmd+=(--num-gpus "$GPUS_PER_NODE" "${RAY_START_EXTRA[@]}" --disable-usage-stats)
+  ((${#RAY_START_ENV[@]} == 0)) || cmd=(env "${RAY_START_ENV[@]}" "${cmd[@]}")
   rescue_spawn ray wait "${cmd[@]}"
 }
 
@@ -555,6 +544,9 @@ rescue_ray_wait() {
   done
 }
 
+# The budget-regime arms' settings, shared with the single-turn launchers.
+# shellcheck source=budget.sh
+source "$LAUNCH_DIR/budget.sh"
 # The model family and the GPU layout, derived from the checked settings.
 # shellcheck source=derive.sh
 source "$LAUNCH_DIR/derive.sh"

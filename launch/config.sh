@@ -6,8 +6,9 @@
 #   make swe-arm ARM=protect A=0.5 SEED=2 STALENESS=3 NUM_ROLLOUT=100
 #
 # ── The arm ─────────────────────────────────────────────────────────────────────────────
-#   ARM                (required) drop | never-drop | protect | pace | matched. Every arm runs
-#                      through rescue's buffer (rescue.miles.buffer.RescueDataBuffer) with
+#   ARM                (required) drop | never-drop | protect | pace, or a budget-regime arm
+#                      (below). Every arm runs through rescue's buffer
+#                      (rescue.miles.buffer.RescueDataBuffer) with
 #                      --max-weight-staleness K, so every arm has the same group census
 #                      and the same exclusion of groups without a result; the arm is its
 #                      gate (RESCUE_ARM) and its rollout function (--fully-async, Miles'
@@ -23,15 +24,18 @@
 #                                  the trainer waits for stragglers
 #                                  (--rollout-function-path rescue.miles.pace.PaceRolloutFn,
 #                                  Miles' fully-async rollout with rescue's schedule)
-#                      matched:    the budget regime's matched-update control, gated as
-#                                  never-drop: the mask arm (filters.mask_truncated_zero_reward,
-#                                  R = 0 on budget failures: RESCUE_TRUNCATED_REWARD=zero and
-#                                  the reward hook) with each step rescaled to the update norm
-#                                  the R = 0 arm takes on the same batch from the same state
-#                                  (rescue.miles.matched). Every step's forward and backward
-#                                  work doubles; GLOBAL_BATCH_SIZE must divide
-#                                  ROLLOUT_BATCH_SIZE*N_SAMPLES. Flags: rescue_matched_flags
-#                                  in common.sh, shared by every launcher's mask arm.
+#                      or a budget-regime arm (launch/budget.sh, as for the single-turn
+#                      arms of launch/rlvr_config.sh), all with the never-drop gate, the reward
+#                      hook and R = 0 for budget failures (RESCUE_TRUNCATED_REWARD=zero):
+#                      zero (nothing masked), mask (capped trajectories loss-masked:
+#                      --rollout-sample-filter-path filters.mask_truncated_zero_reward),
+#                      matched (the mask arm with each step rescaled to the update norm
+#                      the zero arm takes on the same batch from the same state:
+#                      rescue.miles.matched; every step's forward and backward work doubles,
+#                      and GLOBAL_BATCH_SIZE must divide ROLLOUT_BATCH_SIZE*N_SAMPLES), drgrpo-mask
+#                      (mask with DRGRPO=1), survivor (mask with BASELINE=survivors), turn
+#                      (ESTIMATOR=turn). Their RUN_NAME has no K (swe-ARM-seedSEED); they
+#                      set ESTIMATOR, DRGRPO and BASELINE themselves and refuse other values.
 #   A                  (protect only, required there) keep probability of a stale group,
 #                      0 < A <= 1 (RESCUE_A). A=1 is never-drop with protect's hook.
 #   SEED               1. Replicate seed: the protect coin (RESCUE_SEED), Miles' --seed and
@@ -230,7 +234,8 @@
 #   family's chat_template_kwargs, as training does.
 #
 # Errors (one line on stderr, exit status 2; every setting is checked before it is used):
-#   ARM='x' is not an arm: set ARM=drop, ARM=never-drop, ARM=protect, ARM=pace or ARM=matched
+#   ARM='x' is not an arm: set ARM to drop, never-drop, protect or pace (stale handling), or ...
+#   ESTIMATOR=turn: the budget-regime arms set the estimator themselves: use ARM=turn, ...
 #   ARM=matched needs GLOBAL_BATCH_SIZE to divide ROLLOUT_BATCH_SIZE*N_SAMPLES=n: ...
 #   ARM=protect needs A: set A with 0 < A <= 1, e.g. A=0.5
 #   A='x' is outside (0, 1]: set A with 0 < A <= 1

@@ -46,12 +46,7 @@ rescue_derive_layout() {
   GLOBAL_BATCH_SIZE=${GLOBAL_BATCH_SIZE:-$((ROLLOUT_BATCH_SIZE * N_SAMPLES))}
   AGENT_CONCURRENCY=${AGENT_CONCURRENCY:-$((ROLLOUT_BATCH_SIZE * N_SAMPLES))}
   HEALTH_CHECK_FIRST_WAIT=${HEALTH_CHECK_FIRST_WAIT:-$((MAX_TURNS * 60))}
-  if [[ -z $NODE_ADDR ]]; then
-    if ((NODE_RANK == 0)); then NODE_ADDR=$MASTER_ADDR; else
-      NODE_ADDR=$(hostname -I 2>/dev/null | awk '{ print $1 }')
-      [[ -n $NODE_ADDR ]] || rescue_die "cannot tell this node's address (hostname -I): set NODE_ADDR"
-    fi
-  fi
+  rescue_node_addr
   local training=$((ACTOR_NUM_NODES * ACTOR_GPUS_PER_NODE)) total=$((NNODES * GPUS_PER_NODE))
   if ((NNODES == 1 && GPUS_PER_NODE < 2)); then
     rescue_die "GPUS_PER_NODE=$GPUS_PER_NODE on one node leaves no GPU for training or rollout: run on a node with 2 or more GPUs (training and SGLang each need one)"
@@ -67,4 +62,14 @@ rescue_derive_layout() {
   ((ROLLOUT_NUM_GPUS % ROLLOUT_GPUS_PER_ENGINE == 0)) ||
     rescue_die "ROLLOUT_GPUS_PER_ENGINE=$ROLLOUT_GPUS_PER_ENGINE does not divide ROLLOUT_NUM_GPUS=$ROLLOUT_NUM_GPUS: set ROLLOUT_GPUS_PER_ENGINE"
   return 0
+}
+
+# NODE_ADDR, the address this node gives Ray: MASTER_ADDR on node 0, else this node's first
+# address (hostname -I), unless set.
+rescue_node_addr() {
+  [[ -z $NODE_ADDR ]] || return 0
+  if ((NODE_RANK == 0)); then NODE_ADDR=$MASTER_ADDR; else
+    NODE_ADDR=$(hostname -I 2>/dev/null | awk '{ print $1 }')
+    [[ -n $NODE_ADDR ]] || rescue_die "cannot tell this node's address (hostname -I): set NODE_ADDR"
+  fi
 }

@@ -102,14 +102,16 @@ rescue_prune_checkpoints() {
 }
 
 # Node 0: start launch/housekeep.sh as its own session; it prunes every HOUSEKEEP_S s until
-# the Ray job SUBMISSION_ID ends, whatever happens to this shell.
+# the Ray job SUBMISSION_ID ends, whatever happens to this shell. $1 names its record in
+# RUN_STATE_DIR (default housekeeper; a sweep gives each run its own).
 rescue_housekeeper() {
+  local record=${1:-housekeeper}
   [[ $DUMP_STEPS == 0 || $DUMP_STEPS == all ]] && ((CKPT_KEEP == 0)) && return 0
-  [[ $RAY_STOP == 1 ]] && rescue_stop_recorded housekeeper
+  [[ $RAY_STOP == 1 ]] && rescue_stop_recorded "$record"
   rescue_note "until job $SUBMISSION_ID ends: keep dumps of steps < DUMP_STEPS=$DUMP_STEPS in $DUMP_DIR and the CKPT_KEEP=$CKPT_KEEP newest checkpoints in $SAVE_DIR, every HOUSEKEEP_S=$HOUSEKEEP_S s"
   [[ $DRY_RUN == 1 ]] && return 0
   mkdir -p "$OUTPUT_DIR/$RUN_NAME"
-  rescue_spawn housekeeper background nohup env "DUMP_DIR=$DUMP_DIR" "SAVE_DIR=$SAVE_DIR" \
+  rescue_spawn "$record" background nohup env "DUMP_DIR=$DUMP_DIR" "SAVE_DIR=$SAVE_DIR" \
     "SUBMISSION_ID=$SUBMISSION_ID" "DUMP_STEPS=$DUMP_STEPS" "CKPT_KEEP=$CKPT_KEEP" \
     "HOUSEKEEP_S=$HOUSEKEEP_S" "RAY_DASHBOARD_PORT=$RAY_DASHBOARD_PORT" "OUTPUT_DIR=$OUTPUT_DIR" \
     "RUN_STATE_DIR=$RUN_STATE_DIR" "PATH=$PATH" bash "$LAUNCH_DIR/housekeep.sh" \

@@ -28,7 +28,12 @@ from launch_env import (
 from launch_env import bin_dir as bin_dir  # a fixture
 from launch_env import miles_dir as miles_dir  # a fixture
 
-ARMS = ("drop", "never-drop", "protect", "pace", "matched")
+ARMS = ("drop", "never-drop", "protect", "pace")
+#: The arms the error messages list.
+SWE_ARMS = (
+    "drop, never-drop, protect or pace (stale handling), or zero, mask, matched, drgrpo-mask, "
+    "survivor or turn (budget regime, with never-drop)"
+)
 #: The flags that distinguish the arms (the rollout function first); every other flag is shared.
 ARM_FLAGS = {
     "drop": {"--fully-async": []},
@@ -38,14 +43,6 @@ ARM_FLAGS = {
         "--custom-reward-post-process-path": ["rescue.miles.reward.post_process_rewards"],
     },
     "pace": {"--rollout-function-path": ["rescue.miles.pace.PaceRolloutFn"]},
-    "matched": {
-        "--fully-async": [],
-        "--rollout-sample-filter-path": ["filters.mask_truncated_zero_reward"],
-        "--custom-convert-samples-to-train-data-path": [
-            "rescue.miles.matched.convert_samples_to_train_data"
-        ],
-        "--custom-reward-post-process-path": ["rescue.miles.reward.post_process_rewards"],
-    },
 }
 ARM_FLAG_NAMES = {flag for flags in ARM_FLAGS.values() for flag in flags}
 #: The runtime-env settings that distinguish the arms.
@@ -54,7 +51,6 @@ ARM_ENV = {
     "never-drop": {"RESCUE_ARM": "never-drop"},
     "protect": {"RESCUE_ARM": "protect", "RESCUE_A": "0.5", "RESCUE_BASELINE": "all"},
     "pace": {"RESCUE_ARM": "pace"},
-    "matched": {"RESCUE_ARM": "never-drop", "RESCUE_TRUNCATED_REWARD": "zero"},
 }
 #: Shared flags and settings whose value is derived from the run name (arm, A, seed).
 NAMED_FLAGS = {"--load", "--save", "--wandb-group", "--wandb-dir", "--save-debug-rollout-data"}
@@ -140,7 +136,7 @@ def test_by_default_every_arm_logs_the_contract_with_the_group_estimator(arm, bi
     assert {f: flags.get(f) for f in LOGGING_FLAGS} == LOGGING_FLAGS
     assert env["RESCUE_ESTIMATOR"] == "group" and "RESCUE_DRGRPO_DIVISOR" not in env
     assert not set(DRGRPO_FLAGS) & set(flags)
-    assert ("--custom-reward-post-process-path" in flags) == (arm in ("protect", "matched"))
+    assert ("--custom-reward-post-process-path" in flags) == (arm == "protect")
 
 
 def test_estimator_turn_and_drgrpo_are_applied_identically_to_every_arm(bin_dir, miles_dir):
@@ -358,12 +354,8 @@ def test_the_arm_entries_set_their_arm(bin_dir, miles_dir):
 # ── invalid input: one documented line, nothing run ──────────────────────────────────────
 
 INVALID = [
-    (
-        {"ARM": "mask"},
-        "ARM='mask' is not an arm: "
-        "set ARM=drop, ARM=never-drop, ARM=protect, ARM=pace or ARM=matched",
-    ),
-    ({}, "ARM is not set: set ARM=drop, ARM=never-drop, ARM=protect, ARM=pace or ARM=matched"),
+    ({"ARM": "bogus"}, f"ARM='bogus' is not an arm: set ARM to {SWE_ARMS}"),
+    ({}, f"ARM is not set: set ARM to {SWE_ARMS}"),
     (
         {"ARM": "matched", "GLOBAL_BATCH_SIZE": "48"},
         "ARM=matched needs GLOBAL_BATCH_SIZE to divide ROLLOUT_BATCH_SIZE*N_SAMPLES=128 "
@@ -541,10 +533,7 @@ def test_make_swe_arm_reports_the_launchers_error():
     )
     assert result.returncode != 0
     first = result.stderr.splitlines()[0]
-    assert first == (
-        "swe-arm: error: ARM='bogus' is not an arm: "
-        "set ARM=drop, ARM=never-drop, ARM=protect, ARM=pace or ARM=matched"
-    )
+    assert first == f"swe-arm: error: ARM='bogus' is not an arm: set ARM to {SWE_ARMS}"
 
 
 @pytest.mark.skipif(shutil.which("make") is None, reason="make is not installed")
@@ -681,3 +670,95 @@ def test_the_family_table_is_miles_own_registry(miles_src):
         ), family
         rows += 1
     assert rows >= 10
+
+
+# ── the budget-regime arms on the SWE tasks (never-drop for staleness) ──────────────────
+
+BUDGET_ARMS = ("zero", "mask", "drgrpo-mask", "survivor", "turn")
+BUDGET_MASK = {"--rollout-sample-filter-path": ["filters.mask_truncated_zero_reward"]}
+#: The flags that distinguish the budget arms on SWE (Dr. GRPO's from the shared DRGRPO code).
+BUDGET_ARM_FLAGS = {
+    "zero": {**REWARD_HOOK},
+    "mask": {**REWARD_HOOK, **BUDGET_MASK},
+    "drgrpo-mask": {**REWARD_HOOK, **BUDGET_MASK, **DRGRPO_FLAGS},
+    "survivor": {**REWARD_HOOK, **BUDGET_MASK},
+    "turn": {**REWARD_HOOK},
+}
+BUDGET_FLAG_NAMES = {flag for flags in BUDGET_ARM_FLAGS.values() for flag in flags}
+#: Their runtime-env settings: every budget arm has the never-drop gate and R = 0 on the cap.
+BUDGET_ARM_ENV = {
+    arm: {
+        "RESCUE_ARM": "never-drop",
+        "RESCUE_TRUNCATED_REWARD": "zero",
+        "RESCUE_BASELINE": "survivors" if arm == "survivor" else "all",
+        "RESCUE_ESTIMATOR": "turn" if arm == "turn" else "group",
+    }
+    for arm in BUDGET_ARMS
+}
+
+
+@pytest.mark.parametrize("arm", BUDGET_ARMS)
+def test_each_budget_arm_on_swe_submits_exactly_its_own_settings(arm, bin_dir, miles_dir):
+    flags, env, _ = submitted(dry_run(arm, bin_dir, miles_dir).stdout)
+    assert {f: v for f, v in flags.items() if f in BUDGET_FLAG_NAMES} == BUDGET_ARM_FLAGS[arm]
+    assert {k: env.get(k) for k in BUDGET_ARM_ENV[arm]} == BUDGET_ARM_ENV[arm]
+    assert "RESCUE_A" not in env
+    # never-drop through rescue's buffer: K labels stale groups in the census only
+    assert flags["--custom-async-data-buffer-path"] == ["rescue.miles.buffer.RescueDataBuffer"]
+    assert flags["--wandb-group"] == [f"swe-{arm}-seed1"]
+    assert env["WANDB_TAGS"] == f"arm:{arm},seed:1"
+    assert "--dynamic-sampling-filter-path" not in flags
+
+
+@pytest.mark.skipif(shutil.which("make") is None, reason="make is not installed")
+def test_make_swe_arm_budget_arms_differ_only_by_the_arms_own_settings(miles_dir):
+    shared, shared_env, rest = {}, {}, {}
+    for arm in BUDGET_ARMS:
+        out = _make_dry_run(arm, miles_dir)
+        flags, env, _ = submitted(out)
+        shared[arm] = {f: v for f, v in flags.items() if f not in BUDGET_FLAG_NAMES | NAMED_FLAGS}
+        shared_env[arm] = {
+            k: v for k, v in env.items() if k not in {*BUDGET_ARM_ENV[arm], *NAMED_ENV}
+        }
+        rest[arm] = [
+            w for w in command_lines(out) if w[:3] != ["ray", "job", "submit"] and "submit" not in w
+        ]
+    for arm in BUDGET_ARMS[1:]:
+        assert shared[arm] == shared["zero"], arm
+        assert shared_env[arm] == shared_env["zero"], arm
+        assert rest[arm] == rest["zero"], arm
+
+
+@pytest.mark.parametrize(
+    ("env", "message"),
+    [
+        (
+            {"ARM": "mask", "ESTIMATOR": "turn"},
+            "ESTIMATOR=turn: the budget-regime arms set the estimator themselves: use "
+            "ARM=turn, or unset ESTIMATOR",
+        ),
+        (
+            {"ARM": "zero", "DRGRPO": "1"},
+            "DRGRPO=1: the budget-regime arms set Dr. GRPO themselves: use ARM=drgrpo-mask, or "
+            "unset DRGRPO",
+        ),
+        (
+            {"ARM": "mask", "BASELINE": "survivors"},
+            "BASELINE=survivors: the budget-regime arms set the baseline population "
+            "themselves: use ARM=survivor, or unset BASELINE",
+        ),
+        (
+            {"ARM": "mask", "A": "0.5"},
+            "A=0.5 applies only to ARM=protect: unset A or set ARM=protect",
+        ),
+    ],
+)
+def test_a_budget_arm_on_swe_refuses_settings_that_are_its_own(env, message, bin_dir, miles_dir):
+    result = launch("swe_arm.sh", bin_dir, miles_dir, DRY_RUN="1", **env)
+    assert result.returncode == 2 and result.stdout == ""
+    assert result.stderr == f"swe-arm: error: {message}\n"
+
+
+def test_the_drgrpo_divisor_reaches_the_drgrpo_mask_arm_on_swe(bin_dir, miles_dir):
+    _, env, _ = submitted(dry_run("drgrpo-mask", bin_dir, miles_dir, DRGRPO_DIVISOR="2048").stdout)
+    assert env["RESCUE_DRGRPO_DIVISOR"] == "2048"

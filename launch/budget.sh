@@ -1,0 +1,70 @@
+# shellcheck shell=bash
+# shellcheck disable=SC2034  # the variables are read by the scripts that source this file
+# The budget-regime arms, one table for the single-turn launchers (rlvr.sh) and the SWE arms
+# (common.sh): each arm is a setting of the mask, the baseline population, the estimator and
+# Dr. GRPO; the launchers turn those settings into flags the same way for every arm.
+# Sourced by common.sh.
+
+RESCUE_BUDGET_ARMS=(zero mask matched drgrpo-mask survivor turn)
+
+# True when ARM is a budget-regime arm.
+rescue_is_budget_arm() {
+  [[ " ${RESCUE_BUDGET_ARMS[*]} " == *" $ARM "* ]]
+}
+
+# The settings of the budget arm ARM. ESTIMATOR, DRGRPO and BASELINE are the arm's own here,
+# so a value other than their default is refused rather than silently replaced. Sets
+# BUDGET_MASK (1: capped responses are loss-masked), BUDGET_MATCHED (1: the matched-update
+# control), ESTIMATOR, DRGRPO and BASELINE.
+rescue_budget_arm() {
+  [[ $ESTIMATOR == group ]] ||
+    rescue_die "ESTIMATOR=$ESTIMATOR: the budget-regime arms set the estimator themselves: use ARM=turn, or unset ESTIMATOR"
+  [[ $DRGRPO == 0 ]] ||
+    rescue_die "DRGRPO=$DRGRPO: the budget-regime arms set Dr. GRPO themselves: use ARM=drgrpo-mask, or unset DRGRPO"
+  [[ $BASELINE == all ]] ||
+    rescue_die "BASELINE=$BASELINE: the budget-regime arms set the baseline population themselves: use ARM=survivor, or unset BASELINE"
+  BUDGET_MASK=0
+  BUDGET_MATCHED=0
+  case $ARM in
+    zero) ;;
+    mask) BUDGET_MASK=1 ;;
+    matched) BUDGET_MASK=1 BUDGET_MATCHED=1 ;;
+    drgrpo-mask) BUDGET_MASK=1 DRGRPO=1 ;;
+    survivor) BUDGET_MASK=1 BASELINE=survivors ;;
+    turn) ESTIMATOR=turn ;;
+    *) rescue_die "ARM='$ARM' is not a budget-regime arm: set ARM=zero, mask, matched, drgrpo-mask, survivor or turn" ;;
+  esac
+  return 0
+}
+
+# BUDGET_FLAGS: the Miles flags that only some budget arms have (the mask, the matched
+# control); Dr. GRPO's flags and the reward hook come from each launcher's shared code.
+rescue_budget_flags() {
+  BUDGET_FLAGS=()
+  if [[ $BUDGET_MASK == 1 ]]; then
+    BUDGET_FLAGS+=(--rollout-sample-filter-path filters.mask_truncated_zero_reward)
+  fi
+  # The matched-update control: each step taken on the R = 0 copy (measured, not applied)
+  # and on the mask copy (applied, rescaled to the first's update norm), rescue.miles.matched;
+  # it needs rescue's before-train-step hook, which every launcher's loss flags carry.
+  if [[ $BUDGET_MATCHED == 1 ]]; then
+    BUDGET_FLAGS+=(--custom-convert-samples-to-train-data-path
+      rescue.miles.matched.convert_samples_to_train_data)
+  fi
+  return 0
+}
+
+# A rollout's batch must be whole steps of GLOBAL_BATCH_SIZE under ARM=matched: each step is
+# taken on two copies (the launchers call this once the layout is derived).
+rescue_check_matched() {
+  local batch=$((ROLLOUT_BATCH_SIZE * N_SAMPLES))
+  if ((batch % GLOBAL_BATCH_SIZE)); then
+    rescue_die "ARM=matched needs GLOBAL_BATCH_SIZE to divide ROLLOUT_BATCH_SIZE*N_SAMPLES=$batch (got $GLOBAL_BATCH_SIZE): set GLOBAL_BATCH_SIZE=$batch"
+  fi
+}
+
+# BUDGET_ENV: the reward hook's settings of a budget arm. Every arm scores a budget failure
+# R = 0 (the same raw rewards in every arm); the population is the arm's.
+rescue_budget_env() {
+  BUDGET_ENV=(RESCUE_TRUNCATED_REWARD=zero "RESCUE_BASELINE=$BASELINE")
+}
