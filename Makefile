@@ -43,7 +43,7 @@ demo: $(VENV)/.stamp-sim
 identity: $(VENV)/.stamp-base
 	$(PY) -m rescue identity
 
-test: $(VENV)/.stamp-dev+sim+swe+replay+ray
+test: $(VENV)/.stamp-dev+sim+swe+replay+ray+rlvr
 	$(PY) -m pytest $(PYTEST_ARGS)
 
 # MILES_SRC / SLIME_SRC: checkouts (or unpacked archives) of radixark/miles and THUDM/slime
@@ -55,9 +55,10 @@ INTEGRATION_TESTS := tests/test_miles_buffer.py tests/test_miles_log.py tests/te
 	tests/test_replay_miles.py tests/test_advantages.py tests/test_launch.py \
 	tests/test_miles_turn_e2e.py tests/test_miles_turn_reward.py tests/test_miles_drgrpo.py \
 	tests/test_miles_train_step.py tests/test_slime_turn.py tests/test_miles_matched.py \
-	tests/test_miles_matched_convert.py tests/test_miles_oracle.py tests/test_launch_oracle.py
+	tests/test_miles_matched_convert.py tests/test_miles_oracle.py tests/test_launch_oracle.py \
+	tests/test_rlvr_launch.py tests/test_rlvr_data.py tests/test_rlvr_sweep.py
 
-integration: $(VENV)/.stamp-dev+sim+swe+replay+integration
+integration: $(VENV)/.stamp-dev+sim+swe+replay+rlvr+integration
 	@test -n "$(MILES_SRC)$(SLIME_SRC)" || { echo "integration: set MILES_SRC=/path/to/miles and/or SLIME_SRC=/path/to/slime"; exit 2; }
 	@for v in "MILES_SRC=$(MILES_SRC)" "SLIME_SRC=$(SLIME_SRC)"; do \
 	  test -z "$${v#*=}" || test -d "$${v#*=}" || { echo "integration: $${v%%=*}=$${v#*=} is not a directory"; exit 2; }; done
@@ -112,7 +113,8 @@ rehearsal-test: $(VENV)/.stamp-dev $(REHEARSAL_VENV)/.stamp
 #                      train, after `rescue swe probe` checks its tool calls; writes the subset
 #   make preflight     GPUs, Docker, task images and their git remote, wandb, disk, context,
 #                      the imports of a trial
-#   make swe-arm ARM=drop|never-drop|protect|pace|matched [A=0.5] [SEED=1] [STALENESS=2]
+#   make swe-arm ARM=drop|never-drop|protect|pace [A=0.5] [SEED=1] [STALENESS=2], or a
+#                      budget-regime arm ARM=zero|mask|matched|drgrpo-mask|survivor|turn (never-drop)
 #                      Ray head (NODE_RANK=0) + `ray job submit` of Miles' train_async.py and
 #                      the housekeeper; with NNODES>1 run it on every node with NODE_RANK and
 #                      MASTER_ADDR
@@ -147,3 +149,30 @@ ORACLE_DEPS := $(if $(RESCUE_PY),,$(VENV)/.stamp-$(if $(filter 1,$(DRY_RUN)),bas
 
 oracle: $(ORACLE_DEPS)
 	@launch/oracle.sh
+
+# ── The single-turn budget-regime arms on Miles (GPU nodes). Their settings, with defaults,
+# are in launch/rlvr_config.sh (the shared ones in launch/config.sh). DRY_RUN=1 prints the
+# commands.
+#
+#   make rlvr-prepare    GSM8K or MATH rows -> PROMPT_DATA (RLVR_DATASET=gsm8k|math, RLVR_SOURCE)
+#   make rlvr-calibrate  the smallest of CAL_CAPS whose truncation rate at initialization lies
+#                        in [CAL_LOW, CAL_HIGH], written to CAP_FILE
+#   make rlvr-arm ARM=zero|mask|matched|drgrpo-mask|survivor|turn [SEED=1] [CAP=]
+#                        one run of Miles' train.py --colocate on GPUS_PER_RUN GPUs, as a Ray job
+#   make rlvr-sweep [ARMS='zero mask ...'] [SEEDS=3]
+#                        every (arm, seed) as a Ray job on one cluster; progress until all end
+.PHONY: rlvr-prepare rlvr-calibrate rlvr-arm rlvr-sweep
+
+RLVR_CLI_DEPS := $(if $(RESCUE_PY)$(filter 1,$(DRY_RUN)),,$(VENV)/.stamp-rlvr)
+
+rlvr-prepare: $(RLVR_CLI_DEPS)
+	@launch/rlvr_prepare.sh
+
+rlvr-calibrate: $(RLVR_CLI_DEPS)
+	@launch/rlvr_calibrate.sh
+
+rlvr-arm: $(RLVR_CLI_DEPS)
+	@launch/rlvr_arm.sh
+
+rlvr-sweep: $(RLVR_CLI_DEPS)
+	@launch/rlvr_sweep.sh

@@ -32,6 +32,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
         "judge the pre-registered predictions on simulated or real runs",
     ),
     "swe": ("swe_smith_tasks.cli", "SWE-smith tasks: prepare data, pilot, reap containers"),
+    "rlvr": ("rescue.rlvr.cli", "single-turn RLVR: prepare data, calibrate the cap, watch a sweep"),
 }
 
 

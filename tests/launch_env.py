@@ -30,13 +30,17 @@ def executable(path: Path, text: str) -> None:
 
 @pytest.fixture
 def miles_dir(tmp_path: Path) -> Path:
-    """A stand-in Miles checkout: train_async.py, the Qwen3-8B model script, the modules a
-    trial imports and the Qwen3 chat template."""
+    """A stand-in Miles checkout: train_async.py and train.py, the Qwen3-8B and Qwen3-1.7B
+    model scripts, the modules a trial imports and the Qwen3 chat template."""
     miles = tmp_path / "miles"
     (miles / "scripts" / "models").mkdir(parents=True)
     (miles / "train_async.py").write_text("")
+    (miles / "train.py").write_text("")
     (miles / "scripts" / "models" / "qwen3-8B.py").write_text(
         'def model_args():\n    return "--num-layers 36\\n --hidden-size 4096 "\n'
+    )
+    (miles / "scripts" / "models" / "qwen3-1.7B.py").write_text(
+        'def model_args():\n    return "--num-layers 28 --hidden-size 2048 "\n'
     )
     hub = miles / "miles" / "rollout" / "generate_hub"
     hub.mkdir(parents=True)
@@ -106,18 +110,29 @@ def flag_dict(words: list[str]) -> dict[str, list[str]]:
     return flags
 
 
-def submitted(stdout: str) -> tuple[dict[str, list[str]], dict[str, str], list[str]]:
-    """(train_async.py flags, runtime env vars, the words before train_async.py's flags)."""
+def submitted(
+    stdout: str, script: str = "train_async.py"
+) -> tuple[dict[str, list[str]], dict[str, str], list[str]]:
+    """(the trainer's flags, runtime env vars, the words before the trainer's flags) of the one
+    ``ray job submit`` printed."""
     submits = [w for w in command_lines(stdout) if w[:3] == ["ray", "job", "submit"]]
     assert len(submits) == 1, stdout
-    words = submits[0]
+    flags, env, job, _ = split_submit(submits[0], script)
+    return flags, env, job
+
+
+def split_submit(
+    words: list[str], script: str
+) -> tuple[dict[str, list[str]], dict[str, str], list[str], dict[str, list[str]]]:
+    """One ``ray job submit`` line: (trainer flags, runtime env, interpreter and script,
+    ``ray job submit``'s own options)."""
     sep = words.index("--")
     ray_opts = flag_dict(words[3:sep])
     (env_json,) = ray_opts["--runtime-env-json"]
     env = json.loads(env_json)["env_vars"]
     job = words[sep + 1 :]
-    assert job[1].endswith("/train_async.py")
-    return flag_dict(job[2:]), env, job[:2]
+    assert job[1].endswith("/" + script), job[:2]
+    return flag_dict(job[2:]), env, job[:2], ray_opts
 
 
 def dry_run(arm: str, bin_dir: Path, miles_dir: Path, **env: str):
