@@ -16,11 +16,14 @@
 
 The model: the ``k``-th request for a given prompt (counted per prompt, so the order of
 concurrent requests does not matter) has a natural length ``lengths(prompt_ids, k)``
-(stop token included). ``fail_after`` makes every request after that many an HTTP 400.
+(stop token included). ``fail_after`` makes every request after that many an HTTP 400;
+``delay_s`` holds every answer that long; ``most_in_flight`` counts the most requests
+served at once.
 """
 
 from __future__ import annotations
 
+import contextlib
 import json
 import threading
 from collections import Counter
@@ -50,6 +53,9 @@ class GenerateServer:
         self.seen: Counter[tuple[int, ...]] = Counter()
         self.requests: list[dict[str, Any]] = []
         self.lock = threading.Lock()
+        self.in_flight = 0
+        self.most_in_flight = 0
+        self.delay_s = 0.0
         server = self
 
         class Handler(BaseHTTPRequestHandler):
@@ -66,7 +72,18 @@ class GenerateServer:
                 if self.path != "/generate":
                     self._send(404, {"detail": "Not Found"})
                     return
-                self._send(*server.generate(body))
+                with server.lock:
+                    server.in_flight += 1
+                    server.most_in_flight = max(server.most_in_flight, server.in_flight)
+                try:
+                    if server.delay_s:
+                        threading.Event().wait(server.delay_s)
+                    answer = server.generate(body)
+                finally:
+                    with server.lock:
+                        server.in_flight -= 1
+                with contextlib.suppress(OSError):  # the client gave up (its timeout)
+                    self._send(*answer)
 
             def _send(self, status: int, payload: Any) -> None:
                 data = json.dumps(payload).encode()

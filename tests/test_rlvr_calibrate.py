@@ -297,3 +297,24 @@ def test_a_refused_connection_is_retried_then_an_engine_error(monkeypatch):
         port = s.getsockname()[1]
     with pytest.raises(cal.EngineError, match=f"failed {cal.CONNECT_ATTEMPTS} times"):
         cal.post_generate(f"http://127.0.0.1:{port}", {"input_ids": [1]}, 5)
+
+
+def test_concurrency_seed_and_timeout_are_the_flags(setup, tmp_path, capsys, monkeypatch):
+    data, tokenizer = setup
+    out = tmp_path / "cap.json"
+    with GenerateServer(natural) as server:
+        server.delay_s = 0.01
+        assert run(data, tokenizer, server.url, out, "768 1024", concurrency="1") == 0
+        assert server.most_in_flight == 1
+    with GenerateServer(natural) as server:
+        server.delay_s = 0.05
+        assert run(data, tokenizer, server.url, out, "768 1024", concurrency="6", seed="7") == 0
+        assert server.most_in_flight > 1
+    assert json.loads(out.read_text())["seed"] == 7
+    # the seed draws the prompts
+    assert cal.read_prompts(data, 5, seed=1) != cal.read_prompts(data, 5, seed=2)
+    monkeypatch.setattr(cal.time, "sleep", lambda s: None)
+    with GenerateServer(natural) as server:
+        server.delay_s = 1.0
+        assert run(data, tokenizer, server.url, out, "768", timeout="0.05") == 1
+    assert "failed 4 times: " in capsys.readouterr().err

@@ -294,3 +294,46 @@ def test_parse_status_reads_what_rays_own_cli_prints(capfd):
         assert got[0] == state, (status, captured)
         if status == JobStatus.FAILED:
             assert got[1] == "exit code 1"
+
+
+def test_the_watch_command_uses_its_ray_poll_and_lost_after(tmp_path, monkeypatch, capsys):
+    from rescue.cli import main as rescue_main
+    from rescue.rlvr import sweep
+
+    plan = tmp_path / "plan.jsonl"
+    plan.write_text(
+        json.dumps(
+            {"run": "a", "submission_id": "a-1", "log": str(tmp_path / "a.log"), "submitted": True}
+        )
+        + "\n"
+    )
+    ray = tmp_path / "my-ray"
+    executable(
+        ray, f"#!{sys.executable}\nimport sys\nprint('cannot reach', sys.argv[1:])\nsys.exit(1)\n"
+    )
+    slept = []
+    monkeypatch.setattr(sweep.time, "sleep", slept.append)
+    code = rescue_main(
+        [
+            "rlvr",
+            "watch",
+            "--plan",
+            str(plan),
+            "--address",
+            "http://h:9",
+            "--ray",
+            str(ray),
+            "--poll-s",
+            "0.5",
+            "--lost-after",
+            "2",
+        ]
+    )
+    assert code == 1
+    out = capsys.readouterr().out
+    assert (
+        "LOST a: ray job status failed 2 times in a row: cannot reach ['job', 'status', '--address', 'http://h:9', 'a-1']"
+        in out
+    )
+    assert slept.count(0.5) == 1  # between its two polls (the rest: subprocess' own waits)
+    assert [s for s in slept if s >= 0.5] == [0.5]

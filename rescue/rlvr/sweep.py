@@ -145,8 +145,8 @@ class Watcher:
         poll_s: float = 60.0,
         lost_after: int = 10,
         runner: Runner = run_command,
-        out: TextIO = sys.stdout,
-        sleep: Callable[[float], None] = time.sleep,
+        out: TextIO | None = None,
+        sleep: Callable[[float], None] | None = None,
         prog: str = "rlvr-sweep",
     ) -> None:
         if poll_s < 0:
@@ -160,11 +160,11 @@ class Watcher:
         self.lost_after = lost_after
         self.runner = runner
         self.out = out
-        self.sleep = sleep
+        self.sleep = sleep if sleep is not None else lambda s: time.sleep(s)
         self.prog = prog
 
     def say(self, text: str) -> None:
-        print(f"{self.prog}: {text}", file=self.out, flush=True)
+        print(f"{self.prog}: {text}", file=self.out or sys.stdout, flush=True)
 
     def fetch_log(self, run: Run) -> None:
         """Write the driver log of a failed run to its log path (Ray's answer, whatever it is)."""
