@@ -76,6 +76,15 @@ RESCUE_SWITCHES=(RAY_STOP DRY_RUN PREFLIGHT REAP PULL_IMAGES EXTEND_CONTEXT PILO
 
 # Every setting every launcher reads: one line naming the first bad one, never a shell error.
 rescue_check_settings() {
+  rescue_check_values
+  rescue_family
+  rescue_derive_layout
+  if [[ ${ARM:-} == matched ]]; then rescue_check_matched; fi
+}
+
+# The values themselves (numbers, switches, seed, dump window, nodes, pause mode, pace
+# window, lengths), before any arithmetic or derivation uses them.
+rescue_check_values() {
   rescue_check_numbers
   case $PAUSE_MODE in
     in_place | retract) ;;
@@ -88,9 +97,7 @@ rescue_check_settings() {
   fi
   ((MAX_RESPONSE_LEN < MAX_SEQ_LEN)) ||
     rescue_die "MAX_RESPONSE_LEN=$MAX_RESPONSE_LEN is not below MAX_SEQ_LEN=$MAX_SEQ_LEN: SGLang would refuse every request; set MAX_RESPONSE_LEN below MAX_SEQ_LEN"
-  rescue_family
-  rescue_derive_layout
-  if [[ ${ARM:-} == matched ]]; then rescue_check_matched; fi
+  return 0
 }
 
 # The counts, switches, seed and node rank of every launcher (the SWE and single-turn ones).

@@ -69,6 +69,8 @@ rescue_rlvr_check_arm() {
     rescue_die "ARM='$ARM' is not a single-turn arm: set ARM=zero, mask, matched, drgrpo-mask, survivor or turn"
   [[ -z $A ]] || rescue_die "A=$A applies only to the SWE arm ARM=protect: unset A"
   rescue_budget_arm
+  # (after rescue_rlvr_check, which derives GLOBAL_BATCH_SIZE)
+  [[ $ARM != matched ]] || rescue_check_matched
   if [[ -n $DRGRPO_DIVISOR && $ARM != drgrpo-mask ]]; then
     rescue_die "DRGRPO_DIVISOR applies only to ARM=drgrpo-mask: unset DRGRPO_DIVISOR or set ARM=drgrpo-mask"
   fi

@@ -18,8 +18,8 @@ source "$LAUNCH_DIR/common.sh"
 # shellcheck source=rlvr.sh
 source "$LAUNCH_DIR/rlvr.sh"
 
-rescue_rlvr_check_arm
 rescue_rlvr_check
+rescue_rlvr_check_arm
 rescue_rlvr_check_miles
 [[ $NODE_RANK != 0 ]] || rescue_rlvr_cap
 rescue_check_gpus

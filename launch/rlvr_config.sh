@@ -89,6 +89,7 @@
 # Errors (one line on stderr, exit status 2), besides config.sh's:
 #   ARM='x' is not a single-turn arm: set ARM=zero, mask, matched, drgrpo-mask, survivor or turn
 #   ESTIMATOR=turn: the single-turn arms set the estimator themselves: use ARM=turn
+#   ARM=matched needs GLOBAL_BATCH_SIZE to divide ROLLOUT_BATCH_SIZE*N_SAMPLES=n: ...
 #   CAP='x' is not a positive integer: set CAP=N, or unset it to read CAP_FILE
 #   no cap file ...: run make rlvr-calibrate (writes CAP_FILE), or set CAP=N
 #   EXTRA_ARGS has --dynamic-sampling-filter-path, an outcome-dependent exclusion: ...

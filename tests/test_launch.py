@@ -674,12 +674,18 @@ def test_the_family_table_is_miles_own_registry(miles_src):
 
 # ── the budget-regime arms on the SWE tasks (never-drop for staleness) ──────────────────
 
-BUDGET_ARMS = ("zero", "mask", "drgrpo-mask", "survivor", "turn")
+BUDGET_ARMS = ("zero", "mask", "matched", "drgrpo-mask", "survivor", "turn")
 BUDGET_MASK = {"--rollout-sample-filter-path": ["filters.mask_truncated_zero_reward"]}
+MATCHED_CONVERT = {
+    "--custom-convert-samples-to-train-data-path": [
+        "rescue.miles.matched.convert_samples_to_train_data"
+    ]
+}
 #: The flags that distinguish the budget arms on SWE (Dr. GRPO's from the shared DRGRPO code).
 BUDGET_ARM_FLAGS = {
     "zero": {**REWARD_HOOK},
     "mask": {**REWARD_HOOK, **BUDGET_MASK},
+    "matched": {**REWARD_HOOK, **BUDGET_MASK, **MATCHED_CONVERT},
     "drgrpo-mask": {**REWARD_HOOK, **BUDGET_MASK, **DRGRPO_FLAGS},
     "survivor": {**REWARD_HOOK, **BUDGET_MASK},
     "turn": {**REWARD_HOOK},

@@ -155,6 +155,7 @@ def test_dumps_without_dump_files_is_an_error(bin_dir, miles_dir, recording, tmp
 
 
 def test_no_train_py_fails_with_what_to_set(bin_dir, miles_dir, recording):
+    (miles_dir / "train.py").unlink()
     result = launch("oracle.sh", bin_dir, miles_dir, DRY_RUN="1", **recording)
     assert result.returncode == 2
     assert "(train.py missing): set MILES_DIR to a Miles checkout with train.py" in result.stderr
@@ -162,7 +163,6 @@ def test_no_train_py_fails_with_what_to_set(bin_dir, miles_dir, recording):
 
 @pytest.mark.skipif(shutil.which("make") is None, reason="make is not installed")
 def test_make_oracle_dry_run_passes_the_variables(miles_dir, recording):
-    (miles_dir / "train.py").write_text("")
     result = subprocess.run(
         ["make", "-s", "--no-print-directory", "oracle", f"CKPT={recording['CKPT']}",
          f"DUMPS={recording['DUMPS']}", "ORACLE_A=0.1"],

@@ -19,8 +19,13 @@ from launch_env import LAUNCH, ROOT, command_lines, flag_dict, launch, split_sub
 from launch_env import bin_dir as bin_dir  # a fixture
 from launch_env import miles_dir as miles_dir  # a fixture
 
-ARMS = ("zero", "mask", "drgrpo-mask", "survivor", "turn")
+ARMS = ("zero", "mask", "matched", "drgrpo-mask", "survivor", "turn")
 MASK = {"--rollout-sample-filter-path": ["filters.mask_truncated_zero_reward"]}
+MATCHED = {
+    "--custom-convert-samples-to-train-data-path": [
+        "rescue.miles.matched.convert_samples_to_train_data"
+    ]
+}
 DRGRPO = {
     "--disable-grpo-std-normalization": [],
     "--custom-pg-loss-reducer-function-path": ["rescue.miles.drgrpo.pg_loss_reducer"],
@@ -29,6 +34,7 @@ DRGRPO = {
 ARM_FLAGS = {
     "zero": {},
     "mask": MASK,
+    "matched": {**MASK, **MATCHED},
     "drgrpo-mask": {**MASK, **DRGRPO},
     "survivor": MASK,
     "turn": {},
@@ -38,6 +44,7 @@ ARM_FLAG_NAMES = {flag for flags in ARM_FLAGS.values() for flag in flags}
 ARM_ENV = {
     "zero": {"RESCUE_ESTIMATOR": "group", "RESCUE_BASELINE": "all"},
     "mask": {"RESCUE_ESTIMATOR": "group", "RESCUE_BASELINE": "all"},
+    "matched": {"RESCUE_ESTIMATOR": "group", "RESCUE_BASELINE": "all"},
     "drgrpo-mask": {"RESCUE_ESTIMATOR": "group", "RESCUE_BASELINE": "all"},
     "survivor": {"RESCUE_ESTIMATOR": "group", "RESCUE_BASELINE": "survivors"},
     "turn": {"RESCUE_ESTIMATOR": "turn", "RESCUE_BASELINE": "all", "RESCUE_TURN_TOKENS": "256"},
@@ -691,13 +698,19 @@ def test_every_arms_flags_parse_with_miles_own_parser(arm, miles_src, bin_dir):
     # no outcome-dependent exclusion: Miles' defaults, as parsed
     assert args.dynamic_sampling_filter_path is None and args.over_sampling_batch_size is None
     assert args.partial_rollout is False and args.rollout_submission_granularity is None
-    masked = arm in ("mask", "drgrpo-mask", "survivor")
+    masked = arm in ("mask", "matched", "drgrpo-mask", "survivor")
     assert args.rollout_sample_filter_path == (
         "filters.mask_truncated_zero_reward" if masked else None
     )
     assert args.grpo_std_normalization is (arm != "drgrpo-mask")
     assert args.custom_pg_loss_reducer_function_path == (
         "rescue.miles.drgrpo.pg_loss_reducer" if arm == "drgrpo-mask" else None
+    )
+    assert args.custom_convert_samples_to_train_data_path == (
+        "rescue.miles.matched.convert_samples_to_train_data" if arm == "matched" else None
+    )
+    assert args.custom_megatron_before_train_step_hook_path == (
+        "rescue.miles.train_step.before_train_step"
     )
     # the model script's and Megatron's flags are left to Megatron's parser
     assert {"--num-layers", "--tensor-model-parallel-size", "--hidden-size"} <= leftover
@@ -725,13 +738,24 @@ def test_swe_budget_arms_flags_parse_with_miles_own_parser(arm, miles_src, bin_d
     assert args.custom_reward_post_process_path == "rescue.miles.reward.post_process_rewards"
 
 
-@pytest.mark.skipif(
-    (ROOT / "rescue" / "miles" / "matched.py").exists(), reason="the matched control is here"
-)
-def test_the_matched_arm_is_refused_without_the_matched_control(bin_dir, miles_dir):
-    result = launch("rlvr_arm.sh", bin_dir, miles_dir, DRY_RUN="1", ARM="matched", CAP="1024")
-    assert result.returncode == 2 and result.stdout == ""
-    assert result.stderr.endswith(
-        "rlvr-arm: error: ARM=matched needs the matched-update control (rescue/miles/matched.py), "
-        "which this checkout does not have: run the other arms\n"
-    )
+def test_the_matched_arm_needs_whole_steps_of_the_global_batch(bin_dir, miles_dir):
+    for script, batch in (("rlvr_arm.sh", 256), ("swe_arm.sh", 128)):
+        result = launch(
+            script,
+            bin_dir,
+            miles_dir,
+            DRY_RUN="1",
+            ARM="matched",
+            CAP="1024",
+            GLOBAL_BATCH_SIZE="48",
+        )
+        assert result.returncode == 2 and result.stdout == "", script
+        assert result.stderr.endswith(
+            f"error: ARM=matched needs GLOBAL_BATCH_SIZE to divide ROLLOUT_BATCH_SIZE*N_SAMPLES="
+            f"{batch} (got 48): set GLOBAL_BATCH_SIZE={batch}\n"
+        ), result.stderr
+
+
+def test_the_default_sweep_is_every_arm_at_three_seeds(bin_dir, miles_dir):
+    runs = sweep_submits(rlvr("rlvr_sweep.sh", bin_dir, miles_dir, CAP="1024").stdout)
+    assert set(runs) == {(a, str(s)) for a in ARMS for s in (1, 2, 3)}
