@@ -218,14 +218,22 @@ rescue_check_gpus() {
 # ── Names derived from the arm ──────────────────────────────────────────────────────────
 
 # RUN_NAME, WANDB_GROUP, SAVE_DIR, DUMP_DIR (each unless set) and WANDB_TAGS of the arm:
-# swe-ARM[-aA][-kK]-seedSEED. K names the stale-handling arms that drop or protect; the
-# never-drop and budget-regime arms train every group, so K only labels the census.
+# swe-ARM[-aA][-kK][-est-turn][-drgrpo]-seedSEED. K names the stale-handling arms that drop
+# or protect; the never-drop and budget-regime arms train every group, so K only labels the
+# census. -est-turn / -drgrpo: a stale-handling arm with ESTIMATOR=turn / DRGRPO=1.
 rescue_derive_names() {
   local name="swe-$ARM" with_k=1
   [[ $ARM == never-drop ]] || rescue_is_budget_arm && with_k=0
   [[ $ARM == protect ]] && name+="-a$A"
   [[ $with_k == 1 ]] && name+="-k$STALENESS"
-  name+="-seed$SEED"
+  # A stale-handling arm under another estimator or Dr. GRPO is another cohort: its own
+  # names, so it never resumes from (or is judged with) the default's checkpoints and runs.
+  local setting=""
+  if ! rescue_is_budget_arm; then
+    [[ $ESTIMATOR == turn ]] && setting+="-est-turn"
+    [[ $DRGRPO == 1 ]] && setting+="-drgrpo"
+  fi
+  name+="$setting-seed$SEED"
   RUN_NAME=${RUN_NAME:-$name}
   WANDB_GROUP=${WANDB_GROUP:-$RUN_NAME}
   SAVE_DIR=${SAVE_DIR:-$OUTPUT_DIR/$RUN_NAME/checkpoints}
@@ -233,6 +241,8 @@ rescue_derive_names() {
   WANDB_TAGS="arm:$ARM,seed:$SEED"
   [[ $ARM == protect ]] && WANDB_TAGS+=",a:$A"
   [[ $with_k == 1 ]] && WANDB_TAGS+=",k:$STALENESS"
+  [[ $setting == *est-turn* ]] && WANDB_TAGS+=",estimator:turn"
+  [[ $setting == *drgrpo* ]] && WANDB_TAGS+=",drgrpo:1"
   return 0
 }
 

@@ -58,8 +58,9 @@
 #   DRGRPO_DIVISOR     (empty) Dr. GRPO's constant divisor (RESCUE_DRGRPO_DIVISOR), a number
 #                      > 0; empty = --rollout-max-response-len (MAX_RESPONSE_LEN).
 #                      Every arm also runs rescue's policy loss and before-train-step hook
-#                      (train/rescue/update_norm, train/rescue/adv_*). ESTIMATOR and DRGRPO
-#                      are not part of RUN_NAME: set RUN_NAME to keep such runs apart.
+#                      (train/rescue/update_norm, train/rescue/adv_*). A stale-handling arm
+#                      with ESTIMATOR=turn or DRGRPO=1 has them in its RUN_NAME (-est-turn,
+#                      -drgrpo) and tags (estimator:turn, drgrpo:1): a cohort of its own.
 #
 # ── The gradient oracle (launch/oracle.sh, `make oracle`) ───────────────────────────────
 #   CKPT               (required) Megatron checkpoint directory of the recording run
@@ -175,7 +176,8 @@
 #   EXTRA_ARGS         (empty) Appended verbatim to train_async.py's flags (word-split).
 #
 # ── Logging and dumps ───────────────────────────────────────────────────────────────────
-#   RUN_NAME           swe-ARM[-aA][-kK]-seedSEED, e.g. swe-protect-a0.5-k2-seed1.
+#   RUN_NAME           swe-ARM[-aA][-kK][-est-turn][-drgrpo]-seedSEED, e.g.
+#                      swe-protect-a0.5-k2-seed1, swe-drop-k2-est-turn-seed1.
 #   WANDB_PROJECT      rescue-swe.
 #   WANDB_GROUP        RUN_NAME. Miles names the run after its group (random suffix off), so
 #                      this is also the run name; WANDB_TAGS arm:..,a:..,k:..,seed:.. group

@@ -29,6 +29,13 @@ from rescue.judge.runs import Condition, Run, identify, parse_name
         ("rlvr-drgrpo-mask-cap512-seed4", Condition("rlvr", "drgrpo-mask", cap=512), 4),
         ("protect-a0.1", Condition("sim", "protect", 0.1), None),
         ("turn-baseline-seed2", Condition("sim", "turn-baseline"), 2),
+        ("swe-drop-k2-est-turn-seed1", Condition("swe", "drop", k=2, setting="est-turn"), 1),
+        ("swe-never-drop-drgrpo-seed2", Condition("swe", "never-drop", setting="drgrpo"), 2),
+        (
+            "swe-protect-a0.5-k2-est-turn-drgrpo-seed3",
+            Condition("swe", "protect", 0.5, 2, setting="est-turn-drgrpo"),
+            3,
+        ),
     ],
 )
 def test_launcher_and_simulator_names(text, cond, seed):
@@ -45,6 +52,43 @@ def test_tags_win_over_the_name_and_fill_what_it_lacks():
     cond, seed = identify(tags=["arm:never-drop", "seed:2"], group="swe-never-drop-seed2")
     assert (cond.family, cond.label, seed) == ("swe", "never-drop", 2)
     assert Condition("swe", "protect", 0.5, 2).label == "protect-a0.5-k2"
+
+
+def test_the_estimator_and_drgrpo_tags_set_the_cohort_and_win_over_the_name():
+    cond, _ = identify(tags="arm:drop,seed:1,estimator:turn,drgrpo:1", group="swe-drop-k2-seed1")
+    assert cond.setting == "est-turn-drgrpo" and cond.cohort == ("swe", None, "est-turn-drgrpo")
+    cond, _ = identify(tags="arm:drop,seed:1,estimator:group", group="swe-drop-k2-est-turn-seed1")
+    assert cond.setting is None and cond.cohort == ("swe", None, None)
+    cond, _ = identify(tags="arm:drop,seed:1", group="swe-drop-k2-drgrpo-seed1")
+    assert cond.setting == "drgrpo"
+    with pytest.raises(ValueError, match="tag estimator:fancy; allowed: group, turn"):
+        identify(tags="arm:drop,seed:1,estimator:fancy")
+    with pytest.raises(ValueError, match="tag drgrpo:yes; allowed: 0, 1"):
+        identify(tags="arm:drop,seed:1,drgrpo:yes")
+
+
+def test_runs_under_another_estimator_are_another_cohort_never_pooled():
+    from dataclasses import replace
+
+    from synthetic_runs import make_run
+
+    from rescue.judge.report import as_json, judge, markdown
+
+    runs = []
+    for setting in (None, "est-turn"):
+        for label in ("drop", "never-drop"):
+            for s in range(3):
+                r = make_run(label, s, family="swe")
+                r.condition = replace(r.condition, setting=setting)
+                runs.append(r)
+    j = judge(runs)
+    assert [(c.family, c.setting) for c in j.cohorts] == [("swe", None), ("swe", "est-turn")]
+    assert all(sorted(c.arms) == ["drop", "never-drop"] for c in j.cohorts)
+    assert all(len(seeds) == 3 for c in j.cohorts for seeds in c.arms.values())
+    assert not j.notes  # nothing read as a duplicate of the other cohort's runs
+    assert [c["setting"] for c in as_json(j)["cohorts"]] == [None, "est-turn"]
+    assert "swe runs, est-turn" in markdown(j)
+    assert [c.stem for c in j.cohorts] == ["swe", "swe-est-turn"]
 
 
 def test_a_run_that_names_no_arm_is_an_error_naming_it():

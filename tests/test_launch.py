@@ -336,6 +336,34 @@ def test_pace_runs_rescues_rollout_function_with_its_window_and_its_names(bin_di
     assert env["RESCUE_PACE_WINDOW"] == "24"
 
 
+@pytest.mark.parametrize(
+    ("arm", "settings", "name", "tags", "setting"),
+    [
+        ("drop", {"ESTIMATOR": "turn"}, "swe-drop-k2-est-turn-seed1", ",k:2,estimator:turn",
+         "est-turn"),
+        ("never-drop", {"DRGRPO": "1"}, "swe-never-drop-drgrpo-seed1", ",drgrpo:1", "drgrpo"),
+        ("protect", {"ESTIMATOR": "turn", "DRGRPO": "1"},
+         "swe-protect-a0.5-k2-est-turn-drgrpo-seed1", ",a:0.5,k:2,estimator:turn,drgrpo:1",
+         "est-turn-drgrpo"),
+        ("turn", {}, "swe-turn-seed1", "", None),  # the budget arms' settings are their own
+    ],
+)  # fmt: skip
+def test_another_estimator_or_drgrpo_is_named_so_runs_never_share_checkpoints(
+    arm, settings, name, tags, setting, bin_dir, miles_dir
+):
+    from rescue.judge.runs import identify
+
+    flags, env, _ = submitted(dry_run(arm, bin_dir, miles_dir, **settings).stdout)
+    assert flags["--wandb-group"] == [name]
+    assert flags["--save"] == flags["--load"]
+    assert flags["--save"][0].endswith(f"/{name}/checkpoints")
+    assert env["WANDB_TAGS"] == f"arm:{arm},seed:1{tags}"
+    # the judge reads the launcher's names and tags as one cohort per setting
+    for where in ({"group": name}, {"tags": env["WANDB_TAGS"]}):
+        cond, seed = identify(**where)
+        assert (cond.arm, seed, cond.setting) == (arm, 1, setting), where
+
+
 def test_matched_is_named_without_staleness(bin_dir, miles_dir):
     flags, env, _ = submitted(dry_run("matched", bin_dir, miles_dir).stdout)
     assert flags["--wandb-group"] == ["swe-matched-seed1"]

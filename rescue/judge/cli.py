@@ -3,8 +3,8 @@
 ``rescue report RUNS... --out DIR`` reads the runs (the simulator's output directory or
 census JSONL, wandb offline runs ``wandb/offline-run-*``, CSV/JSON history exports, and
 ``rescue replay ... --json`` reports), judges every prediction P1-P7 on each cohort of
-runs (same family and cap; arms and seeds from the wandb group name or tags
-``<family>-<arm>[-a<A>][-k<K>][-cap<CAP>]-seed<SEED>``), and writes ``report.md``,
+runs (same family, cap and setting; arms and seeds from the wandb group name or tags
+``<family>-<arm>[-a<A>][-k<K>][-cap<CAP>][-est-turn][-drgrpo]-seed<SEED>``), and writes ``report.md``,
 ``report.json`` and the plots to DIR. Examples::
 
     rescue report runs/sim/fast-thorough --out runs/report

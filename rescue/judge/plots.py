@@ -2,7 +2,7 @@
 
 Specification
 -------------
-Per cohort (files prefixed ``<family>[-cap<CAP>]-``):
+Per cohort (files prefixed ``<family>[-cap<CAP>][-<setting>]-``):
 
 - ``<prediction>.png``: for each difference the prediction plots (``Prediction.curves``),
   the per-seed difference arm − reference of the quantity pooled over a trailing window
@@ -283,7 +283,7 @@ def write_plots(j: Judgement, out_dir: Path) -> list[Path]:
     out_dir.mkdir(parents=True, exist_ok=True)
     paths: list[Path] = []
     for c in j.cohorts:
-        stem = c.family + (f"-cap{c.cap}" if c.cap is not None else "")
+        stem = c.stem
         for r in c.results:
             if r.prediction.curves and r.binding:
                 arms = "-".join(v for v in r.binding.values() if v)

@@ -33,11 +33,20 @@ class CohortJudgement:
     cap: int | None
     arms: Cohort
     results: list[Result]
+    #: ``est-turn``, ``drgrpo`` or both (``runs.Condition.setting``); None: the default.
+    setting: str | None = None
 
     @property
     def title(self) -> str:
         cap = f", cap {self.cap}" if self.cap is not None else ""
-        return f"{self.family} runs{cap}"
+        setting = f", {self.setting}" if self.setting else ""
+        return f"{self.family} runs{cap}{setting}"
+
+    @property
+    def stem(self) -> str:
+        """The prefix of the cohort's files: ``<family>[-cap<CAP>][-<setting>]``."""
+        cap = f"-cap{self.cap}" if self.cap is not None else ""
+        return self.family + cap + (f"-{self.setting}" if self.setting else "")
 
 
 @dataclass
@@ -61,8 +70,9 @@ def judge(
     """Judge ``predictions`` on every cohort of ``runs`` and on the ``replays``."""
     grouped, dup_notes = cohorts(runs)
     out = []
-    for (family, cap), arms in sorted(grouped.items(), key=lambda kv: (kv[0][0], kv[0][1] or 0)):
-        out.append(CohortJudgement(family, cap, arms, evaluate(predictions, arms)))
+    order = sorted(grouped.items(), key=lambda kv: (kv[0][0], kv[0][1] or 0, kv[0][2] or ""))
+    for (family, cap, setting), arms in order:
+        out.append(CohortJudgement(family, cap, arms, evaluate(predictions, arms), setting))
     off = evaluate(predictions, None, replays)
     return Judgement(out, off, [*notes, *dup_notes])
 
@@ -197,6 +207,7 @@ def as_json(j: Judgement) -> dict[str, Any]:
                 {
                     "family": c.family,
                     "cap": c.cap,
+                    "setting": c.setting,
                     "arms": {label: sorted(seeds) for label, seeds in c.arms.items()},
                     "results": [r.as_dict() for r in c.results],
                 }

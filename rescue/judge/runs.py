@@ -5,9 +5,13 @@ Specification
 A run is identified by its *condition* (family, arm, and the arm's settings a, k, cap)
 and its seed. Real runs carry them the way the launchers write them:
 
-- wandb group / run name ``<family>-<arm>[-a<A>][-k<K>][-cap<CAP>]-seed<SEED>`` (family
-  ``swe`` or ``rlvr``), e.g. ``swe-protect-a0.5-k2-seed1``;
-- wandb tags ``arm:<arm>,seed:<seed>[,a:..][,k:..][,cap:..]`` (tags win over the name).
+- wandb group / run name
+  ``<family>-<arm>[-a<A>][-k<K>][-cap<CAP>][-est-turn][-drgrpo]-seed<SEED>`` (family
+  ``swe`` or ``rlvr``), e.g. ``swe-protect-a0.5-k2-seed1``; ``-est-turn`` and ``-drgrpo``
+  name a stale-handling arm run with the turn-reached estimator or Dr. GRPO (the launchers'
+  ``ESTIMATOR=turn``, ``DRGRPO=1``);
+- wandb tags ``arm:<arm>,seed:<seed>[,a:..][,k:..][,cap:..][,estimator:turn][,drgrpo:1]``
+  (tags win over the name).
 
 The simulator also runs variants of an arm (``VARIANTS``: ``wnorm``, protect with its
 loss divided by the sum of its weights), named ``<arm>[-a<A>]-<variant>`` (tag
@@ -17,7 +21,9 @@ The simulator's runs have family ``sim`` and an arm label such as ``protect-a0.5
 (``<arm>[-a<A>]``). Arms come from the shared vocabulary ``ARM_NAMES``; the simulator's
 ``turn-baseline`` is the cluster's ``turn``.
 
-Runs of one *cohort* (same family and cap) are compared with each other; the arm label
+Runs of one *cohort* (same family, cap and *setting*: the estimator and Dr. GRPO named
+above, so an arm is never compared with another trained under a different estimator) are
+compared with each other; the arm label
 within a cohort keeps a and k (``drop-k2``, ``protect-a0.5-k2``).
 
 A run's rows are the history rows it logged (dicts of metric key -> number). Columns are
@@ -30,7 +36,7 @@ from __future__ import annotations
 import math
 import re
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 import numpy as np
@@ -62,7 +68,7 @@ _NUM = r"[0-9]+(?:\.[0-9]+)?(?:e-?[0-9]+)?"
 VARIANTS: tuple[str, ...] = ("wnorm",)
 _TAIL = (
     rf"(?P<arm>{_ARM_RE})(?:-a(?P<a>{_NUM}))?(?:-k(?P<k>[0-9]+))?"
-    r"(?:-cap(?P<cap>[0-9]+))?"
+    r"(?:-cap(?P<cap>[0-9]+))?(?P<setting>(?:-est-turn)?(?:-drgrpo)?)"
     rf"(?:-(?P<variant>{'|'.join(VARIANTS)}))?(?:-seed(?P<seed>[0-9]+))?$"
 )
 #: A name without a family (the simulator's labels), then one with a family prefix.
@@ -79,6 +85,9 @@ class Condition:
     k: int | None = None
     cap: int | None = None
     variant: str | None = None
+    #: How the batch becomes a gradient when not the default: ``est-turn``, ``drgrpo`` or
+    #: ``est-turn-drgrpo`` (None: the group estimator without Dr. GRPO).
+    setting: str | None = None
 
     @property
     def label(self) -> str:
@@ -94,9 +103,9 @@ class Condition:
         return out
 
     @property
-    def cohort(self) -> tuple[str, int | None]:
-        """Runs with the same family and cap are compared with each other."""
-        return (self.family, self.cap)
+    def cohort(self) -> tuple[str, int | None, str | None]:
+        """Runs with the same family, cap and setting are compared with each other."""
+        return (self.family, self.cap, self.setting)
 
     @property
     def base_arm(self) -> str:
@@ -122,6 +131,7 @@ def parse_name(text: str) -> tuple[Condition, int | None] | None:
             k=int(m["k"]) if m["k"] else None,
             cap=int(m["cap"]) if m["cap"] else None,
             variant=m["variant"] or None,
+            setting=m["setting"].lstrip("-") or None,
         )
         return cond, (int(m["seed"]) if m["seed"] else None)
     return None
@@ -174,15 +184,35 @@ def identify(
             k=_num(t.get("k"), int, arm.k if arm.k is not None else (cond.k if same else None)),
             cap=_num(t.get("cap"), int, cond.cap if cond else None),
             variant=t.get("variant") or arm.variant or (cond.variant if same else None),
+            setting=cond.setting if cond else None,
         )
+    if cond is not None and ("estimator" in t or "drgrpo" in t):
+        cond = replace(cond, setting=_setting(t, cond.setting))
     seed = _num(t.get("seed", config.get("seed")), int, seed)
     if cond is None or seed is None:
         raise InputError(
             f"{where}: cannot tell the arm and seed (group {group!r}, name {name!r}, tags "
-            f"{sorted(t)}); allowed: a group or name <family>-<arm>[-a<A>][-k<K>][-cap<CAP>]-seed<SEED>, "
+            f"{sorted(t)}); allowed: a group or name "
+            "<family>-<arm>[-a<A>][-k<K>][-cap<CAP>][-est-turn][-drgrpo]-seed<SEED>, "
             "or tags arm:<arm>,seed:<seed>"
         )
     return cond, int(seed)
+
+
+def _setting(tags: Mapping[str, str], named: str | None) -> str | None:
+    """The setting from the tags ``estimator:group|turn`` and ``drgrpo:0|1``, each falling
+    back to the name's."""
+    named = named or ""
+    turn = tags.get("estimator", "turn" if "est-turn" in named else "group")
+    drgrpo = tags.get("drgrpo", "1" if "drgrpo" in named else "0")
+    for key, value, allowed in (
+        ("estimator", turn, ("group", "turn")),
+        ("drgrpo", drgrpo, ("0", "1")),
+    ):
+        if value not in allowed:
+            raise InputError(f"tag {key}:{value}; allowed: {', '.join(allowed)}")
+    parts = (["est-turn"] if turn == "turn" else []) + (["drgrpo"] if drgrpo == "1" else [])
+    return "-".join(parts) or None
 
 
 def _num(text: Any, kind: type, default: Any) -> Any:
