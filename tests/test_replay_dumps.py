@@ -180,3 +180,16 @@ def test_glob_matching_nothing_is_an_error(tmp_path):
         load_dumps([str(tmp_path / "none_*.pt")])
     with pytest.raises(ValueError, match="is not a file"):
         load_dumps([str(tmp_path / "missing.pt")])
+
+
+def test_two_files_of_one_rollout_are_refused_naming_both(tmp_path):
+    run_a = tmp_path / "a"
+    run_b = tmp_path / "b"
+    run_a.mkdir()
+    run_b.mkdir()
+    first = _save(run_a, "3.pt", synthetic_step(rollout_id=3, seed=1))
+    second = _save(run_b, "3.pt", synthetic_step(rollout_id=3, seed=2))
+    _save(run_b, "4.pt", synthetic_step(rollout_id=4, seed=3))
+    with pytest.raises(ValueError, match=f"{second}: rollout 3 is also in {first}; pass the dumps"):
+        load_dumps([str(run_a / "*.pt"), str(run_b / "*.pt")])
+    assert [d.step for d in load_dumps([str(run_b / "*.pt")])] == [3, 4]

@@ -231,17 +231,25 @@ def load_dumps(
         unsafe_load: ``torch.load(weights_only=False)`` (default False; see ``read_payload``).
     """
     dumps = []
+    seen: dict[int, str] = {}
     for ordinal, path in enumerate(expand_paths(patterns)):
         payload = read_payload(path, unsafe_load=unsafe_load)
-        dumps.append(
-            parse_payload(
-                payload,
-                source=path,
-                ordinal=ordinal,
-                reward_key=reward_key,
-                need_tokens=need_tokens,
-            )
+        dump = parse_payload(
+            payload,
+            source=path,
+            ordinal=ordinal,
+            reward_key=reward_key,
+            need_tokens=need_tokens,
         )
+        # A step identifies a dump's groups and samples: two files of one step (two runs'
+        # dumps, or a file copied) would have their groups merged.
+        if dump.step in seen:
+            raise InputError(
+                f"{path}: rollout {dump.step} is also in {seen[dump.step]}; pass the dumps of "
+                "one run (each rollout once)"
+            )
+        seen[dump.step] = path
+        dumps.append(dump)
     return dumps
 
 
