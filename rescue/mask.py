@@ -73,3 +73,17 @@ def rho_from_env(env: Mapping[str, str] | None = None) -> float:
     env = os.environ if env is None else env
     text = env.get(ENV_MASK_RHO) or ""
     return DEFAULT_MASK_RHO if not text.strip() else parse_rho(text)
+
+
+def matched_scale(reference_norm: float, mask_norm: float) -> float:
+    """The matched-update control's factor on the mask arm's step: ``‖Δθ_ref‖ / ‖Δθ_mask‖``.
+
+    ``reference_norm`` is the update norm the R = 0 arm takes on the same batch from the same
+    state, ``mask_norm`` the mask arm's own. When the mask step is 0 the factor is 1 if the
+    reference is 0 too, else NaN (nothing can be scaled to it; the caller applies the zero
+    step and logs the NaN). The trainer (``rescue.miles.matched``) and the simulator
+    (``rescue.sim.update``) both take their factor from here.
+    """
+    if mask_norm > 0:
+        return reference_norm / mask_norm
+    return 1.0 if reference_norm == 0 else math.nan

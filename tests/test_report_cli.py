@@ -8,6 +8,7 @@ import numpy as np
 import pytest
 
 from rescue import cli
+from rescue.sim.arms import DEFAULT_ARMS
 
 TINY = ["--steps", "8", "--groups-per-step", "4", "--group-size", "4", "--concurrency", "4",
         "--max-turns", "12", "--seeds", "3", "--workers", "1", "--no-plots", "--no-progress",
@@ -42,7 +43,8 @@ def test_report_on_the_simulators_output(sim_out, tmp_path, capsys):
     assert first["window"].startswith("the last 20% of the steps")
     assert [r["id"] for r in data["offline"]] == ["P1", "P2", "P7 offline"]
     printed = capsys.readouterr().out
-    assert "read 27 runs and 0 replay reports" in printed and "| P6 |" in printed
+    runs = len(DEFAULT_ARMS) * 3  # every default arm, three seeds
+    assert f"read {runs} runs and 0 replay reports" in printed and "| P6 |" in printed
     pngs = sorted(p.name for p in (out / "plots").glob("*.png"))
     assert "sim-P6-protect-a0.5-never-drop-protect-a0.1.png" in pngs
     assert {"sim-behaviour_vs_b.png", "sim-strategy.png", "sim-time_to_target.png"} <= set(pngs)

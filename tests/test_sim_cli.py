@@ -46,6 +46,7 @@ def test_default_arms_are_every_arm_side_by_side(tmp_path):
             "protect-a0.1",
             "pace",
             "mask",
+            "matched",
             "zero",
             "survivor",
             "turn-baseline",

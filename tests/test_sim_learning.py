@@ -83,6 +83,36 @@ def test_mask_step_zeroes_the_capped_rollout_but_keeps_its_vote_and_its_place_in
     assert step("mask", batch(masked=True)) == pytest.approx(want)
 
 
+def test_matched_step_is_the_mask_direction_at_the_zero_steps_norm():
+    zero, mask = step("zero", batch()), step("mask", batch(masked=True))
+    matched = step("matched", batch(masked=True))
+    scale = np.linalg.norm(zero) / np.linalg.norm(mask)
+    assert abs(scale - 1) > 0.05  # the two steps differ in norm: the check below can fail
+    assert matched == pytest.approx(scale * mask, rel=1e-12)
+    assert np.linalg.norm(matched) == pytest.approx(np.linalg.norm(zero), rel=1e-12)
+    pol = P.Policy(np.zeros((P.ROWS, P.CHOICES)))
+    info = update.step(pol, batch(masked=True), ArmSpec.parse("matched"), CFG)
+    assert info["update_norm_ref"] == pytest.approx(np.linalg.norm(zero), rel=1e-12)
+    assert info["update_norm_mask"] == pytest.approx(np.linalg.norm(mask), rel=1e-12)
+    assert info["update_scale"] == pytest.approx(scale, rel=1e-12)
+    assert info["update_norm"] == pytest.approx(np.linalg.norm(zero), rel=1e-12)
+
+
+def test_matched_step_without_a_masked_rollout_is_the_mask_and_zero_step():
+    # nothing capped: the three arms take the same step, scale 1
+    assert step("matched", batch()) == pytest.approx(step("zero", batch()), rel=1e-12)
+    pol = P.Policy(np.zeros((P.ROWS, P.CHOICES)))
+    assert update.step(pol, batch(), ArmSpec.parse("matched"), CFG)["update_scale"] == 1.0
+
+
+def test_matched_scale_of_a_zero_mask_step():
+    from rescue.mask import matched_scale
+
+    assert matched_scale(2.0, 4.0) == 0.5
+    assert matched_scale(0.0, 0.0) == 1.0
+    assert np.isnan(matched_scale(1.0, 0.0))
+
+
 def test_survivor_step_takes_the_baseline_over_the_kept_rollouts():
     # Group 0's only survivor is a: b = 1, A_a = 0. Group 1: b = ½, A = (−½, +½).
     # row 0: c −½(½,−½) + d ½(−½,½) = (−½, ½) → /4; row 1: c; row 7: d

@@ -75,6 +75,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from rescue.errors import InputError
+from rescue.mask import matched_scale
 from rescue.miles.step import StepContext, measured_inner_steps, scaled_learning_rate
 from rescue.outcomes import Classification, is_capped
 from rescue.samples import rollout_key, rollout_record, trajectories_of
@@ -237,7 +238,7 @@ class MatchedUpdate:
                 f"matched arm: rollout {ctx.rollout_id} step {ctx.step_id} (copy B) has no "
                 "reference norm from the step before it (copy A)"
             )
-        scale = ref / norm if norm > 0 else (1.0 if ref == 0 else math.nan)
+        scale = matched_scale(ref, norm)
         ctx.metrics.update(update_norm_ref=ref, update_norm_mask=norm, update_scale=scale)
         with scaled_learning_rate(optimizer, scale if math.isfinite(scale) else 1.0):
             optimizer.step_with_ready_grads()

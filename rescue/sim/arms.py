@@ -10,10 +10,17 @@ arm                 stale groups          capped rollouts      baseline      adv
 ``protect``         coin a, 1/a           R = 0, trained       all G         per rollout
 ``pace``            none: trainer waits   R = 0, trained       all G         per rollout
 ``mask``            kept, weight 1        loss-masked (R = 0)  all G         per rollout
+``matched``         kept, weight 1        loss-masked (R = 0)  all G         per rollout
 ``zero``            kept, weight 1        R = 0, trained       all G         per rollout
 ``survivor``        kept, weight 1        loss-masked          survivors     per rollout
 ``turn-baseline``   kept, weight 1        R = 0, trained       turn-reached  per turn
 ==================  ====================  ===================  ============  ============
+
+``matched`` is the matched-update control: the mask arm's step rescaled to the update
+norm the ``zero`` arm takes on the same batch from the same parameters
+(``rescue.mask.matched_scale``, the trainer's rule; the simulator's step is plain gradient
+ascent, so the scale is the ratio of the two gradient norms). It keeps the mask's
+direction and takes R = 0's step size.
 
 The stale arms keep capped rollouts at R = 0 and the budget arms never drop, so each arm
 changes one thing. ``zero`` and ``never-drop`` are therefore the same configuration and
@@ -45,6 +52,7 @@ ARMS: tuple[str, ...] = (
     "protect",
     "pace",
     "mask",
+    "matched",
     "zero",
     "survivor",
     "turn-baseline",
@@ -58,6 +66,7 @@ DEFAULT_ARMS: tuple[str, ...] = (
     "protect:0.1",
     "pace",
     "mask",
+    "matched",
     "zero",
     "survivor",
     "turn-baseline",
@@ -148,7 +157,12 @@ class ArmSpec:
     @property
     def mask(self) -> bool:
         """Whether capped rollouts are loss-masked (``rescue.mask.mask_decision``, rho = 1)."""
-        return self.name in ("mask", "survivor")
+        return self.name in ("mask", "matched", "survivor")
+
+    @property
+    def matched(self) -> bool:
+        """Whether each step is rescaled to the R = 0 step's update norm on the same batch."""
+        return self.name == "matched"
 
     @property
     def population(self) -> str:
@@ -167,6 +181,7 @@ class ArmSpec:
             self.gate_arm.value,
             self.a,
             self.mask,
+            self.matched,
             self.population,
             self.turn_baseline,
             self.loss_norm,

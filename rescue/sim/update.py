@@ -18,6 +18,10 @@ A batch is B groups of G rollouts (``Batch``). Rollout ``i`` of group ``g`` made
 - ``m_gi``: 0 for a loss-masked rollout (the mask arms' capped rollouts), else 1.
 - ``ρ``: with ``tis``, the truncated importance ratio ``min(π_θ(a_d) / π_launch(a_d), C)``
   of the decision (Miles' ``--use-tis``, lower clip 0, ``C = tis_clip``), else 1.
+- ``matched`` (the matched-update control): the step is the mask arm's gradient times
+  ``rescue.mask.matched_scale(‖g_0‖, ‖g_mask‖)``, ``g_0`` the gradient of the same batch with
+  nothing masked (the R = 0 arm's) at the same θ, so the update keeps the mask's direction
+  with the R = 0 arm's norm (exact: the step is plain gradient ascent).
 - ``N``: the batch's number of rollouts B·G (masked ones count, as in Miles' loss
   normalizer), or, for an arm with ``loss_norm = weights``, the sum of the rollouts' weights
   ``G · Σ_g w_g``.
@@ -34,12 +38,15 @@ a batch). Baselines are computed over the same scope as the update's.
 
 from __future__ import annotations
 
+import dataclasses
+import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 
 import numpy as np
 
 from rescue.advantages import group_advantages, per_token_advantages
+from rescue.mask import matched_scale
 from rescue.sim import policy as P
 from rescue.sim.arms import ArmSpec
 from rescue.sim.config import SimConfig
@@ -152,10 +159,20 @@ def step(policy: P.Policy, batch: Batch, arm: ArmSpec, cfg: SimConfig) -> dict[s
 
     ``grad_thorough``: the gradient's component on the thorough logit (the strategy row),
     ``∂/∂θ_thorough`` of the batch loss; ``update_norm``: ``lr · ‖gradient‖``;
-    ``loss_normalizer``: ``N``.
+    ``loss_normalizer``: ``N``. The matched arm also returns ``update_norm_ref`` (the R = 0
+    step's), ``update_norm_mask`` (its own, unscaled) and ``update_scale``.
     """
-    coef, info = coefficients(batch, arm, cfg, policy.probs())
+    probs = policy.probs()
+    coef, info = coefficients(batch, arm, cfg, probs)
     grad = policy.gradient(batch.rows, batch.choices, coef)
+    if arm.matched:
+        unmasked = dataclasses.replace(batch, masked=np.zeros_like(batch.masked))
+        ref_coef, _ = coefficients(unmasked, arm, cfg, probs)
+        ref = cfg.lr * float(np.linalg.norm(policy.gradient(batch.rows, batch.choices, ref_coef)))
+        own = cfg.lr * float(np.linalg.norm(grad))
+        scale = matched_scale(ref, own)
+        grad = grad * (scale if math.isfinite(scale) else 1.0)
+        info = {**info, "update_norm_ref": ref, "update_norm_mask": own, "update_scale": scale}
     policy.step(grad, cfg.lr)
     return {
         "grad_thorough": float(grad[P.STRATEGY_ROW, P.THOROUGH]),
