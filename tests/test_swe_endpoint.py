@@ -103,7 +103,10 @@ def test_context_limit_messages_are_recognised_and_others_are_not():
 
 
 def test_the_swe_extra_pins_a_litellm_that_mini_swe_agent_accepts():
-    tomllib = pytest.importorskip("tomllib")
+    try:
+        import tomllib
+    except ModuleNotFoundError:  # Python 3.10: the core's tomli dependency
+        import tomli as tomllib
     from importlib.metadata import requires, version
 
     from packaging.requirements import Requirement
