@@ -366,7 +366,7 @@ rescue_shared_flags() {
     --attention-dropout 0.0 --hidden-dropout 0.0 --accumulate-allreduce-grads-in-fp32
     --attention-softmax-in-fp32 --attention-backend flash
   )
-  rescue_loss_flags
+  rescue_loss_flags tis
   SHARED_FLAGS+=("${LOSS_FLAGS[@]}")
   if [[ $DUMP_STEPS != 0 ]]; then
     SHARED_FLAGS+=(--save-debug-rollout-data "$DUMP_DIR/rollout_data/{rollout_id}.pt")
@@ -376,12 +376,14 @@ rescue_shared_flags() {
   SHARED_FLAGS+=("${extra[@]}")
 }
 
-# LOSS_FLAGS: how a batch becomes a gradient, identical in every arm and in the gradient
-# oracle's replay: GRPO with one off-policy correction, the estimator, Dr. GRPO, and the
-# train-side logging contract (update norm, trained advantages).
+# LOSS_FLAGS: how a batch becomes a gradient, identical in every arm (SWE and single-turn)
+# and in the gradient oracle's replay: GRPO, the estimator, Dr. GRPO, and the train-side
+# logging contract (update norm, trained advantages). $1 = tis adds the asynchronous arms'
+# off-policy correction (--use-tis); the single-turn arms train on-policy without it.
 rescue_loss_flags() {
-  LOSS_FLAGS=(
-    --advantage-estimator grpo --eps-clip "$EPS_CLIP" --eps-clip-high "$EPS_CLIP_HIGH" --use-tis
+  LOSS_FLAGS=(--advantage-estimator grpo --eps-clip "$EPS_CLIP" --eps-clip-high "$EPS_CLIP_HIGH")
+  [[ ${1:-} != tis ]] || LOSS_FLAGS+=(--use-tis)
+  LOSS_FLAGS+=(
     --loss-type custom_loss --custom-loss-function-path rescue.miles.loss.policy_loss
     --custom-megatron-before-train-step-hook-path rescue.miles.train_step.before_train_step
   )
@@ -488,7 +490,7 @@ rescue_oracle_flags() {
   model_args=$(rescue_model_args)
   local -a model=()
   read -ra model <<<"$model_args"
-  rescue_loss_flags
+  rescue_loss_flags tis
   ORACLE_FLAGS=(
     "${model[@]}"
     --hf-checkpoint "$HF_CHECKPOINT" --ref-load "$REF_LOAD" --load "$CKPT"

@@ -148,15 +148,10 @@ rescue_rlvr_flags() {
     --num-rollout "$NUM_ROLLOUT" --rollout-batch-size "$ROLLOUT_BATCH_SIZE"
     --n-samples-per-prompt "$N_SAMPLES" --global-batch-size "$GLOBAL_BATCH_SIZE"
     --rollout-temperature "$TEMPERATURE" --rollout-max-response-len "$CAP"
-    # GRPO; the reward hook scores truncated responses 0 in every arm
-    --advantage-estimator grpo --eps-clip "$EPS_CLIP" --eps-clip-high "$EPS_CLIP_HIGH"
     --optimizer adam --lr "$LR" --lr-decay-style constant --weight-decay 0.1
     --adam-beta1 0.9 --adam-beta2 0.98
-    --custom-reward-post-process-path rescue.miles.reward.post_process_rewards
-    # the census, and the train-side logging contract (update norm, trained advantages)
+    # the census
     --custom-rollout-log-function-path rescue.miles.log.log_rollout
-    --loss-type custom_loss --custom-loss-function-path rescue.miles.loss.policy_loss
-    --custom-megatron-before-train-step-hook-path rescue.miles.train_step.before_train_step
     --use-wandb --wandb-mode "$WANDB_MODE" --wandb-project "$WANDB_PROJECT"
     --wandb-group "$WANDB_GROUP" --disable-wandb-random-suffix
     --wandb-dir "$OUTPUT_DIR/$RUN_NAME/wandb"
@@ -170,14 +165,15 @@ rescue_rlvr_flags() {
     --attention-dropout 0.0 --hidden-dropout 0.0 --accumulate-allreduce-grads-in-fp32
     --attention-softmax-in-fp32 --attention-backend flash
   )
+  # GRPO, the estimator, Dr. GRPO and the train-side logging contract, as in the SWE arms
+  # (no --use-tis: on-policy). The reward hook scores truncated responses 0 in every arm
+  # (under ESTIMATOR=turn the loss flags carry it).
+  rescue_loss_flags
+  RLVR_FLAGS+=("${LOSS_FLAGS[@]}")
+  [[ $ESTIMATOR == turn ]] ||
+    RLVR_FLAGS+=(--custom-reward-post-process-path rescue.miles.reward.post_process_rewards)
   rescue_budget_flags
   RLVR_FLAGS+=("${BUDGET_FLAGS[@]}")
-  if [[ $DRGRPO == 1 ]]; then
-    RLVR_FLAGS+=(
-      --disable-grpo-std-normalization
-      --custom-pg-loss-reducer-function-path rescue.miles.drgrpo.pg_loss_reducer
-    )
-  fi
   if [[ $DUMP_STEPS != 0 ]]; then
     RLVR_FLAGS+=(--save-debug-rollout-data "$DUMP_DIR/rollout_data/{rollout_id}.pt")
   fi
