@@ -17,14 +17,11 @@ import argparse
 import json
 import os
 
+from rescue.replay.cli import number_list
+
 
 def _a_values(text: str) -> tuple[float, ...]:
-    try:
-        values = tuple(float(x) for x in text.split(",") if x.strip())
-    except ValueError:
-        raise argparse.ArgumentTypeError(
-            f"{text!r} is not a comma-separated list of numbers"
-        ) from None
+    values = number_list(text)
     if not values or any(not 0.0 < a <= 1.0 for a in values):
         raise argparse.ArgumentTypeError(f"--a {text!r}: every a must be in (0, 1]")
     return values

@@ -22,25 +22,26 @@ import sys
 from typing import Any
 
 
-def _floats(text: str) -> tuple[float, ...]:
+def number_list(text: str, kind: type = float) -> tuple:
+    """``"0.5,0.25"`` -> ``(0.5, 0.25)`` (``kind`` float or int), for argparse ``type=``."""
     try:
-        values = tuple(float(x) for x in text.split(",") if x.strip())
+        return tuple(kind(x) for x in text.split(",") if x.strip())
     except ValueError:
+        what = "integers" if kind is int else "numbers"
         raise argparse.ArgumentTypeError(
-            f"{text!r} is not a comma-separated list of numbers"
+            f"{text!r} is not a comma-separated list of {what}"
         ) from None
+
+
+def _floats(text: str) -> tuple[float, ...]:
+    values = number_list(text)
     if any(not 0.0 <= v <= 1.0 for v in values):
         raise argparse.ArgumentTypeError(f"{text!r}: every rho must be in [0, 1]")
     return values
 
 
 def _ints(text: str) -> tuple[int, ...]:
-    try:
-        return tuple(int(x) for x in text.split(",") if x.strip())
-    except ValueError:
-        raise argparse.ArgumentTypeError(
-            f"{text!r} is not a comma-separated list of integers"
-        ) from None
+    return number_list(text, int)
 
 
 def _common(p: argparse.ArgumentParser) -> None:
