@@ -277,26 +277,28 @@ def test_p5_successes_shortening_and_failures_lengthening_over_training_is_as_pr
     assert r.verdict == AS_PREDICTED
 
 
-def test_p5_decides_on_the_trends_not_the_level():
-    """drop's successes are shorter by a constant (a selection, present from the first
-    step), with no trend: P5 is about how they change over training, so it is not
-    as predicted; the level is reported beside it."""
+def test_p5_is_decided_on_the_level_and_reports_the_trends():
+    """drop's successes are shorter by a constant over the run, with no trend: P5 is
+    decided on the level (``rules.P5_DECIDES``), and its trends are reported beside it."""
     arms = cohort(
-        drop=arm("drop", 8, turns_solved=4.0, step_noise=0.2),
-        nd=arm("never-drop", 8, turns_solved=6.0, step_noise=0.2),
+        drop=arm("drop", 8, turns_solved=4.0, turns_submitted=12.0, step_noise=0.2),
+        nd=arm("never-drop", 8, turns_solved=6.0, turns_submitted=10.0, step_noise=0.2),
     )
     r = one("P5", arms)
-    assert check(r, "turns of successes over the run").verdict == AS_PREDICTED
-    assert not check(r, "turns of successes over the run").decides
-    assert r.verdict != AS_PREDICTED
+    level = check(r, "turns of successes over the run")
+    trend = check(r, "trend of the turns of successes")
+    assert level.decides and level.verdict == AS_PREDICTED
+    assert not trend.decides and trend.verdict in (NO_DIFFERENCE, INCONCLUSIVE)
+    assert r.verdict == AS_PREDICTED
 
 
-def test_p5_trends_the_other_way_are_opposite():
+def test_p5_the_other_way_is_opposite():
     arms = cohort(
         drop=arm("drop", 5, turns_solved=lambda t: 6.0 + 2.0 * t / 40, step_noise=0.2),
         nd=arm("never-drop", 5, step_noise=0.2),
     )
     r = one("P5", arms)
+    assert check(r, "turns of successes over the run").verdict == OPPOSITE
     assert check(r, "trend of the turns of successes").verdict == OPPOSITE
     assert r.verdict == OPPOSITE
 
@@ -307,8 +309,9 @@ def test_p5_equal_turns_over_many_seeds_is_no_difference():
     same = dict(noise=0.1, step_noise=0.1, turns_submitted=12.0, turns_capped=12.0)
     arms = cohort(drop=arm("drop", 40, **same), nd=arm("never-drop", 40, **same))
     r = one("P5", arms)
+    assert check(r, "turns of successes over the run").verdict == NO_DIFFERENCE
+    assert check(r, "turns of failures (submitted or capped) over the run").verdict == NO_DIFFERENCE
     assert check(r, "trend of the turns of successes").verdict == NO_DIFFERENCE
-    assert check(r, "trend of the turns of failures").verdict == NO_DIFFERENCE
     assert r.verdict == NO_DIFFERENCE
 
 
@@ -320,8 +323,8 @@ def test_p5_refuses_runs_that_logged_only_the_trained_groups():
         nd=arm("never-drop", 5, trained_only=True, family="swe"),
     )
     r = one("P5", arms)
-    c = check(r, "trend of the turns of successes")
-    assert c.verdict == INCONCLUSIVE
+    c = check(r, "turns of successes over the run")
+    assert c.verdict == INCONCLUSIVE and c.decides
     assert c.reason.startswith("missing key rollout/census/generated/")
     assert "survivors" in c.reason
     assert r.verdict == INCONCLUSIVE
@@ -332,7 +335,7 @@ def test_p5_reads_the_simulators_older_generated_keys():
         drop=arm("drop", 5, turns_solved=lambda t: 6 - 2 * t / 40, step_noise=0.1, legacy=True),
         nd=arm("never-drop", 5, step_noise=0.1, legacy=True),
     )
-    c = check(one("P5", arms), "trend of the turns of successes")
+    c = check(one("P5", arms), "turns of successes over the run")
     assert c.verdict == AS_PREDICTED and any("`sim/generated/`" in n for n in c.notes)
 
 
@@ -598,7 +601,7 @@ def test_a_quantity_whose_population_is_always_empty_is_inconclusive_and_plots_s
     runs = [make_run(label, s, success=0.0) for label in ("drop", "never-drop") for s in range(3)]
     j = judge(runs)
     p5 = next(r for r in j.cohorts[0].results if r.prediction.id == "P5")
-    c = check(p5, "trend of the turns of successes")
+    c = check(p5, "turns of successes over the run")
     assert c.verdict == INCONCLUSIVE and "0 replicate(s)" in c.reason
     assert any("without a value" in n for n in c.notes)
     assert write_plots(j, tmp_path)  # the other curves are still drawn

@@ -80,8 +80,8 @@ def test_p5_is_judged_by_the_judge_in_the_predicted_direction():
     }
     text = summary_markdown(results, SimConfig(steps=10), [0, 1, 2])
     row = next(x for x in section(text, "P5").splitlines() if x.startswith("| turns of successes"))
-    assert "| as predicted |" in row and "-3.03 [" in row and "(n=3)" in row
-    assert "| no |" in row  # the level is reported; P5 is decided on the trends
+    assert "| as predicted (p = " in row and "-3.03 [" in row and "(n=3)" in row
+    assert "| yes |" in row  # P5 is decided on the level (rules.P5_DECIDES)
 
 
 def test_p5_reports_the_opposite_direction_too():
@@ -91,7 +91,7 @@ def test_p5_reports_the_opposite_direction_too():
     }
     text = summary_markdown(results, SimConfig(steps=10), [0, 1, 2])
     row = next(x for x in section(text, "P5").splitlines() if x.startswith("| turns of successes"))
-    assert "| opposite |" in row
+    assert "| opposite (p = " in row
 
 
 def test_two_seeds_never_give_a_verdict():

@@ -203,24 +203,21 @@ def p4(ctx: Context) -> list[Check]:
 # ---------------------------------------------------------------- P5
 
 
+#: What P5 is decided on: ``level`` (the outcome-conditioned turns of every generated
+#: rollout over the whole run) or ``trend`` (their OLS slope on the step); the other is
+#: reported. The level: at the same false-claim rate it finds a divergence that grows over
+#: training more often than the trend does (bench/judge_calibration.py prints both), and
+#: on every generated rollout it carries no selection: without learning (lr = 0) both read
+#: no difference between drop and never-drop (tests/test_sim_judged.py).
+P5_DECIDES = "level"
+
+
 def p5(ctx: Context) -> list[Check]:
     drop, nd = ctx.arm("drop"), ctx.arm("never-drop")
     gen = qs.GENERATED
     vs = f"{ctx.label('drop')} − {ctx.label('never-drop')}"
-    out = [
-        ck.compare(
-            drop,
-            nd,
-            name=f"trend of the {qs.QUANTITIES[q].title} per 100 steps, {vs}",
-            expects=expects,
-            window=DRIFT_WINDOW + ", per 100 steps; every generated rollout",
-            value=win.drift(q, sources=gen),
-            unit="turns per 100 steps",
-            reads=(q, gen),
-        )
-        for q, expects in (("turns_solved", "lower"), ("turns_failed", "higher"))
-    ]
-    out += [
+    turns = (("turns_solved", "lower"), ("turns_failed", "higher"))
+    level = [
         ck.compare(
             drop,
             nd,
@@ -228,11 +225,27 @@ def p5(ctx: Context) -> list[Check]:
             expects=expects,
             window=WHOLE_WINDOW + "; every generated rollout",
             value=win.whole(q, sources=gen),
-            decides=False,
+            decides=P5_DECIDES == "level",
             unit="turns",
+            reads=(q, gen),
         )
-        for q, expects in (("turns_solved", "lower"), ("turns_failed", "higher"))
+        for q, expects in turns
     ]
+    trend = [
+        ck.compare(
+            drop,
+            nd,
+            name=f"trend of the {qs.QUANTITIES[q].title} per 100 steps, {vs}",
+            expects=expects,
+            window=DRIFT_WINDOW + ", per 100 steps; every generated rollout",
+            value=win.drift(q, sources=gen),
+            decides=P5_DECIDES == "trend",
+            unit="turns per 100 steps",
+            reads=(q, gen),
+        )
+        for q, expects in turns
+    ]
+    out = level + trend if P5_DECIDES == "level" else trend + level
     out.append(
         ck.compare(
             drop,
