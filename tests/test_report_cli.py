@@ -102,8 +102,12 @@ def test_report_judges_p7_offline_on_a_replay_advantages_report(tmp_path, capsys
             synthetic_step(rollout_id=step, seed=10 + step, first_group=10 * step),
             tmp_path / f"rollout_{step}.pt",
         )
+    assert cli.main(["replay", "advantages", str(tmp_path / "rollout_*.pt")]) == 0
+    headline = next(x for x in capsys.readouterr().out.splitlines() if x.startswith("P7 ("))
+    assert "against the leave-one-out group baseline" in headline  # the judge's scale
     assert cli.main(["replay", "advantages", str(tmp_path / "rollout_*.pt"), "--json"]) == 0
     replay = json.loads(capsys.readouterr().out)
+    assert headline.split(": ")[1].startswith(replay["total"]["verdict_vs_loo"])
     path = tmp_path / "advantages.json"
     path.write_text(json.dumps(replay))
     out = report(tmp_path, str(path), "--no-plots", "--no-progress")
