@@ -188,7 +188,9 @@ def summary_table(results: Sequence[Result]) -> list[str]:
     for r in results:
         arms = ", ".join(v for v in r.binding.values() if v) or "—"
         verdict = r.verdict or r.note or "reported"
-        alone = r.alone if r.verdict is not None else "—"
+        if not r.binding and r.note.startswith("not run"):
+            verdict = r.note  # its arms are missing: say which, not "inconclusive"
+        alone = r.alone if verdict == r.verdict else "—"
         lines.append(f"| {r.prediction.id} | {arms} | {verdict} | {alone} |")
     return lines
 
