@@ -33,6 +33,16 @@ and on the cluster):
   count mean / p50 / p90 per outcome, cap-hit rate, masked fraction per outcome, the
   realized baseline ``b`` (mean reward of trained, unmasked rollouts), and the rate at
   which solved rollouts ran tests before submitting;
+- ``b_all``: the realized all-members baseline, the mean reward of every scored rollout
+  of the trained groups, loss-masked ones included and a budget failure scored 0 (the
+  plan's R = 0 convention), whatever the arm did with it: the one b every arm is compared
+  on (the judge's P3 axis). ``b_realized`` is the mean over the unmasked rollouts only;
+- ``generated/*``: the same outcome metrics (counts and rates per outcome, turn counts per
+  outcome, cap-hit rate, ran-tests rate of successes) over every rollout of every group
+  that *entered* the census this step (``enter(group_id, rollouts)``): trained, dropped,
+  aborted, filtered or still buffered alike, so that a comparison of behaviour between
+  arms never compares one arm's survivors with another's everything. What the trainer did
+  with a rollout (``masked_frac``, ``b_realized``, ``b_all``) is not part of this view;
 - ``dropped/outcome/<outcome>``: the outcomes of the rollouts in dropped stale groups,
   which is where an outcome-dependent drop shows;
 - the baseline paid to excluded rollouts: ``b_paid/masked``, the mean over the loss-masked
@@ -63,6 +73,8 @@ from rescue.gate import Decision
 from rescue.outcomes import OUTCOMES, Outcome, classify, is_capped
 
 PREFIX = "rollout/census/"
+#: Sub-prefix of the outcome metrics over every generated rollout (``enter``).
+GENERATED = "generated/"
 
 
 class Bucket(str, Enum):
@@ -168,12 +180,16 @@ def no_result(records: Iterable[RolloutRecord]) -> str | None:
     return None
 
 
-def outcome_metrics(records: Sequence[RolloutRecord], prefix: str = PREFIX) -> dict[str, float]:
+def outcome_metrics(
+    records: Sequence[RolloutRecord], prefix: str = PREFIX, *, trained: bool = True
+) -> dict[str, float]:
     """Sample-level census of a set of rollouts (keys documented in the module docstring).
 
-    Keys whose population is empty (e.g. turn quantiles of an outcome that did not occur)
-    are left out rather than reported as NaN. One pass over the records, plain Python: it
-    runs on every step of the trainer, over a few hundred records.
+    ``trained=False`` (the ``generated/`` view) leaves out what the trainer did with the
+    rollouts: the masked fractions and the realized baselines. Keys whose population is
+    empty (e.g. turn quantiles of an outcome that did not occur) are left out rather than
+    reported as NaN. One pass over the records, plain Python: it runs on every step of the
+    trainer, over a few hundred records.
     """
     n = len(records)
     out: dict[str, float] = {f"{prefix}rollouts": float(n)}
@@ -184,10 +200,14 @@ def outcome_metrics(records: Sequence[RolloutRecord], prefix: str = PREFIX) -> d
     turns: dict[Outcome, list[int]] = {o: [] for o in OUTCOMES}
     capped = 0
     reward_sum, reward_n = 0.0, 0
+    all_sum, all_n = 0.0, 0
     ran, ran_n = 0, 0
     for r in records:
         o = r.outcome
         count[o] += 1
+        if r.reward is not None:
+            all_sum += 0.0 if o is Outcome.BUDGET_FAILURE else r.reward
+            all_n += 1
         if r.masked:
             masked[o] += 1
         elif r.reward is not None:
@@ -205,15 +225,19 @@ def outcome_metrics(records: Sequence[RolloutRecord], prefix: str = PREFIX) -> d
         out[f"{prefix}outcome/{o.value}_rate"] = k / n
         if not k:
             continue
-        out[f"{prefix}masked_frac/{o.value}"] = masked[o] / k
+        if trained:
+            out[f"{prefix}masked_frac/{o.value}"] = masked[o] / k
         if t := sorted(turns[o]):
             out[f"{prefix}turns_mean/{o.value}"] = sum(t) / len(t)
             out[f"{prefix}turns_p50/{o.value}"] = quantile(t, 0.5)
             out[f"{prefix}turns_p90/{o.value}"] = quantile(t, 0.9)
     out[f"{prefix}cap_hit_rate"] = capped / n
-    out[f"{prefix}masked_frac"] = sum(masked.values()) / n
-    if reward_n:
-        out[f"{prefix}b_realized"] = reward_sum / reward_n
+    if trained:
+        out[f"{prefix}masked_frac"] = sum(masked.values()) / n
+        if reward_n:
+            out[f"{prefix}b_realized"] = reward_sum / reward_n
+        if all_n:
+            out[f"{prefix}b_all"] = all_sum / all_n
     if ran_n:
         out[f"{prefix}ran_tests_rate/solved"] = ran / ran_n
     return out
@@ -248,17 +272,23 @@ class Census:
         self._w_entered = 0
         self._w_buckets: Counter[Bucket] = Counter()
         self._w_trained: list[RolloutRecord] = []
+        self._w_generated: list[RolloutRecord] = []
         self._w_dropped: list[RolloutRecord] = []
         self._w_staleness: list[float] = []
         self._w_protected_weights: list[float] = []
         self._w_paid = {"masked": [0.0, 0], "dropped": [0.0, 0]}  # Σ baseline, rollouts
         self._w_aborted_reasons: Counter[str] = Counter()
 
-    def enter(self, group_id: Any) -> None:
-        """A group entered the buffer (Miles ``put``): one entry opens."""
+    def enter(self, group_id: Any, rollouts: Iterable[RolloutRecord] = ()) -> None:
+        """A group entered the buffer (Miles ``put``): one entry opens.
+
+        ``rollouts``: the group's records as generated; they are counted in the step's
+        ``generated/`` view whatever becomes of the group.
+        """
         self._open[group_id] += 1
         self._entered += 1
         self._w_entered += 1
+        self._w_generated.extend(rollouts)
 
     def settle(
         self,
@@ -363,6 +393,7 @@ class Census:
         if self._w_protected_weights:
             m[f"{prefix}protected_weight_mean"] = float(np.mean(self._w_protected_weights))
         m.update(outcome_metrics(self._w_trained, prefix))
+        m.update(outcome_metrics(self._w_generated, prefix + GENERATED, trained=False))
         for o in OUTCOMES:
             m[f"{prefix}dropped/outcome/{o.value}"] = float(
                 sum(r.outcome is o for r in self._w_dropped)

@@ -1,7 +1,9 @@
 """Runs with known behaviour, in the keys the simulator and the cluster log, for judge tests.
 
-``make_run(arm, seed, steps=..., **levels)`` writes one row per step with the census
-(``rollout/census/*``) and the simulator's generated-rollout keys (``sim/generated/*``).
+``make_run(arm, seed, steps=..., **levels)`` writes one row per step with the census of
+the trained groups (``rollout/census/*``, with ``b_all`` the level ``b``) and of every
+generated rollout (``rollout/census/generated/*``); ``legacy=True`` writes what outputs of
+earlier versions had instead: the simulator's ``sim/generated/*`` and no ``b_all``.
 A level is a number or a function of the step array; each seed shifts every level by
 ``N(0, noise)`` (seed-to-seed variation) and each step by ``N(0, step_noise)``, from a
 generator seeded by (arm, seed), so a test knows the true difference and its noise.
@@ -17,7 +19,8 @@ import numpy as np
 from rescue.judge.runs import Run, parse_name
 
 C = "rollout/census/"
-G = "sim/generated/"
+G = "rollout/census/generated/"
+LEGACY_G = "sim/generated/"
 
 Level = float | Callable[[np.ndarray], np.ndarray]
 
@@ -28,11 +31,13 @@ DEFAULTS: dict[str, Level] = {
     "turns_submitted": 10.0,
     "turns_capped": 20.0,
     "ran_tests": 0.8,
+    "b": 0.5,
     "b_realized": 0.5,
     "b_paid": 0.4,
     "masked_frac": 0.0,
     "p_thorough": 0.5,
     "step_time": 10.0,
+    "update_norm": 1.0,
 }
 
 
@@ -46,11 +51,17 @@ def make_run(
     step_noise: float = 0.0,
     family: str = "sim",
     drop: tuple[str, ...] = (),
+    legacy: bool = False,
+    trained_only: bool = False,
+    two_outcome: bool = False,
     **levels: Level,
 ) -> Run:
     """One run of arm ``label`` (``protect-a0.5``), with ``levels`` over ``DEFAULTS``.
 
-    ``drop``: keys left out of every row (an older run, a metric switched off).
+    ``drop``: keys left out of every row (an older run, a metric switched off);
+    ``legacy``: the keys of earlier outputs (above); ``trained_only``: no generated view at
+    all (a cluster run logged before the census had one); ``two_outcome``: every rollout
+    is solved or capped (the cap-hit rate is 1 − success, no submitted failure).
     """
     unknown = set(levels) - set(DEFAULTS)
     if unknown:
@@ -62,17 +73,20 @@ def make_run(
         level = levels.get(name, default)
         base = level(t) if callable(level) else np.full(steps, float(level))
         v[name] = base + rng.normal(0, noise) + rng.normal(0, step_noise, steps)
-    for rate in ("success", "cap_hit", "ran_tests", "b_realized", "b_paid", "masked_frac"):
+    for rate in ("success", "cap_hit", "ran_tests", "b", "b_realized", "b_paid", "masked_frac"):
         v[rate] = np.clip(v[rate], 0.0, 1.0)
-    v["cap_hit"] = np.minimum(v["cap_hit"], 1.0 - v["success"])
+    v["cap_hit"] = (
+        1.0 - v["success"] if two_outcome else np.minimum(v["cap_hit"], 1.0 - v["success"])
+    )
     clock = np.cumsum(np.maximum(v["step_time"], 0.0))
     rows = []
     for i in range(steps):
         solved = v["success"][i] * rollouts
         capped = v["cap_hit"][i] * rollouts
-        submitted = rollouts - solved - capped
+        submitted = 0.0 if two_outcome else rollouts - solved - capped
         row: dict[str, float] = {"rollout/step": float(i), "sim/time": float(clock[i])}
-        for p in (G, C):
+        views = (C,) if trained_only else (LEGACY_G if legacy else G, C)
+        for p in views:
             row.update(
                 {
                     f"{p}rollouts": rollouts,
@@ -89,6 +103,9 @@ def make_run(
             )
         row[f"{C}masked_frac"] = v["masked_frac"][i]
         row[f"{C}b_realized"] = v["b_realized"][i]
+        if not legacy:
+            row[f"{C}b_all"] = v["b"][i]
+        row["sim/update_norm"] = max(float(v["update_norm"][i]), 0.0)
         row[f"{C}groups/dropped_stale"] = 0.0
         row[f"{C}groups/trained_fresh"] = 16.0
         if parse_name(label)[0].base_arm in ("mask", "survivor", "matched", "drgrpo-mask"):

@@ -17,8 +17,9 @@ import numpy as np
 import pytest
 from scipy import stats as sps
 
-from rescue.judge.checks import compare, final, whole
+from rescue.judge.checks import compare
 from rescue.judge.stats import AS_PREDICTED, LEVEL, OPPOSITE, decide, t_interval
+from rescue.judge.windows import final, whole
 from rescue.sim import ArmSpec, SimConfig
 from rescue.sim.runner import run_arms
 from rescue.sim.summary import to_run

@@ -14,7 +14,7 @@ from synthetic_runs import make_run
 
 from rescue.judge.inputs import expand, read_inputs, read_wandb
 from rescue.judge.offline import report_kind
-from rescue.judge.report import judge
+from rescue.judge.report import judge, markdown
 from rescue.judge.runs import Condition, Run, identify, parse_name
 
 # ---------------------------------------------------------------- names
@@ -56,9 +56,14 @@ def test_tags_win_over_the_name_and_fill_what_it_lacks():
 
 def test_the_estimator_and_drgrpo_tags_set_the_cohort_and_win_over_the_name():
     cond, _ = identify(tags="arm:drop,seed:1,estimator:turn,drgrpo:1", group="swe-drop-k2-seed1")
-    assert cond.setting == "est-turn-drgrpo" and cond.cohort == ("swe", None, "est-turn-drgrpo")
+    assert cond.setting == "est-turn-drgrpo" and cond.cohort == (
+        "swe",
+        None,
+        "est-turn-drgrpo",
+        None,
+    )
     cond, _ = identify(tags="arm:drop,seed:1,estimator:group", group="swe-drop-k2-est-turn-seed1")
-    assert cond.setting is None and cond.cohort == ("swe", None, None)
+    assert cond.setting is None and cond.cohort == ("swe", None, None, None)
     cond, _ = identify(tags="arm:drop,seed:1", group="swe-drop-k2-drgrpo-seed1")
     assert cond.setting == "drgrpo"
     with pytest.raises(ValueError, match="tag estimator:fancy; allowed: group, turn"):
@@ -132,7 +137,56 @@ def test_the_same_run_read_twice_is_kept_once_and_said(sim_out, tmp_path):
     inputs = read_inputs([sim_out, copy], progress=False)
     j = judge(inputs.runs, notes=inputs.notes)
     assert len(j.cohorts[0].arms["drop"]) == 2
-    assert any("already read" in n and "skipped" in n for n in j.notes)
+    [collision] = j.collisions
+    assert "already read" in collision and collision.endswith("skipped")
+    top = markdown(j).split("## sim runs")[0]  # said before the first cohort, not at the end
+    assert "**Collisions: 1 run(s)" in top and collision in top
+
+
+def test_runs_of_different_settings_are_never_pooled_into_one_cohort(sim_out, tmp_path):
+    """Two simulator outputs that differ in one setting: two cohorts, each named by the
+    setting, no collision. Today's rule pooled them into one ``sim`` cohort and skipped
+    every run of the second as a duplicate."""
+    from rescue import cli
+
+    other = tmp_path / "lr0"
+    flags = ["--steps", "6", "--groups-per-step", "4", "--group-size", "4", "--concurrency", "4",
+             "--max-turns", "12", "--seeds", "2", "--workers", "1", "--no-plots", "--no-progress",
+             "--no-wandb", "--arms", "drop,never-drop,protect:0.5", "--lr", "0"]  # fmt: skip
+    assert cli.main(["sim", "--out", str(other), *flags]) == 0
+    inputs = read_inputs([sim_out, other], progress=False)
+    j = judge(inputs.runs, notes=inputs.notes)
+    assert j.collisions == []
+    assert sorted(c.title for c in j.cohorts) == ["sim runs, lr = 0.0", "sim runs, lr = 0.1"]
+    for c in j.cohorts:
+        assert sorted(c.arms) == ["drop", "never-drop", "protect-a0.5"]
+        assert all(sorted(seeds) == [0, 1] for seeds in c.arms.values())
+    # Each runs.json goes to the runs of its own directory.
+    for c in j.cohorts:
+        for seeds in c.arms.values():
+            for run in seeds.values():
+                assert run.offline["p7"]
+                assert Path(run.source).parent.parent in (sim_out, other)
+
+
+def test_scenarios_are_cohorts_and_timing_json_is_not_a_run(tmp_path):
+    from rescue import cli
+
+    out = tmp_path / "sim"
+    flags = ["--steps", "4", "--groups-per-step", "4", "--group-size", "2", "--concurrency", "4",
+             "--seeds", "1", "--workers", "1", "--no-plots", "--no-progress", "--no-wandb"]  # fmt: skip
+    assert (
+        cli.main(
+            ["sim", "--scenario", "two-outcome,budget-three-outcome", "--out", str(out), *flags]
+        )
+        == 0
+    )
+    inputs = read_inputs([out], progress=False)
+    assert len(inputs.runs) == 4 + 5  # the scenarios' arms, one seed each; no timing.json
+    assert sum("timing.json" in n and "not a run" in n for n in inputs.notes) == 2
+    j = judge(inputs.runs, notes=inputs.notes)
+    assert [c.scenario for c in j.cohorts] == ["budget-three-outcome", "two-outcome"]
+    assert j.collisions == [] and "scenario two-outcome" in j.cohorts[1].title
 
 
 # ---------------------------------------------------------------- exports
@@ -295,7 +349,7 @@ def test_rescue_judges_wandb_offline_runs(wandb_runs):
     [cohort] = judge(inputs.runs).cohorts
     p5 = next(r for r in cohort.results if r.prediction.id == "P5")
     assert p5.binding == {"drop": "drop-k2", "never-drop": "never-drop"}
-    shorter = p5.checks[0]
+    shorter = next(c for c in p5.checks if c.name.startswith("turns of successes over the run"))
     assert shorter.verdict == "as predicted" and shorter.estimate.n == 3
     assert shorter.estimate.value == pytest.approx(-1.0, abs=0.05)
 

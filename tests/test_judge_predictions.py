@@ -11,7 +11,13 @@ from synthetic_runs import arm, cohort, make_run
 from rescue.judge.evaluation import evaluate
 from rescue.judge.offline import Report
 from rescue.judge.predictions import BY_ID, PREDICTIONS
-from rescue.judge.stats import AS_PREDICTED, INCONCLUSIVE, NO_DIFFERENCE, OPPOSITE
+from rescue.judge.stats import (
+    AS_PREDICTED,
+    INCONCLUSIVE,
+    NO_DIFFERENCE,
+    NOT_JUDGEABLE,
+    OPPOSITE,
+)
 
 
 def judged(pid: str, arms: dict | None, replays=()) -> list:
@@ -34,41 +40,26 @@ B_RISING = lambda t: 0.1 + 0.6 * t / 60  # noqa: E731 - crosses 0.3 at step 20
 
 
 def p3_arms(mask_slope: float, zero_slope: float, seeds=5, **kw):
-    """Cap-hit rate linear in b after b crosses 0.3: slope ``mask_slope`` vs ``zero_slope``."""
+    """Cap-hit rate linear in b after b crosses 0.3: slope ``mask_slope`` vs ``zero_slope``;
+    both arms log the same b (``b_all``)."""
 
     def cap(slope):
         return lambda t: 0.25 + slope * (B_RISING(t) - 0.3)
 
+    common = dict(steps=60, b=B_RISING, success=0.3, step_noise=0.01, **kw)
     return cohort(
-        mask=arm(
-            "mask",
-            seeds,
-            steps=60,
-            b_paid=B_RISING,
-            cap_hit=cap(mask_slope),
-            success=0.3,
-            step_noise=0.01,
-            **kw,
-        ),
-        zero=arm(
-            "zero",
-            seeds,
-            steps=60,
-            b_realized=B_RISING,
-            cap_hit=cap(zero_slope),
-            success=0.3,
-            step_noise=0.01,
-            **kw,
-        ),
+        mask=arm("mask", seeds, cap_hit=cap(mask_slope), **common),
+        zero=arm("zero", seeds, cap_hit=cap(zero_slope), **common),
     )
 
 
 def test_p3_mask_drifting_up_while_zero_keeps_falling_is_as_predicted():
     r = one("P3", p3_arms(0.3, -0.3))
-    c = check(r, "cap-hit trend against b, mask − zero")
+    c = check(r, "cap-hit trend against b at matched b, mask − zero")
     assert c.verdict == AS_PREDICTED and c.estimate.value == pytest.approx(0.6, abs=0.05)
     assert c.estimate.n == 5 and c.estimate.dof == 4
     assert r.verdict == AS_PREDICTED
+    assert any("`rollout/census/generated/`" in n for n in c.notes)  # the view it read
 
 
 def test_p3_the_other_way_round_is_opposite():
@@ -76,44 +67,69 @@ def test_p3_the_other_way_round_is_opposite():
     assert check(r, "cap-hit trend").verdict == OPPOSITE and r.verdict == OPPOSITE
 
 
-def test_p3_is_judged_only_after_b_crosses_the_threshold():
-    # Before the crossing (steps < 20) mask falls steeply; after it, as zero: no difference.
+def test_p3_is_judged_only_where_b_exceeds_the_threshold():
+    # Below b = 0.3 (steps < 20) mask falls steeply; above it, as zero: no difference.
     def cap(t):
         b = B_RISING(t)
         return np.where(b < 0.3, 0.6 - 3.0 * b, 0.25 - 0.3 * (b - 0.3))
 
+    common = dict(steps=60, b=B_RISING, step_noise=0.005)
     arms = cohort(
-        mask=arm("mask", 8, steps=60, b_paid=B_RISING, cap_hit=cap, step_noise=0.005),
-        zero=arm(
-            "zero",
-            8,
-            steps=60,
-            b_realized=B_RISING,
-            cap_hit=lambda t: 0.25 - 0.3 * (B_RISING(t) - 0.3),
-            step_noise=0.005,
-        ),
+        mask=arm("mask", 8, cap_hit=cap, **common),
+        zero=arm("zero", 8, cap_hit=lambda t: 0.25 - 0.3 * (B_RISING(t) - 0.3), **common),
     )
     c = check(one("P3", arms), "cap-hit trend")
-    assert abs(c.estimate.value) < 0.05, "the steps before b > 0.3 leaked into the trend"
+    assert abs(c.estimate.value) < 0.05, "the steps below b = 0.3 leaked into the trend"
 
 
-def test_p3_when_b_never_exceeds_the_threshold_no_seed_has_a_value():
+def test_p3_reads_one_b_for_every_arm_not_the_baseline_paid_to_the_masked():
+    """The masking arm's b_paid and the R = 0 arm's b_realized move apart; the cap-hit rate
+    depends on the realized all-members b alone, the same way in both arms (the
+    two-outcome algebra: no drift). Today's rule put the arms on different axes and read
+    a drift; one b for both reads none."""
+    b = lambda t: 0.3 + 0.5 * t / 80  # noqa: E731
+    common = dict(steps=80, b=b, success=b, cap_hit=lambda t: 0.9 - b(t), step_noise=0.004)
     arms = cohort(
-        mask=arm("mask", 5, b_paid=0.2, cap_hit=lambda t: 0.3 + 0.001 * t),
-        zero=arm("zero", 5, b_realized=0.2),
+        mask=arm("mask", 12, b_paid=lambda t: 0.25 + 0.25 * t / 80, **common),
+        zero=arm("zero", 12, b_realized=b, **common),
     )
-    c = check(one("P3", arms), "cap-hit trend")
-    assert c.verdict == INCONCLUSIVE and "0 replicate(s)" in c.reason
-    assert any("left out" in n for n in c.notes)
-    assert any(n.startswith("mask seed 0: its b") and "never exceeded 0.3" in n for n in c.notes)
+    c = check(one("P3", arms), "cap-hit trend against b at matched b, mask − zero")
+    assert c.verdict in (NO_DIFFERENCE, INCONCLUSIVE), (c.verdict, c.reason)
+    assert c.estimate.lo < 0 < c.estimate.hi and abs(c.estimate.value) < 0.01
 
 
-def test_p3_reads_the_b_paid_to_masked_rollouts_and_names_it_when_missing():
-    arms = p3_arms(0.3, -0.3, drop=("rollout/census/b_paid/masked",))
+def test_p3_when_the_arms_share_no_b_above_the_threshold_is_not_judgeable():
+    arms = cohort(
+        mask=arm("mask", 5, b=0.2, cap_hit=lambda t: 0.3 + 0.001 * t),
+        zero=arm("zero", 5, b=0.5),
+    )
     r = one("P3", arms)
     c = check(r, "cap-hit trend")
-    assert c.verdict == INCONCLUSIVE and "rollout/census/b_paid/masked" in c.reason
-    assert r.verdict == INCONCLUSIVE
+    assert c.verdict == NOT_JUDGEABLE and c.reason.startswith("not judgeable: mask never exceeded")
+    assert r.verdict == NOT_JUDGEABLE and c.p != c.p  # no claim, no p-value
+    disjoint = cohort(
+        mask=arm("mask", 5, steps=60, b=lambda t: 0.35 + 0.1 * t / 60),
+        zero=arm("zero", 5, steps=60, b=lambda t: 0.6 + 0.1 * t / 60),
+    )
+    c = check(one("P3", disjoint), "cap-hit trend")
+    assert c.verdict == NOT_JUDGEABLE and "share no range of b" in c.reason
+
+
+def test_p3_reads_older_runs_through_b_realized_and_the_masked_fraction():
+    """Runs logged before ``b_all``: b = b_realized × (1 − masked_frac)."""
+    arms = p3_arms(0.3, -0.3, legacy=True)
+    for runs in arms.values():
+        for run in runs.values():
+            for row in run.rows:
+                row["rollout/census/b_realized"] = 2 * row["rollout/census/b_realized"]
+                row["rollout/census/masked_frac"] = 0.5
+    for runs in arms.values():  # b_realized 2b, half masked: the same b as before
+        for run in runs.values():
+            for row, t in zip(run.rows, range(60), strict=True):
+                row["rollout/census/b_realized"] = 2 * B_RISING(t)
+    c = check(one("P3", arms), "cap-hit trend against b at matched b, mask − zero")
+    assert c.verdict == AS_PREDICTED and c.estimate.value == pytest.approx(0.6, abs=0.05)
+    assert any("`sim/generated/`" in n for n in c.notes)
 
 
 def test_p3_matched_control_reproducing_the_drift_falsifies():
@@ -125,7 +141,7 @@ def test_p3_matched_control_reproducing_the_drift_falsifies():
         run.condition = Condition("sim", "matched")
     arms["matched"] = matched
     r = one("P3", arms)
-    c = check(r, "cap-hit trend against b, matched − mask")
+    c = check(r, "cap-hit trend against b at matched b, matched − mask")
     assert c.verdict in (NO_DIFFERENCE, INCONCLUSIVE)
     assert r.verdict != AS_PREDICTED
 
@@ -133,6 +149,59 @@ def test_p3_matched_control_reproducing_the_drift_falsifies():
 def test_p3_two_seeds_are_inconclusive():
     r = one("P3", p3_arms(0.3, -0.3, seeds=2))
     assert r.verdict == INCONCLUSIVE
+
+
+# ---------------------------------------------------------------- which cohorts
+
+
+def two_outcome_arms(seeds=5, survivor_norm=0.0):
+    """Solved or capped only: cap-hit = 1 − success, no submitted failure; the survivor
+    arm's update norm is ``survivor_norm`` times R = 0's at every step."""
+    b = lambda t: 0.35 + 0.3 * t / 60  # noqa: E731
+    common = dict(steps=60, b=b, success=b, two_outcome=True, step_noise=0.01)
+    arms = cohort(
+        mask=arm("mask", seeds, **common),
+        zero=arm("zero", seeds, **common),
+        survivor=arm("survivor", seeds, **common),
+    )
+    for s, run in arms["survivor"].items():
+        for row, ref in zip(run.rows, arms["zero"][s].rows, strict=True):
+            row["sim/update_norm"] = survivor_norm * ref["sim/update_norm"]
+    return arms
+
+
+def test_p3_and_p4_do_not_apply_to_a_two_outcome_cohort_and_the_control_does():
+    arms = two_outcome_arms()
+    for pid in ("P3", "P4"):
+        r = one(pid, arms)
+        assert r.verdict is None and r.note.startswith("does not apply: two outcomes")
+    r = one("control", arms)
+    assert r.verdict == AS_PREDICTED, [(c.name, c.verdict, c.reason) for c in r.checks]
+    collapse = check(r, "update norm, survivor / zero")
+    assert collapse.estimate.exact and collapse.estimate.value == 0.0
+    assert collapse.verdict == AS_PREDICTED
+    drift = check(r, "cap-hit trend against b at matched b, mask − zero")
+    assert drift.verdict == AS_PREDICTED and drift.expects == "same"
+
+
+def test_the_control_does_not_apply_where_there_is_a_third_outcome():
+    r = one("control", p3_arms(0.3, -0.3))
+    assert r.verdict is None and "three outcomes" in r.note
+
+
+def test_the_control_is_opposite_when_the_survivors_keep_their_signal():
+    r = one("control", two_outcome_arms(survivor_norm=1.0))
+    assert check(r, "update norm, survivor").verdict == OPPOSITE and r.verdict == OPPOSITE
+
+
+def test_the_control_is_opposite_when_the_mask_drifts_on_two_outcome_data():
+    arms = two_outcome_arms()
+    b = lambda t: 0.35 + 0.3 * t / 60  # noqa: E731
+    for run in arms["mask"].values():  # the mask's cap-hit rises with b: a drift
+        for row, t in zip(run.rows, range(60), strict=True):
+            row["rollout/census/generated/cap_hit_rate"] = 0.2 + 0.5 * (b(t) - 0.35)
+    r = one("control", arms)
+    assert check(r, "cap-hit trend").verdict == OPPOSITE and r.verdict == OPPOSITE
 
 
 # ---------------------------------------------------------------- P4
@@ -159,83 +228,132 @@ def test_p4_survivor_drifting_faster_is_as_predicted_and_equal_curves_no_differe
     assert check(same, "cap-hit drift").estimate.lo < 0 < check(same, "cap-hit drift").estimate.hi
 
 
+def test_p4_gap_growth_is_unbiased_for_arms_that_do_not_differ():
+    """Two arms with the same cap-hit curve and independent noise: the gap does not grow
+    with the arms' mean rate, so over many seeds the slope's interval holds 0. Regressed on
+    one side of the gap (today's rule) the slope is biased negative: its interval lies
+    below 0 on the same runs."""
+    from rescue.judge import quantities as qs
+    from rescue.judge.stats import slope, t_interval
+
+    curve = lambda t: 0.3 + 0.02 * t / 80  # noqa: E731
+    arms = cohort(
+        survivor=arm("survivor", 40, steps=80, cap_hit=curve, step_noise=0.03, noise=0.0),
+        mask=arm("mask", 40, steps=80, cap_hit=curve, step_noise=0.03, noise=0.0),
+    )
+    c = check(one("P4", arms), "growth of the cap-hit gap")
+    assert c.estimate.lo < 0 < c.estimate.hi, c.estimate
+
+    def one_sided(s, m):
+        ss, sm = qs.series(s, "cap_hit"), qs.series(m, "cap_hit")
+        _, ys = ss.trailing(qs.B_SMOOTH, 79)
+        _, ym = sm.trailing(qs.B_SMOOTH, 79)
+        return slope(ym, ys - ym).value
+
+    old = t_interval([one_sided(arms["survivor"][s], arms["mask"][s]) for s in range(40)])
+    assert old.hi < 0, old
+
+
 # ---------------------------------------------------------------- P5
 
 
-def test_p5_shorter_successes_and_longer_failures_under_drop_is_as_predicted():
+def test_p5_successes_shortening_and_failures_lengthening_over_training_is_as_predicted():
+    down = lambda t: 6.0 - 2.0 * t / 40  # noqa: E731
+    up = lambda a: lambda t: a + 3.0 * t / 40  # noqa: E731
     arms = cohort(
         drop=arm(
-            "drop", 5, turns_solved=5.0, turns_submitted=12.0, turns_capped=22.0, ran_tests=0.6
+            "drop", 5, turns_solved=down, turns_submitted=up(10.0), turns_capped=up(20.0),
+            ran_tests=lambda t: 0.8 - 0.2 * t / 40, step_noise=0.2,
         ),
-        nd=arm(
-            "never-drop",
-            5,
-            turns_solved=6.0,
-            turns_submitted=10.0,
-            turns_capped=20.0,
-            ran_tests=0.8,
-        ),
-    )
+        nd=arm("never-drop", 5, step_noise=0.2),
+    )  # fmt: skip
     r = one("P5", arms)
-    assert [c.verdict for c in r.checks] == [AS_PREDICTED, AS_PREDICTED, AS_PREDICTED]
-    assert check(r, "turns of successes").estimate.value == pytest.approx(-1.0, abs=0.05)
+    assert check(r, "trend of the turns of successes").verdict == AS_PREDICTED
+    assert check(r, "trend of the turns of failures").verdict == AS_PREDICTED
+    assert check(r, "trend of the turns of successes").estimate.value == pytest.approx(
+        -5.0, abs=0.5
+    )  # −2 turns over 40 steps: −5 per 100
+    assert check(r, "trend of the test-run rate").verdict == AS_PREDICTED
     assert r.verdict == AS_PREDICTED
 
 
-def test_p5_separating_the_other_way_is_opposite():
-    arms = cohort(drop=arm("drop", 5, turns_solved=7.0), nd=arm("never-drop", 5, turns_solved=6.0))
+def test_p5_is_decided_on_the_level_and_reports_the_trends():
+    """drop's successes are shorter by a constant over the run, with no trend: P5 is
+    decided on the level (``rules.P5_DECIDES``), and its trends are reported beside it."""
+    arms = cohort(
+        drop=arm("drop", 8, turns_solved=4.0, turns_submitted=12.0, step_noise=0.2),
+        nd=arm("never-drop", 8, turns_solved=6.0, turns_submitted=10.0, step_noise=0.2),
+    )
     r = one("P5", arms)
-    assert check(r, "turns of successes").verdict == OPPOSITE and r.verdict == OPPOSITE
+    level = check(r, "turns of successes over the run")
+    trend = check(r, "trend of the turns of successes")
+    assert level.decides and level.verdict == AS_PREDICTED
+    assert not trend.decides and trend.verdict in (NO_DIFFERENCE, INCONCLUSIVE)
+    assert r.verdict == AS_PREDICTED
+
+
+def test_p5_the_other_way_is_opposite():
+    arms = cohort(
+        drop=arm("drop", 5, turns_solved=lambda t: 6.0 + 2.0 * t / 40, step_noise=0.2),
+        nd=arm("never-drop", 5, step_noise=0.2),
+    )
+    r = one("P5", arms)
+    assert check(r, "turns of successes over the run").verdict == OPPOSITE
+    assert check(r, "trend of the turns of successes").verdict == OPPOSITE
+    assert r.verdict == OPPOSITE
 
 
 def test_p5_equal_turns_over_many_seeds_is_no_difference():
-    arms = cohort(drop=arm("drop", 20, noise=0.1), nd=arm("never-drop", 20, noise=0.1))
+    # Submitted and capped failures equally long, so the step-to-step mix of the two (the
+    # synthetic outcome counts are noisy too) does not move the failures' turns.
+    same = dict(noise=0.1, step_noise=0.1, turns_submitted=12.0, turns_capped=12.0)
+    arms = cohort(drop=arm("drop", 40, **same), nd=arm("never-drop", 40, **same))
     r = one("P5", arms)
-    assert check(r, "turns of successes").verdict == NO_DIFFERENCE
-    assert check(r, "turns of failures").verdict == NO_DIFFERENCE
+    assert check(r, "turns of successes over the run").verdict == NO_DIFFERENCE
+    assert check(r, "turns of failures (submitted or capped) over the run").verdict == NO_DIFFERENCE
+    assert check(r, "trend of the turns of successes").verdict == NO_DIFFERENCE
     assert r.verdict == NO_DIFFERENCE
 
 
-def test_p5_without_turn_keys_is_inconclusive_naming_the_key():
-    G = "sim/generated/"
-    C = "rollout/census/"
-    keys = tuple(p + "turns_mean/solved" for p in (G, C))
-    arms = cohort(drop=arm("drop", 5, drop=keys), nd=arm("never-drop", 5, drop=keys))
-    r = one("P5", arms)
-    c = check(r, "turns of successes")
-    assert c.verdict == INCONCLUSIVE and "turns_mean/solved" in c.reason
-    assert r.verdict in (INCONCLUSIVE, OPPOSITE, AS_PREDICTED, NO_DIFFERENCE)
-
-
-def test_p5_falls_back_to_the_census_of_trained_groups_on_real_runs():
-    G = "sim/generated/"
-    keys = tuple(
-        G + k
-        for k in ("rollouts", "outcome/solved", "outcome/submitted_failure", "outcome/budget_failure",
-                  "turns_mean/solved", "turns_mean/submitted_failure", "turns_mean/budget_failure",
-                  "ran_tests_rate/solved", "cap_hit_rate", "outcome/infra_no_result")
-    )  # fmt: skip
+def test_p5_refuses_runs_that_logged_only_the_trained_groups():
+    """A drop arm's trained rollouts are its survivors: P5 on them compares drop's
+    survivors with never-drop's everything. Today's rule fell back to them and judged."""
     arms = cohort(
-        drop=arm("drop", 5, turns_solved=5.0, drop=keys, family="swe"),
-        nd=arm("never-drop", 5, turns_solved=6.0, drop=keys, family="swe"),
+        drop=arm("drop", 5, turns_solved=lambda t: 6 - 2 * t / 40, trained_only=True, family="swe"),
+        nd=arm("never-drop", 5, trained_only=True, family="swe"),
     )
-    assert check(one("P5", arms), "turns of successes").verdict == AS_PREDICTED
+    r = one("P5", arms)
+    c = check(r, "turns of successes over the run")
+    assert c.verdict == INCONCLUSIVE and c.decides
+    assert c.reason.startswith("missing key rollout/census/generated/")
+    assert "survivors" in c.reason
+    assert r.verdict == INCONCLUSIVE
+
+
+def test_p5_reads_the_simulators_older_generated_keys():
+    arms = cohort(
+        drop=arm("drop", 5, turns_solved=lambda t: 6 - 2 * t / 40, step_noise=0.1, legacy=True),
+        nd=arm("never-drop", 5, step_noise=0.1, legacy=True),
+    )
+    c = check(one("P5", arms), "turns of successes over the run")
+    assert c.verdict == AS_PREDICTED and any("`sim/generated/`" in n for n in c.notes)
 
 
 # ---------------------------------------------------------------- P6
 
 
-def test_p6_protect_matching_never_drop_sooner_is_as_predicted():
+def test_p6_protect_within_seed_noise_of_never_drop_is_as_predicted():
     arms = cohort(
-        p5=arm("protect-a0.5", 16, success=0.6, step_time=9.0, noise=0.02),
-        nd=arm("never-drop", 16, success=0.6, step_time=10.0, noise=0.02),
-        p1=arm("protect-a0.1", 16, success=0.4, noise=0.02),
+        p5=arm("protect-a0.5", 40, success=0.6, step_time=9.0, noise=0.02),
+        nd=arm("never-drop", 40, success=0.6, step_time=10.0, noise=0.02),
+        p1=arm("protect-a0.1", 40, success=0.4, noise=0.02),
     )
-    # "within seed noise" with independent seeds needs about 10 of them: the interval of a
-    # difference is about t·√2·σ/√n wide, the margin σ.
+    # "within seed noise" with independent seeds needs many of them: the interval of a
+    # difference is about t·√2·σ/√n wide, the margin σ, and the difference's own mean must
+    # fit inside what is left.
     r = one("P6", arms)
-    assert check(r, "final success, protect-a0.5").verdict == AS_PREDICTED
-    assert check(r, "wall-clock").verdict == AS_PREDICTED
+    c = check(r, "final success, protect-a0.5")
+    assert c.expects == "same" and c.verdict == AS_PREDICTED
     assert check(r, "final success, protect-a0.1").verdict == AS_PREDICTED
     assert r.verdict == AS_PREDICTED
     assert not any("sandbox" in c.name for c in r.checks)  # not logged by the simulator
@@ -247,21 +365,32 @@ def test_p6_protect_far_below_never_drop_is_opposite():
     assert check(r, "final success").verdict == OPPOSITE and r.verdict == OPPOSITE
 
 
-def test_p6_never_drop_cheaper_is_opposite():
+def test_p6_reports_the_cost_per_unit_of_improvement_and_does_not_decide_on_it():
+    """Finished-but-stale protection keeps rollouts already paid for: it cannot be cheaper
+    than never-drop. Today's rule decided P6 on the wall-clock, so equal success at a
+    higher clock read opposite; the cost is reported, with its interval, and no verdict."""
+    rise = lambda t: 0.3 + 0.3 * t / 40  # noqa: E731
     arms = cohort(
-        p5=arm("protect-a0.5", 5, step_time=12.0), nd=arm("never-drop", 5, step_time=10.0)
+        p5=arm("protect-a0.5", 40, success=rise, step_time=12.0, noise=0.02),
+        nd=arm("never-drop", 40, success=rise, step_time=10.0, noise=0.02),
     )
-    assert check(one("P6", arms), "wall-clock").verdict == OPPOSITE
+    r = one("P6", arms)
+    cost = check(r, "wall-clock per unit of reward improvement")
+    assert cost.verdict is None and not cost.decides and cost.reason == "the interval excludes 0"
+    gain = 0.3 * (36 - 4) / 40  # final 8 steps minus first 8, of a rise of 0.3 over 40
+    assert cost.estimate.value == pytest.approx(40 * 2.0 / gain, rel=0.1)
+    assert r.verdict == AS_PREDICTED
 
 
-def test_p6_reports_the_sandbox_seconds_when_miles_logged_them():
-    arms = cohort(p5=arm("protect-a0.5", 5), nd=arm("never-drop", 5))
+def test_p6_reports_the_sandbox_seconds_per_unit_of_improvement_when_miles_logged_them():
+    rise = lambda t: 0.3 + 0.3 * t / 40  # noqa: E731
+    arms = cohort(p5=arm("protect-a0.5", 5, success=rise), nd=arm("never-drop", 5, success=rise))
     for runs, secs in ((arms["protect-a0.5"], 30.0), (arms["never-drop"], 40.0)):
         for run in runs.values():
             for i, row in enumerate(run.rows):
                 row["perf/non_generation_time/mean"] = secs + 0.1 * ((i + run.seed) % 3)
-    c = check(one("P6", arms), "sandbox seconds")
-    assert c.verdict == AS_PREDICTED and not c.decides
+    c = check(one("P6", arms), "sandbox seconds per unit")
+    assert c.verdict is None and not c.decides and c.estimate.value < 0
 
 
 def test_p6_is_judged_once_per_staleness_limit_with_matching_k():
@@ -298,7 +427,7 @@ def test_p7_online_mask_beating_the_turn_baseline_is_opposite():
 
 
 @pytest.mark.parametrize(
-    "turn, verdict", [(0.7, AS_PREDICTED), (0.95, OPPOSITE), (0.85, INCONCLUSIVE)]
+    "turn, verdict", [(0.84, AS_PREDICTED), (1.14, OPPOSITE), (1.02, INCONCLUSIVE)]
 )
 def test_p7_offline_from_the_simulators_variances(turn, verdict):
     arms = cohort(zero=arm("zero", 5))
@@ -309,8 +438,34 @@ def test_p7_offline_from_the_simulators_variances(turn, verdict):
             "turn_reached": turn + 0.002 * s,
         }
     r = one("P7 offline", arms)
-    assert check(r, "reduction vs the group mean").verdict == verdict and r.verdict == verdict
-    assert not check(r, "reduction vs the leave-one-out").decides
+    c = check(r, "reduction vs the leave-one-out mean")
+    assert c.verdict == verdict and c.decides and r.verdict == verdict
+    assert not check(r, "reduction vs the group mean").decides
+
+
+def test_p7_offline_is_decided_on_the_leave_one_out_scale():
+    """At G = 8 the group mean with the rollout's own reward has 0.766 times the
+    leave-one-out variance. A turn-reached baseline that cuts 30% of the leave-one-out
+    variance is a real lever; against the group mean it reads 8.6%, opposite."""
+    arms = cohort(zero=arm("zero", 5))
+    for s, run in arms["zero"].items():
+        run.offline["p7"] = {
+            "group_mean": 0.7656 + 1e-4 * s,
+            "leave_one_out": 1.0 + 1e-4 * s,
+            "turn_reached": 0.70 + 1e-4 * s,
+        }
+    r = one("P7 offline", arms)
+    assert check(r, "reduction vs the leave-one-out mean").verdict == AS_PREDICTED
+    assert check(r, "reduction vs the group mean").verdict == OPPOSITE
+    assert r.verdict == AS_PREDICTED
+
+
+def test_p7_offline_does_not_apply_to_a_two_outcome_cohort():
+    arms = two_outcome_arms()
+    for run in arms["zero"].values():
+        run.offline["p7"] = {"group_mean": 1.0, "leave_one_out": 1.2, "turn_reached": 0.5}
+    r = one("P7 offline", arms)
+    assert r.verdict is None and r.note.startswith("does not apply")
 
 
 def advantages_report(reductions):
@@ -321,10 +476,10 @@ def advantages_report(reductions):
 
 
 def test_p7_offline_from_replay_reports_uses_each_step_as_a_replicate():
-    r = one("P7 offline", None, [advantages_report([0.31, 0.29, 0.33, 0.30])])
-    c = check(r, "reduction vs the group mean")
-    assert c.estimate.n == 4 and c.verdict == AS_PREDICTED
-    r = one("P7 offline", None, [advantages_report([0.05, 0.06, 0.04])])
+    r = one("P7 offline", None, [advantages_report([0.21, 0.19, 0.23, 0.20])])
+    c = check(r, "reduction vs the leave-one-out mean")
+    assert c.estimate.n == 4 and c.verdict == AS_PREDICTED and c.decides
+    r = one("P7 offline", None, [advantages_report([-0.05, -0.04, -0.06])])
     assert r.verdict == OPPOSITE
     r = one("P7 offline", None, [])
     assert r.verdict == INCONCLUSIVE and "no `rescue replay advantages" in r.checks[0].reason
@@ -397,7 +552,10 @@ def test_protect_vs_pace_is_reported_without_a_verdict_when_both_ran():
 
 def test_every_prediction_p1_to_p7_is_present_once():
     ids = [p.id for p in PREDICTIONS]
-    assert ids == ["P1", "P2", "P3", "P4", "P5", "P6", "P7 online", "P7 offline", "protect vs pace"]
+    assert ids == [
+        "P1", "P2", "P3", "P4", "control", "P5", "P6", "P7 online", "P7 offline",
+        "protect vs pace",
+    ]  # fmt: skip
     for p in PREDICTIONS:
         assert p.rule.startswith(p.id.split()[0]) or not p.prediction
         assert p.window and p.margin and p.depends
@@ -427,7 +585,9 @@ def test_an_old_run_without_the_census_is_inconclusive_for_every_prediction_neve
     assert isinstance(arms["drop"][0].condition, Condition)
     results = evaluate(PREDICTIONS, arms)
     for r in results:
-        if r.prediction.prediction:
+        if r.prediction.id == "control":  # two outcomes or three: the runs cannot tell
+            assert r.verdict is None and "logged no outcome counts" in r.note
+        elif r.prediction.prediction:
             assert r.verdict == INCONCLUSIVE, r.prediction.id
         for c in r.checks:
             if c.verdict == INCONCLUSIVE and c.estimate is None:
@@ -441,7 +601,7 @@ def test_a_quantity_whose_population_is_always_empty_is_inconclusive_and_plots_s
     runs = [make_run(label, s, success=0.0) for label in ("drop", "never-drop") for s in range(3)]
     j = judge(runs)
     p5 = next(r for r in j.cohorts[0].results if r.prediction.id == "P5")
-    c = check(p5, "turns of successes")
+    c = check(p5, "turns of successes over the run")
     assert c.verdict == INCONCLUSIVE and "0 replicate(s)" in c.reason
     assert any("without a value" in n for n in c.notes)
     assert write_plots(j, tmp_path)  # the other curves are still drawn

@@ -8,8 +8,10 @@ from rescue.judge.stats import (
     AS_PREDICTED,
     INCONCLUSIVE,
     NO_DIFFERENCE,
+    NOT_JUDGEABLE,
     OPPOSITE,
     Estimate,
+    claim_p,
     combine,
     decide,
     paired,
@@ -140,3 +142,106 @@ def test_combine_any_falsifies_on_one_check_all_needs_every_one():
     assert combine([NO_DIFFERENCE, NO_DIFFERENCE], "all") == NO_DIFFERENCE
     assert combine([AS_PREDICTED, INCONCLUSIVE]) == INCONCLUSIVE
     assert combine([]) == INCONCLUSIVE
+
+
+def test_combine_a_check_whose_condition_did_not_occur_makes_the_prediction_not_judgeable():
+    assert combine([NOT_JUDGEABLE, AS_PREDICTED]) == NOT_JUDGEABLE
+    assert combine([NOT_JUDGEABLE], "all") == NOT_JUDGEABLE
+
+
+@pytest.mark.parametrize(
+    "lo, hi, verdict",
+    [(0.0, 0.08, AS_PREDICTED), (0.6, 0.9, OPPOSITE), (0.05, 0.3, INCONCLUSIVE)],
+)
+def test_at_most_rule_of_the_controls_collapse(lo, hi, verdict):
+    assert decide(est(lo, hi), "at most", supports=0.1, falsifies=0.5)[0] == verdict
+
+
+# ---------------------------------------------------------------- replicates that do not vary
+
+
+def test_values_equal_by_construction_do_not_differ_by_their_rounding():
+    """0.1 + 0.2 and 0.3 are one value: their difference is 0 in every seed, so the check
+    says no difference. Today's rule read the rounding error (5.6e-17 in every seed, an
+    interval of width 0 above 0) as a difference: as predicted."""
+    arm = {s: 0.1 + 0.2 for s in range(5)}
+    ref = {s: 0.3 for s in range(5)}
+    _, d = paired(arm, ref)
+    assert list(d) == [0.0] * 5
+    e = t_interval(d)
+    assert e.exact and decide(e, "higher", margin=float("nan")) == (
+        NO_DIFFERENCE,
+        "the difference is 0 in every replicate",
+    )
+
+
+def test_a_constant_difference_is_decided_by_its_sign():
+    e = t_interval([-0.25] * 5)
+    assert e.exact and (e.lo, e.hi, e.sd) == (-0.25, -0.25, 0.0)
+    assert decide(e, "lower", margin=0.0)[0] == AS_PREDICTED
+    assert decide(e, "higher", margin=1.0)[0] == OPPOSITE  # never "inside the margin"
+    noisy = t_interval([0.7 + 1e-16, 0.7, 0.7 - 1e-16])  # the same up to rounding
+    assert noisy.exact and noisy.value == 0.7
+
+
+@pytest.mark.parametrize(
+    "expects, value, margin, verdict",
+    [
+        ("not lower", 0.0, 0.0, AS_PREDICTED),  # equal is not lower (today: inconclusive)
+        ("not lower", -0.1, 0.05, OPPOSITE),
+        ("not lower", 0.0, float("nan"), AS_PREDICTED),
+        ("same", 0.0, 0.0, AS_PREDICTED),
+        ("same", 0.2, 0.1, OPPOSITE),
+        ("lower by m", -0.3, 0.1, AS_PREDICTED),
+        ("lower by m", -0.05, 0.1, OPPOSITE),
+    ],
+)
+def test_equivalence_checks_on_a_value_that_does_not_vary(expects, value, margin, verdict):
+    e = t_interval([value] * 4)
+    assert e.exact and decide(e, expects, margin=margin)[0] == verdict
+
+
+# ---------------------------------------------------------------- p-values of claims
+
+
+@pytest.mark.parametrize(
+    "expects, kw",
+    [
+        ("higher", {"margin": 0.3}),
+        ("lower", {"margin": 0.3}),
+        ("same", {"margin": 0.5}),
+        ("not lower", {"margin": 0.2}),
+        ("lower by m", {"margin": 0.2}),
+        ("at least", {"supports": 0.2, "falsifies": 0.1}),
+        ("at most", {"supports": 0.1, "falsifies": 0.5}),
+        ("cosine", {"margin": 0.1, "supports": 0.5}),
+    ],
+)
+def test_claim_p_is_the_level_at_which_the_claim_stops(expects, kw):
+    """At the level 1 − p − ε the interval still makes the claim, at 1 − p + ε it no longer
+    does; and a claim is made at 95% exactly when p < 0.05."""
+    rng = np.random.default_rng(7)
+    checked = 0
+    for _ in range(300):
+        x = rng.normal(rng.normal(0, 0.5), rng.uniform(0.05, 0.5), size=int(rng.integers(3, 9)))
+        e = t_interval(x)
+        verdict = decide(e, expects, **kw)[0]
+        p = claim_p(e, expects, verdict, **kw)
+        if verdict not in (AS_PREDICTED, OPPOSITE, NO_DIFFERENCE):
+            assert np.isnan(p)
+            continue
+        assert 0 <= p < 0.05
+        checked += 1
+        for eps, same in ((1e-6, True), (-1e-6, False)):
+            level = 1 - p - eps
+            if not 0 < level < 1:
+                continue
+            at = t_interval(x, level=level)
+            assert (decide(at, expects, **kw)[0] == verdict) is same, (expects, p, eps)
+    assert checked > 20
+
+
+def test_claim_p_of_an_exact_value_is_0():
+    e = t_interval([0.3] * 5)
+    assert claim_p(e, "higher", AS_PREDICTED) == 0.0
+    assert np.isnan(claim_p(e, "higher", INCONCLUSIVE))

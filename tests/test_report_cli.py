@@ -45,6 +45,12 @@ def test_report_on_the_simulators_output(sim_out, tmp_path, capsys):
     printed = capsys.readouterr().out
     runs = len(DEFAULT_ARMS) * 3  # every default arm, three seeds
     assert f"read {runs} runs and 0 replay reports" in printed and "| P6 |" in printed
+    # The family-wise rule, said at the top of the report and of what is printed.
+    fw = data["family_wise"]
+    assert fw["rule"] == "holm" and fw["kept"] + len(fw["withdrawn"]) == fw["claims"]
+    assert text.index("Family-wise rule: Holm's step-down") < text.index("## sim runs")
+    assert f"the {fw['size']} deciding checks" in text and "Family-wise rule" in printed
+    assert data["collisions"] == [] and "Collisions" not in text
     pngs = sorted(p.name for p in (out / "plots").glob("*.png"))
     assert "sim-P6-protect-a0.5-never-drop-protect-a0.1.png" in pngs
     assert {"sim-behaviour_vs_b.png", "sim-strategy.png", "sim-time_to_target.png"} <= set(pngs)
@@ -96,17 +102,24 @@ def test_report_judges_p7_offline_on_a_replay_advantages_report(tmp_path, capsys
             synthetic_step(rollout_id=step, seed=10 + step, first_group=10 * step),
             tmp_path / f"rollout_{step}.pt",
         )
+    assert cli.main(["replay", "advantages", str(tmp_path / "rollout_*.pt")]) == 0
+    headline = next(x for x in capsys.readouterr().out.splitlines() if x.startswith("P7 ("))
+    assert "against the leave-one-out group baseline" in headline  # the judge's scale
     assert cli.main(["replay", "advantages", str(tmp_path / "rollout_*.pt"), "--json"]) == 0
     replay = json.loads(capsys.readouterr().out)
+    assert headline.split(": ")[1].startswith(replay["total"]["verdict_vs_loo"])
     path = tmp_path / "advantages.json"
     path.write_text(json.dumps(replay))
     out = report(tmp_path, str(path), "--no-plots", "--no-progress")
     data = json.loads((out / "report.json").read_text())
     assert data["cohorts"] == []
     p7 = next(r for r in data["offline"] if r["id"] == "P7 offline")
-    first = p7["checks"][0]
-    assert first["estimate"]["n"] == 3
-    assert first["estimate"]["value"] == pytest.approx(
+    first, second = p7["checks"]
+    assert first["estimate"]["n"] == 3 and first["decides"] and not second["decides"]
+    assert first["estimate"]["value"] == pytest.approx(  # decided on the leave-one-out scale
+        np.mean([s["reduction_vs_loo"] for s in replay["steps"]])
+    )
+    assert second["estimate"]["value"] == pytest.approx(
         np.mean([s["reduction"] for s in replay["steps"]])
     )
     assert p7["verdict"] in ("as predicted", "opposite", "inconclusive")

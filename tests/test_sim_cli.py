@@ -102,9 +102,9 @@ def test_max_turns_is_the_turn_cap(tmp_path):
     assert capped and {m["rollout/census/turns_mean/budget_failure"] for m in capped} == {5.0}
     assert (
         max(
-            m["sim/generated/turns_p90/solved"]
+            m["rollout/census/generated/turns_p90/solved"]
             for m in lines(out, "zero-seed0")
-            if "sim/generated/turns_p90/solved" in m
+            if "rollout/census/generated/turns_p90/solved" in m
         )
         <= 5
     )

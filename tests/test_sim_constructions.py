@@ -85,7 +85,7 @@ def test_drop_excludes_exactly_the_late_successes():
     steps = Simulation(cfg, ArmSpec.parse("drop"), 0).run()[WARM:]
     dropped = {o: sum(m[f"rollout/census/dropped/outcome/{o}"] for m in steps)
                for o in ("solved", "submitted_failure")}  # fmt: skip
-    generated = sum(m["sim/generated/rollouts"] for m in steps)
+    generated = sum(m["rollout/census/generated/rollouts"] for m in steps)
     late = 0.5 * 0.9 * 0.9  # P(thorough) × success × late share
     assert dropped["submitted_failure"] == 0
     share = dropped["solved"] / generated

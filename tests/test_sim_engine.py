@@ -107,7 +107,7 @@ def test_every_group_that_entered_lands_in_exactly_one_bucket(arm):
     assert trained == cfg.steps * cfg.groups_per_step  # every step trains a full batch
     assert t["aborted"] > 0  # lost rollouts abort their group, counted, never lost silently
     # Rollouts: every generated rollout is in the sample-level census exactly once.
-    generated = sum(m["sim/generated/rollouts"] for m in steps)
+    generated = sum(m["rollout/census/generated/rollouts"] for m in steps)
     assert generated == t["entered"] * cfg.group_size
     per_step = [m["rollout/census/rollouts"] for m in steps]
     assert per_step == [cfg.groups_per_step * cfg.group_size] * cfg.steps

@@ -116,8 +116,8 @@ def test_the_launch_view_is_the_policy_of_its_version():
     p_launch = sum(m["sim/launched/outcome/solved"] for m in rows) / sum(
         m["sim/launched/rollouts"] for m in rows
     )
-    n = sum(m["sim/generated/rollouts"] for m in steps)
-    p_gen = sum(m["sim/generated/outcome/solved"] for m in steps) / n
+    n = sum(m["rollout/census/generated/rollouts"] for m in steps)
+    p_gen = sum(m["rollout/census/generated/outcome/solved"] for m in steps) / n
     assert p_launch == pytest.approx(p_gen, abs=4 * np.sqrt(p_gen * (1 - p_gen) / n))
 
 

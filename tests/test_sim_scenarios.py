@@ -119,7 +119,8 @@ def test_scenario_all_runs_each_preset_into_its_folder_with_an_index(tmp_path):
         first = json.loads((out / name / "census" / census.pop()).read_text().splitlines()[0])
         assert first["rollout/census/rollouts"] == cfg.groups_per_step * cfg.group_size
     index = (out / "summary.md").read_text()
-    assert index.count("| prediction | arms | verdict |") == 4
+    assert index.count("| prediction | arms | verdict | alone |") == 4
+    assert index.count("Family-wise rule: Holm's step-down") == 1
     for name in sc.names():
         assert f"## {name}" in index and f"`{name}/`" in index
     ft = index[index.index("## fast-thorough") : index.index("## budget-three-outcome")]

@@ -46,6 +46,18 @@ def test_the_realized_baseline_is_pooled_over_the_unmasked_trained_rollouts():
     assert qs.series(run, "b_realized").pooled() == pytest.approx((0.2 * 100 + 0.8 * 20) / 120)
 
 
+def test_b_is_the_all_members_baseline_and_older_runs_derive_it():
+    """``b_all`` where logged; else ``b_realized × (1 − masked_frac)``, which is the same
+    number when the masked rollouts are budget failures scored 0."""
+    C = "rollout/census/"
+    steps = [
+        {f"{C}rollouts": 100.0, f"{C}b_all": 0.3, f"{C}b_realized": 0.6, f"{C}masked_frac": 0.5},
+        {f"{C}rollouts": 100.0, f"{C}b_realized": 0.5, f"{C}masked_frac": 0.2},  # older: 0.4
+    ]
+    run = to_run(result("mask", 0, steps))
+    assert list(qs.series(run, "b").values()) == pytest.approx([0.3, 0.4])
+
+
 def test_a_window_without_its_population_is_nan_not_zero():
     run = to_run(result("zero", 0, [step(0, 10, 0.0, 0.0)]))
     assert np.isnan(qs.series(run, "turns_solved").pooled())
@@ -68,7 +80,8 @@ def test_p5_is_judged_by_the_judge_in_the_predicted_direction():
     }
     text = summary_markdown(results, SimConfig(steps=10), [0, 1, 2])
     row = next(x for x in section(text, "P5").splitlines() if x.startswith("| turns of successes"))
-    assert "| as predicted |" in row and "-3.03 [" in row and "(n=3)" in row
+    assert "| as predicted (p = " in row and "-3.03 [" in row and "(n=3)" in row
+    assert "| yes |" in row  # P5 is decided on the level (rules.P5_DECIDES)
 
 
 def test_p5_reports_the_opposite_direction_too():
@@ -78,7 +91,7 @@ def test_p5_reports_the_opposite_direction_too():
     }
     text = summary_markdown(results, SimConfig(steps=10), [0, 1, 2])
     row = next(x for x in section(text, "P5").splitlines() if x.startswith("| turns of successes"))
-    assert "| opposite |" in row
+    assert "| opposite (p = " in row
 
 
 def test_two_seeds_never_give_a_verdict():
@@ -90,14 +103,15 @@ def test_two_seeds_never_give_a_verdict():
 
 def test_predictions_whose_arms_did_not_run_say_so():
     text = summary_markdown({"zero": fake("zero", [5.0])}, SimConfig(steps=10), [0])
-    # P3, P4, P5, P6, P7 online and the comparisons need arms that did not run: named once.
+    # P3, P4, the control, P5, P6, P7 online and the comparisons need arms that did not run.
     assert (
-        "Not run here (their arms are not in this run): P3, P4, P5, P6, P7 online, "
+        "Not run here (their arms are not in this run): P3, P4, P5, P6, P7 online, control, "
         "protect vs pace, strategy share." in text
     )
     assert "### P3" not in text and "| P7 offline | zero |" in text
     p7 = section(text, "P7 offline")
-    assert "| reduction vs the group mean |" in p7 and "0.3 (n=1)" in p7
+    assert "| reduction vs the leave-one-out mean | yes |" in p7 and "0.417 (n=1)" in p7
+    assert "| reduction vs the group mean | no |" in p7 and "0.3 (n=1)" in p7
     assert "1 replicate(s); a verdict needs at least 3" in p7
 
 
@@ -105,6 +119,7 @@ def test_the_summary_judges_every_prediction_that_reads_runs():
     assert [p.id for p in PREDICTIONS] == [
         "P3",
         "P4",
+        "control",
         "P5",
         "P6",
         "P7 online",

@@ -1,12 +1,15 @@
 """The judge of the pre-registered predictions P1-P7 (``rescue report``).
 
 Every prediction lives once, in ``predictions`` (P1, P2 and the offline half of P7 read
-``rescue replay`` reports through ``offline``): its quantity, the arms it compares, its
-rule in this project's words, a window fixed in code, its equivalence margin, and a
-verdict in ``as predicted`` / ``opposite`` / ``no difference`` / ``inconclusive`` computed
-from per-seed values (``stats``: paired by seed, t intervals on n − 1 dof). The same
-judge writes the simulator's summary (``make demo``) and the report on real runs
-(``inputs`` reads the simulator's census JSONL, wandb offline runs and CSV/JSON exports).
+``rescue replay`` reports through ``offline``): its quantity (``quantities``), the arms
+it compares, its rule in this project's words, a window fixed in code (``windows``), its
+equivalence margin, the cohorts it applies to, the checks it makes (``rules``), and a
+verdict in ``as predicted`` / ``opposite`` / ``no difference`` / ``inconclusive`` / ``not
+judgeable`` computed from per-seed values (``stats``: paired by seed, t intervals on
+n − 1 dof). The deciding checks of one report are one family under Holm's step-down
+(``family``). The same judge writes the simulator's summary (``make demo``) and the
+report on real runs (``inputs`` reads the simulator's census JSONL, wandb offline runs
+and CSV/JSON exports; ``runs`` groups them into cohorts).
 
 numpy at import; scipy.stats (a core dependency) inside the functions that need a
 distribution; matplotlib (the ``sim`` extra) only for ``plots``.

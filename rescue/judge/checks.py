@@ -3,11 +3,14 @@
 Specification
 -------------
 ``compare`` pairs the runs of two arms by seed, computes each seed's pair of values with a
-window rule (``final``, ``whole``, ``trend_after_b``, ``drift``, ``clock``), and judges the
-per-seed differences with ``stats.decide``. A run that did not log a needed key makes the
-check ``inconclusive`` with the key named; a seed whose value cannot be computed (b never
-crossed the threshold, no success in the window) is left out and said why. Nothing here
-raises on a missing key.
+window rule (``windows``), and judges the per-seed differences with ``stats.decide``.
+A run that did not log a needed key makes the check ``inconclusive`` with the key named;
+a seed whose value cannot be computed (no success in the window) is left out and said
+why; a seed in which the condition of the comparison did not occur (``NotJudgeable``: the
+arms share no b above P3's threshold) is left out too, and when no seed is left the check
+is ``not judgeable``, which claims nothing. Nothing here raises on a missing key. Each
+check notes which view its quantities were read from (every generated rollout, or the
+trained groups only).
 """
 
 from __future__ import annotations
@@ -25,13 +28,18 @@ from rescue.judge.stats import (
     INCONCLUSIVE,
     MIN_SEEDS,
     NAN,
+    NOT_JUDGEABLE,
     Estimate,
+    claim_p,
     decide,
     paired,
     seed_sd,
-    slope,
     t_interval,
 )
+
+
+class NotJudgeable(Exception):
+    """The condition a comparison is about did not occur in a seed (the message says how)."""
 
 
 @dataclass
@@ -51,6 +59,10 @@ class Check:
         reason: why that verdict (the interval against 0 / the margin / the thresholds).
         values: per arm label, per seed (or replicate), the value judged.
         notes: seeds left out, keys missing, sources read.
+        supports, falsifies: the thresholds of ``at least`` / ``at most`` / ``cosine``.
+        alone: the verdict at ``LEVEL`` before the report's family-wise rule (``family``)
+            looked at it; ``verdict`` is the one after it.
+        p: the p-value of the claim ``alone`` makes (``stats.claim_p``; NaN: no claim).
     """
 
     name: str
@@ -65,6 +77,10 @@ class Check:
     values: dict[str, dict[Any, float]] = field(default_factory=dict)
     notes: list[str] = field(default_factory=list)
     unit: str = ""
+    supports: float = NAN
+    falsifies: float = NAN
+    alone: str | None = None
+    p: float = NAN
 
     def as_dict(self) -> dict[str, Any]:
         return {
@@ -76,6 +92,8 @@ class Check:
             "margin": self.margin,
             "margin_text": self.margin_text,
             "verdict": self.verdict,
+            "verdict_alone": self.alone,
+            "p": self.p,
             "reason": self.reason,
             "values": {k: {str(s): v for s, v in d.items()} for k, d in self.values.items()},
             "notes": list(self.notes),
@@ -98,6 +116,7 @@ def judge_values(
 ) -> Check:
     """Fill in the estimate and the verdict (a reported comparison gets no verdict)."""
     check.estimate, check.margin = est, margin
+    check.supports, check.falsifies = supports, falsifies
     if check.expects is None:
         check.verdict = None
         if est.n < min_n or not est.finite:
@@ -110,7 +129,21 @@ def judge_values(
     check.verdict, check.reason = decide(
         est, check.expects, margin=margin, supports=supports, falsifies=falsifies, min_n=min_n
     )
+    check.alone = check.verdict
+    check.p = claim_p(
+        est, check.expects, check.verdict, margin=margin, supports=supports, falsifies=falsifies
+    )
     return check
+
+
+#: Margin from the reference arm's per-seed values: ``(values) -> margin``.
+MarginRule = Callable[[Mapping[Any, float]], float]
+
+
+def half_reference_trend(values: Mapping[Any, float]) -> float:
+    """Half the reference arm's mean value in magnitude (the two-outcome control's margin)."""
+    x = np.array([v for v in values.values() if np.isfinite(v)], dtype=float)
+    return 0.5 * abs(float(x.mean())) if x.size else NAN
 
 
 def compare(
@@ -121,18 +154,24 @@ def compare(
     expects: str | None,
     window: str,
     value: PairValue,
-    margin: str | float | None = "ref",
+    margin: str | float | MarginRule | None = "ref",
+    margin_text: str = "",
     decides: bool = True,
     unit: str = "",
+    reads: tuple[str, tuple[str, ...] | None] | None = None,
 ) -> Check:
     """Per-seed values of two arms, paired by seed, judged by what ``expects``.
 
     Args:
         arm, ref: seed -> run of the two arms (the difference is arm − ref).
-        value: the window rule giving both values of one seed.
-        margin: ``"ref"`` (the reference arm's seed SD of the same value), a number, or
-            None (no margin).
+        value: the window rule giving both values of one seed; it raises ``NotJudgeable``
+            for a seed in which the comparison's condition did not occur.
+        margin: ``"ref"`` (the reference arm's seed SD of the same value), a number, a
+            rule on the reference arm's per-seed values (``MarginRule``), or None (no
+            margin); ``margin_text`` says where it comes from.
+        reads: ``(quantity, sources)`` the value reads, to note the view it came from.
     """
+    decides = decides and expects is not None  # a reported comparison decides nothing
     check = Check(name=name, expects=expects, window=window, decides=decides, unit=unit)
     a_label = next(iter(arm.values())).label if arm else "arm"
     r_label = next(iter(ref.values())).label if ref else "reference"
@@ -142,15 +181,36 @@ def compare(
     unpaired = sorted(set(arm) ^ set(ref))
     if unpaired:
         check.notes.append(f"seeds without a partner, left out: {', '.join(map(str, unpaired))}")
+    unjudged: dict[int, str] = {}
     for s in seeds:
         try:
             va[s], vr[s] = value(arm[s], ref[s])
         except MissingKey as e:
             check.values = {a_label: va, r_label: vr}
             check.verdict, check.reason = INCONCLUSIVE, str(e)
+            if reads is not None and reads[1] == qs.GENERATED:
+                check.reason += (
+                    ": this check reads every generated rollout; a run that logged only the "
+                    "trained groups' census would compare one arm's survivors with another "
+                    "arm's everything, so it is not judged on them"
+                )
             return check
+        except NotJudgeable as e:
+            unjudged[s] = str(e)
+            va[s] = vr[s] = NAN
     check.values = {a_label: va, r_label: vr}
-    lost = [s for s in seeds if not (np.isfinite(va[s]) and np.isfinite(vr[s]))]
+    if reads is not None:
+        check.notes.extend(_read_from(reads[0], reads[1], [arm[s] for s in seeds]))
+    if unjudged:
+        check.notes.extend(f"seed {s}: {why}" for s, why in unjudged.items())
+    if seeds and len(unjudged) == len(seeds):
+        first = next(iter(unjudged.values()))
+        check.verdict, check.reason = NOT_JUDGEABLE, f"not judgeable: {first}"
+        check.alone = NOT_JUDGEABLE
+        return check
+    lost = [
+        s for s in seeds if s not in unjudged and not (np.isfinite(va[s]) and np.isfinite(vr[s]))
+    ]
     if lost:
         check.notes.append(
             f"seeds without a value in the window, left out: {', '.join(map(str, lost))}"
@@ -162,10 +222,34 @@ def compare(
     m = NAN
     if margin == "ref":
         m = seed_sd(vr)
-        check.margin_text = f"seed SD of {r_label}"
+        check.margin_text = margin_text or f"seed SD of {r_label}"
+    elif callable(margin):
+        m = margin({s: v for s, v in vr.items() if s in va and np.isfinite(va[s])})
+        check.margin_text = margin_text
     elif isinstance(margin, (int, float)):
         m = float(margin)
+        check.margin_text = margin_text
     return judge_values(check, t_interval(diffs), margin=m)
+
+
+def _read_from(quantity: str, sources: tuple[str, ...] | None, runs: list[Run]) -> list[str]:
+    """One note per view the quantity was read from in ``runs``."""
+    used: dict[str, int] = {}
+    for run in runs:
+        try:
+            used[qs.QUANTITIES[quantity].source(run, sources)] = (
+                used.get(qs.QUANTITIES[quantity].source(run, sources), 0) + 1
+            )
+        except MissingKey:
+            continue
+    out = []
+    for prefix, n in used.items():
+        what = (
+            "every generated rollout" if prefix in qs.GENERATED else "the trained groups only"
+            if prefix == qs.CENSUS else "the run's own keys"
+        )  # fmt: skip
+        out.append(f"{qs.QUANTITIES[quantity].title} read from `{prefix}` ({what}; {n} seed(s))")
+    return out
 
 
 def per_seed(
@@ -178,9 +262,12 @@ def per_seed(
     value: Callable[[Run, Run], float],
     decides: bool = True,
     unit: str = "",
+    supports: float = NAN,
+    falsifies: float = NAN,
 ) -> Check:
     """One number per seed from the two arms' runs of that seed (a slope, a ratio), judged
-    as a one-sample t interval against 0 (no margin)."""
+    as a one-sample t interval against 0 (no margin), or against ``supports`` /
+    ``falsifies`` (``at least`` / ``at most``)."""
     check = Check(name=name, expects=expects, window=window, decides=decides, unit=unit)
     values: dict[int, float] = {}
     check.values = {"per seed": values}
@@ -190,106 +277,8 @@ def per_seed(
         except MissingKey as e:
             check.verdict, check.reason = INCONCLUSIVE, str(e)
             return check
-    return judge_values(check, t_interval(list(values.values())))
-
-
-# ---------------------------------------------------------------- window rules
-
-
-def _common_stop(*series: qs.Series) -> float:
-    return min(s.last_step for s in series)
-
-
-def final(quantity: str) -> PairValue:
-    """The quantity pooled over the final window of the steps both runs reached."""
-
-    def value(a: Run, r: Run) -> tuple[float, float]:
-        sa, sr = qs.series(a, quantity), qs.series(r, quantity)
-        stop = _common_stop(sa, sr)
-        if not np.isfinite(stop):  # a run without a single counted row
-            return NAN, NAN
-        start = qs.final_start(stop)
-        return sa.pooled(start, stop), sr.pooled(start, stop)
-
-    return value
-
-
-def whole(quantity: str) -> PairValue:
-    """The quantity pooled over every step both runs reached."""
-
-    def value(a: Run, r: Run) -> tuple[float, float]:
-        sa, sr = qs.series(a, quantity), qs.series(r, quantity)
-        stop = _common_stop(sa, sr)
-        return sa.pooled(stop=stop), sr.pooled(stop=stop)
-
-    return value
-
-
-def trend_against_b(run: Run, quantity: str, stop: float) -> float:
-    """OLS slope of the per-step quantity on the run's per-step b, from its b crossing to ``stop``."""
-    if not np.isfinite(stop):
-        return NAN
-    q = qs.QUANTITIES[quantity]
-    bq = qs.b_quantity(run)
-    y = _per_row(run, q)
-    x = _per_row(run, bq)
-    t0 = qs.crossing(run)
-    if not np.isfinite(t0):
-        return NAN
-    steps = run.steps()
-    sel = (steps >= t0) & (steps <= stop) & np.isfinite(x) & np.isfinite(y)
-    return slope(x[sel], y[sel]).value
-
-
-def _per_row(run: Run, q: qs.Quantity) -> np.ndarray:
-    num, den = q.rows(run, q.source(run))
-    return np.divide(num, den, out=np.full(num.shape, np.nan), where=den > 0)
-
-
-def trend_after_b(quantity: str) -> PairValue:
-    """Each run's trend of the quantity against its b after b first exceeds the threshold."""
-
-    def value(a: Run, r: Run) -> tuple[float, float]:
-        stop = _common_stop(qs.series(a, quantity), qs.series(r, quantity))
-        return trend_against_b(a, quantity, stop), trend_against_b(r, quantity, stop)
-
-    def why(run: Run) -> str | None:
-        if np.isfinite(qs.crossing(run)):
-            return None
-        top = np.nanmax(qs.series(run, qs.b_quantity(run)).trailing(qs.B_SMOOTH)[1], initial=np.nan)
-        return (
-            f"{run.label} seed {run.seed}: its b ({qs.b_quantity(run).title}) never exceeded "
-            f"{qs.B_THRESHOLD:g} (highest {top:.3g} over {qs.B_SMOOTH} steps): the prediction's "
-            "condition did not occur"
-        )
-
-    value.why = why  # type: ignore[attr-defined]
-    return value
-
-
-def drift(quantity: str, per: float = 100.0) -> PairValue:
-    """OLS slope of the per-step quantity on the step over the whole run, per ``per`` steps."""
-
-    def value(a: Run, r: Run) -> tuple[float, float]:
-        sa, sr = qs.series(a, quantity), qs.series(r, quantity)
-        stop = _common_stop(sa, sr)
-
-        def one(s: qs.Series) -> float:
-            sel = s.step <= stop
-            return per * slope(s.step[sel], s.values()[sel]).value
-
-        return one(sa), one(sr)
-
-    return value
-
-
-def clock(a: Run, r: Run) -> tuple[float, float]:
-    """Wall-clock each run took to reach the last step both reached."""
-    ca, cr = qs.wall_clock(a), qs.wall_clock(r)
-    stop = _common_stop(ca, cr)
-
-    def at(c: qs.Series) -> float:
-        sel = c.step <= stop
-        return float(c.num[sel].max()) if sel.any() else NAN
-
-    return at(ca), at(cr)
+    if np.isfinite(supports):
+        check.margin_text = f"thresholds {supports:g} / {falsifies:g}"
+    return judge_values(
+        check, t_interval(list(values.values())), supports=supports, falsifies=falsifies
+    )

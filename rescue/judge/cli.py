@@ -44,7 +44,7 @@ def configure(parser: argparse.ArgumentParser) -> None:
 
 def main(args: argparse.Namespace) -> int:
     from rescue.judge.inputs import read_inputs
-    from rescue.judge.report import as_json, judge, markdown, summary_table
+    from rescue.judge.report import as_json, header, judge, markdown, summary_table
 
     inputs = read_inputs(args.runs, progress=not args.no_progress)
     j = judge(inputs.runs, inputs.replays, notes=inputs.notes)
@@ -52,7 +52,8 @@ def main(args: argparse.Namespace) -> int:
     out.mkdir(parents=True, exist_ok=True)
     (out / "report.md").write_text(markdown(j))
     (out / "report.json").write_text(json.dumps(as_json(j), indent=1) + "\n")
-    lines = [f"read {len(inputs.runs)} runs and {len(inputs.replays)} replay reports"]
+    lines = [f"read {len(inputs.runs)} runs and {len(inputs.replays)} replay reports", ""]
+    lines += header(j)
     for c in j.cohorts:
         lines += ["", f"{c.title}:", *summary_table(c.results)]
     lines += ["", "offline replay:", *summary_table(j.offline), ""]

@@ -5,10 +5,15 @@ Specification
 A ``Prediction`` names the arms it compares by *role* (``Role``: an arm name of the shared
 vocabulary and, for protect, its a). When a role matches several arm labels of a cohort
 (``drop-k1`` and ``drop-k2``), the prediction is judged once per combination whose k
-agree; a missing required role makes it ``not run``, naming the arm. Its ``evaluate``
-returns ``Check``s; the checks that carry the falsification rule (``decides``) give the
-verdict through ``stats.combine`` (``any``: each falsifies on its own; ``all``: only
-jointly). A reported comparison (``prediction=False``) gets no verdict.
+agree; a missing required role makes it ``not run``, naming the arm. A prediction that
+holds only for some cohorts (``applies``) is not judged on the others, and says why:
+``three_outcome`` (P3, P4, P7 offline) does not apply where no rollout of the bound arms
+ended as a submitted failure (two outcomes: solved or capped), ``two_outcome`` (the
+control) applies only there; unknown (no outcome counts logged) counts as three. Its ``evaluate`` returns
+``Check``s; the checks that carry the falsification rule (``decides``) give the verdict
+through ``stats.combine`` (``any``: each falsifies on its own; ``all``: only jointly). A
+reported comparison (``prediction=False``) gets no verdict. ``Result.alone`` is the
+verdict before the report's family-wise rule (``family``) adjusts the checks.
 """
 
 from __future__ import annotations
@@ -18,7 +23,10 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+import numpy as np
+
 from rescue.judge import offline
+from rescue.judge import quantities as qs
 from rescue.judge.checks import Check
 from rescue.judge.runs import Cohort, Run
 from rescue.judge.stats import INCONCLUSIVE, combine
@@ -76,6 +84,8 @@ class Prediction:
     prediction: bool = True
     #: (quantity, arm role, reference role): the differences the report plots.
     curves: tuple[tuple[str, str, str], ...] = ()
+    #: Why the prediction does not apply to the bound cohort (None: it does).
+    applies: Callable[[Context], str | None] | None = None
 
 
 @dataclass
@@ -87,6 +97,12 @@ class Result:
     checks: list[Check]
     verdict: str | None
     note: str = ""
+    #: The verdict before the family-wise rule (``family``); ``verdict`` is the one after.
+    alone: str | None = None
+
+    def __post_init__(self) -> None:
+        if self.alone is None:
+            self.alone = self.verdict
 
     def as_dict(self) -> dict[str, Any]:
         p = self.prediction
@@ -101,6 +117,7 @@ class Result:
             "depends": p.depends,
             "binding": dict(self.binding),
             "verdict": self.verdict,
+            "verdict_alone": self.alone,
             "note": self.note,
             "checks": [c.as_dict() for c in self.checks],
         }
@@ -167,11 +184,54 @@ def evaluate(
 
 
 def _judge(p: Prediction, ctx: Context) -> Result:
+    if p.applies is not None and (why := p.applies(ctx)):
+        return Result(p, ctx.binding, [], None, why)
     checks = p.evaluate(ctx)
     if not p.prediction:
         return Result(p, ctx.binding, checks, None)
+    note = "" if checks else "nothing to judge"
+    return Result(p, ctx.binding, checks, verdict_of(p, checks), note)
+
+
+def verdict_of(p: Prediction, checks: Sequence[Check]) -> str:
+    """The prediction's verdict from its deciding checks' verdicts (``stats.combine``)."""
     deciding = [c.verdict for c in checks if c.decides and c.verdict is not None]
-    note = ""
-    if not checks:
-        note = "nothing to judge"
-    return Result(p, ctx.binding, checks, combine(deciding, p.combine), note)
+    return combine(deciding, p.combine)
+
+
+# ---------------------------------------------------------------- which cohorts
+
+
+def submitted_failures(runs) -> float | None:
+    """Rollouts of ``runs`` that ended as a submitted failure (the behaviour view), or None
+    when no run logged the count."""
+    total, seen = 0.0, False
+    for run in runs:
+        for prefix in qs.BEHAVIOUR:
+            key = prefix + "outcome/submitted_failure"
+            if run.has(key):
+                total += float(np.nansum(run.column(key)))
+                seen = True
+                break
+    return total if seen else None
+
+
+def _bound_runs(ctx: Context) -> list[Run]:
+    return [run for role in ctx.binding for run in ctx.arm(role).values()]
+
+
+def three_outcome(ctx: Context) -> str | None:
+    """Why a three-outcome prediction does not apply to this cohort (None: it does)."""
+    if submitted_failures(_bound_runs(ctx)) == 0:
+        return "does not apply: two outcomes (no submitted failure in these arms)"
+    return None
+
+
+def two_outcome(ctx: Context) -> str | None:
+    """Why the two-outcome control does not apply to this cohort (None: it does)."""
+    n = submitted_failures(_bound_runs(ctx))
+    if n is None:
+        return "does not apply: the runs logged no outcome counts to tell two outcomes from three"
+    if n > 0:
+        return "does not apply: three outcomes (P3 and P4 judge these arms)"
+    return None

@@ -6,11 +6,14 @@ Specification
 reports and a note per thing it skipped (never silently):
 
 - a directory with ``census/*.jsonl`` is a ``rescue sim`` output: its census JSONL and its
-  ``runs.json`` (the P7 variances) are read; its ``wandb/`` holds the same runs and is not
-  read again;
+  ``runs.json`` (the P7 variances, attached to the runs of the same directory) are read;
+  its ``wandb/`` holds the same runs and is not read again, its ``timing.json`` (seconds
+  per run) is not a run and is skipped with a note;
 - ``*.jsonl``: history rows, one JSON object per line; the run is named by the rows'
   ``arm`` / ``seed`` (the simulator), ``group`` / ``name`` / ``tags`` fields, or the file
-  name (``<arm>-seed<s>.jsonl``, ``swe-drop-k2-seed1.jsonl``);
+  name (``<arm>-seed<s>.jsonl``, ``swe-drop-k2-seed1.jsonl``); the first row's
+  ``scenario`` and ``config`` (the simulator writes its scenario and ``SimConfig`` there)
+  place it in its cohort;
 - ``*.csv``: a history export, one row per logged step, a column per key (empty cell =
   not logged). Several runs in one file are split by a ``group``, ``run`` or ``name``
   column; otherwise the file name names the run;
@@ -93,6 +96,9 @@ def _expand_one(p: Path, notes: list[str]) -> Iterable[tuple[str, Path]]:
         if kind is None:
             notes.append(f"{p}: not .jsonl, .csv, .json or .wandb; skipped")
             return []
+        if p.name == "timing.json":
+            notes.append(f"{p}: the simulator's seconds per run, not a run; skipped")
+            return []
         return [("runs.json" if p.name == "runs.json" else kind, p)]
     if _is_wandb_run(p):
         return [("wandb", p)]
@@ -132,7 +138,7 @@ def read_inputs(paths: Sequence[str | os.PathLike], *, progress: bool = True) ->
     if not found:
         raise InputError(f"RUNS: nothing to read under {', '.join(map(str, paths))}")
     bar = ProgressBar(len(found), enabled=progress and len(found) > 1, unit="inputs")
-    offline_figures: list[dict] = []
+    offline_figures: list[tuple[Path, list[dict]]] = []
     done = 0
     wandb_dirs = [p for kind, p in found if kind == "wandb"]
     for kind, path in found:
@@ -147,7 +153,7 @@ def read_inputs(paths: Sequence[str | os.PathLike], *, progress: bool = True) ->
             figures = json.loads(path.read_text())
             if not isinstance(figures, list):
                 raise InputError(f"{path}: the simulator's runs.json is a list of runs")
-            offline_figures.extend(figures)
+            offline_figures.append((path.parent, figures))
         else:
             try:
                 runs, reports = read_json(path)
@@ -170,17 +176,21 @@ def read_inputs(paths: Sequence[str | os.PathLike], *, progress: bool = True) ->
     return result
 
 
-def _attach_offline(runs: list[Run], figures: list[dict], notes: list[str]) -> None:
-    """The simulator's per-run P7 variances (``runs.json``) onto the runs they belong to."""
-    by_key = {(r.condition.family, r.label, r.seed): r for r in runs}
-    for f in figures:
-        parsed = parse_name(str(f.get("arm", "")))
-        if parsed is None or "seed" not in f:
-            notes.append(f"runs.json: entry {f.get('arm')!r} names no arm; skipped")
-            continue
-        run = by_key.get(("sim", parsed[0].label, int(f["seed"])))
-        if run is not None and f.get("p7"):
-            run.offline["p7"] = f["p7"]
+def _attach_offline(
+    runs: list[Run], figures: list[tuple[Path, list[dict]]], notes: list[str]
+) -> None:
+    """The simulator's per-run P7 variances (``runs.json``) onto the runs they belong to:
+    those read from the ``census/`` beside it, by arm and seed."""
+    by_key = {(Path(r.source).parent.parent, r.condition.family, r.label, r.seed): r for r in runs}
+    for where, entries in figures:
+        for f in entries:
+            parsed = parse_name(str(f.get("arm", "")))
+            if parsed is None or "seed" not in f:
+                notes.append(f"{where / 'runs.json'}: entry {f.get('arm')!r} names no arm; skipped")
+                continue
+            run = by_key.get((where, "sim", parsed[0].label, int(f["seed"])))
+            if run is not None and f.get("p7"):
+                run.offline["p7"] = f["p7"]
 
 
 # ---------------------------------------------------------------- JSONL, CSV, JSON
@@ -202,7 +212,9 @@ def read_jsonl(path: Path) -> Run:
 def _run_from_rows(rows: list[dict[str, Any]], path: Path, **meta: Any) -> Run:
     first = rows[0] if rows else {}
     config = dict(meta.pop("config", None) or {})
-    for k in ("arm", "seed"):
+    if isinstance(first.get("config"), dict):
+        config = {**first["config"], **config}
+    for k in ("arm", "seed", "scenario"):
         if k in first and k not in config:
             config[k] = first[k]
     cond, seed = identify(
@@ -212,7 +224,7 @@ def _run_from_rows(rows: list[dict[str, Any]], path: Path, **meta: Any) -> Run:
         config=config,
         where=str(path),
     )
-    return Run(cond, seed, rows, source=str(path))
+    return Run(cond, seed, rows, source=str(path), config=config)
 
 
 def read_csv(path: Path) -> list[Run]:
@@ -300,7 +312,7 @@ def read_wandb(run_dir: Path) -> Run:
         config=meta.get("config"),
         where=str(run_dir),
     )
-    return Run(cond, seed, rows, source=str(run_dir))
+    return Run(cond, seed, rows, source=str(run_dir), config=dict(meta.get("config") or {}))
 
 
 def _scan(path: Path) -> tuple[dict[str, Any], list[dict[str, Any]]]:

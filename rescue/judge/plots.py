@@ -8,7 +8,7 @@ Per cohort (files prefixed ``<family>[-cap<CAP>][-<setting>]-``):
   the per-seed difference arm − reference of the quantity pooled over a trailing window
   of ``max(1, steps // 30)`` steps, its mean over seeds and the ``LEVEL`` t band (n − 1
   dof, where at least two seeds have a value), against the step (left) and against the
-  arm's b binned by ``B_BIN`` (right; b as in ``quantities.b_quantity``);
+  arm's b binned by ``B_BIN`` (right; b is ``quantities``' ``b``, the same for every arm);
 - ``behaviour_vs_b.png``: cap-hit rate and turns by outcome (successes solid, failures
   dashed) of every arm against its b, mean over seeds per b bin;
 - ``strategy.png``: ``sim/p_thorough`` per arm against the step (mean and t band), where
@@ -82,7 +82,7 @@ def difference_curves(
         ]
     )
     try:
-        b = np.array([_trailing(arm[s], qs.b_quantity(arm[s]).name, window, stop) for s in seeds])
+        b = np.array([_trailing(arm[s], "b", window, stop) for s in seeds])
     except qs.MissingKey:
         b = np.full(d.shape, np.nan)
     return np.arange(stop + 1, dtype=float), d, b
@@ -155,7 +155,7 @@ def prediction_figure(result: Result, cohort: CohortJudgement, path: Path) -> Pa
 def _by_b(run: Run, quantity: str, window: int) -> tuple[np.ndarray, np.ndarray]:
     """One run's quantity, pooled over the trailing window, averaged per bin of its own b."""
     stop = run.steps().max()
-    b = _trailing(run, qs.b_quantity(run).name, window, stop)
+    b = _trailing(run, "b", window, stop)
     y = _trailing(run, quantity, window, stop)
     centres, grid = binned(b[None], y[None])
     return centres, grid[0]

@@ -4,9 +4,11 @@ Specification
 -------------
 Each ``Prediction`` states, in this project's words, the rule of the research plan's
 prediction it cites, what falsifies it, its window and its margin (fixed in
-``quantities`` / ``checks`` before any run is read), and what it depends on. The checks
-that carry the falsification rule decide the verdict (``evaluation``); the other checks
-are part of the prediction and are judged and reported beside it.
+``quantities`` / ``windows`` / ``rules`` before any run is read), the cohorts it applies
+to, and what it depends on; ``rules`` makes its checks. The checks that carry the
+falsification rule decide the verdict (``evaluation``); the other checks are part of the
+prediction and are judged and reported beside it. The two-outcome control (Q1/Q2) is a
+prediction of its own, judged where P3 and P4 do not apply.
 
 P1, P2 and the replay half of P7 read ``rescue replay`` reports (``offline``); the rest
 read the runs of one cohort. The comparison of protect a = 0.5 with pace is reported, not
@@ -17,297 +19,9 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 
-import numpy as np
-
-from rescue.judge import checks as ck
-from rescue.judge import offline
+from rescue.judge import offline, rules
 from rescue.judge import quantities as qs
-from rescue.judge.checks import Check
-from rescue.judge.evaluation import Context, Prediction, Role
-from rescue.judge.runs import Run
-from rescue.judge.stats import slope
-
-B_WINDOW = (
-    f"per run, from the first step at which its b (pooled over the trailing {qs.B_SMOOTH} "
-    f"steps) exceeds {qs.B_THRESHOLD:g} to the last step both runs reached; the trend is the "
-    "OLS slope of the per-step value on the per-step b there. b is the baseline paid to "
-    "loss-masked rollouts (`rollout/census/b_paid/masked`) for arms that mask, the realized "
-    "baseline (`rollout/census/b_realized`) for arms that mask nothing"
-)
-FINAL_WINDOW = (
-    f"the last {qs.FINAL_FRACTION:.0%} of the steps both runs of a seed reached, counts pooled"
-)
-WHOLE_WINDOW = "every step both runs of a seed reached, counts pooled"
-#: Miles' per-sample non-generation (tool / sandbox) seconds; P6 reports it when logged.
-SANDBOX_KEY = "perf/non_generation_time/mean"
-
-
-# ---------------------------------------------------------------- P3
-
-
-def _p3(ctx: Context) -> list[Check]:
-    mask, zero = ctx.arm("mask"), ctx.arm("zero")
-    out = [
-        ck.compare(
-            mask,
-            zero,
-            name=f"cap-hit trend against b, {ctx.label('mask')} − {ctx.label('zero')}",
-            expects="higher",
-            window=B_WINDOW,
-            value=ck.trend_after_b("cap_hit"),
-            unit="cap-hit rate per unit b",
-        )
-    ]
-    if ctx.arm("matched"):
-        out.append(
-            ck.compare(
-                ctx.arm("matched"),
-                mask,
-                name=f"cap-hit trend against b, {ctx.label('matched')} − {ctx.label('mask')} "
-                "(the matched control does not reproduce the drift)",
-                expects="lower",
-                window=B_WINDOW,
-                value=ck.trend_after_b("cap_hit"),
-                unit="cap-hit rate per unit b",
-            )
-        )
-    out.append(
-        ck.compare(
-            mask,
-            zero,
-            name=f"submitted-failure trend against b, {ctx.label('mask')} − {ctx.label('zero')}",
-            expects="lower",
-            window=B_WINDOW,
-            value=ck.trend_after_b("submitted_failure"),
-            decides=False,
-            unit="rate per unit b",
-        )
-    )
-    return out
-
-
-# ---------------------------------------------------------------- P4
-
-
-def _gap_growth(s: Run, m: Run) -> float:
-    """Slope of the cap-hit gap (survivor − mask) on the mask arm's cap-hit rate."""
-    ss, sm = qs.series(s, "cap_hit"), qs.series(m, "cap_hit")
-    stop = min(ss.last_step, sm.last_step)
-    _, ys = ss.trailing(qs.B_SMOOTH, stop)
-    _, ym = sm.trailing(qs.B_SMOOTH, stop)
-    return slope(ym, ys - ym).value
-
-
-def _p4(ctx: Context) -> list[Check]:
-    surv, mask = ctx.arm("survivor"), ctx.arm("mask")
-    return [
-        ck.compare(
-            surv,
-            mask,
-            name=f"cap-hit drift per 100 steps, {ctx.label('survivor')} − {ctx.label('mask')}",
-            expects="higher",
-            window="OLS slope of the per-step cap-hit rate on the step, " + WHOLE_WINDOW,
-            value=ck.drift("cap_hit"),
-            unit="per 100 steps",
-        ),
-        ck.per_seed(
-            surv,
-            mask,
-            name=f"growth of the cap-hit gap ({ctx.label('survivor')} − {ctx.label('mask')}) "
-            f"with {ctx.label('mask')}'s cap-hit rate",
-            expects="higher",
-            window=f"per seed, the gap of the cap-hit rates pooled over the trailing {qs.B_SMOOTH} "
-            "steps, regressed on the mask arm's rate over every step",
-            value=_gap_growth,
-            decides=False,
-            unit="gap per unit cap-hit rate",
-        ),
-    ]
-
-
-# ---------------------------------------------------------------- P5
-
-
-def _p5(ctx: Context) -> list[Check]:
-    drop, nd = ctx.arm("drop"), ctx.arm("never-drop")
-    rows = (
-        ("turns_solved", "lower", True, "turns"),
-        ("turns_failed", "higher", True, "turns"),
-        ("ran_tests_solved", "lower", False, "rate"),
-    )
-    return [
-        ck.compare(
-            drop,
-            nd,
-            name=f"{qs.QUANTITIES[q].title}, {ctx.label('drop')} − {ctx.label('never-drop')}",
-            expects=expects,
-            window=WHOLE_WINDOW,
-            value=ck.whole(q),
-            decides=decides,
-            unit=unit,
-        )
-        for q, expects, decides, unit in rows
-    ]
-
-
-# ---------------------------------------------------------------- P6
-
-
-def _variance_check(
-    a01: dict[int, Run], a05: dict[int, Run], nd: dict[int, Run], ctx: Context
-) -> Check:
-    from rescue.judge.stats import Estimate, variance_ratio
-
-    check = Check(
-        name=f"seed variance of final success, {ctx.label('protect-0.1')} / {ctx.label('protect-0.5')}",
-        expects="higher",
-        window=FINAL_WINDOW + " (each protect arm against its never-drop seed)",
-        decides=False,
-        unit="variance ratio",
-    )
-    vals = {}
-    for label, arm in ((ctx.label("protect-0.1"), a01), (ctx.label("protect-0.5"), a05)):
-        v = {}
-        for s, run in arm.items():
-            if s in nd:
-                try:
-                    v[s] = ck.final("success")(run, nd[s])[0]
-                except qs.MissingKey as e:
-                    check.reason = str(e)
-                    return check
-        vals[label] = v
-    check.values = vals
-    x, y = (np.array(list(v.values())) for v in vals.values())
-    ratio = variance_ratio(x, y)
-    # Decide on the ratio − 1 (above 1: a = 0.1 noisier), report the ratio itself.
-    shifted = Estimate(ratio.value - 1, ratio.lo - 1, ratio.hi - 1, ratio.n, ratio.dof)
-    ck.judge_values(check, shifted)
-    check.estimate = ratio
-    check.notes.append("F interval on the two arms' seed variances (independent samples)")
-    return check
-
-
-def _p6(ctx: Context) -> list[Check]:
-    a05, nd = ctx.arm("protect-0.5"), ctx.arm("never-drop")
-    out = [
-        ck.compare(
-            a05,
-            nd,
-            name=f"final success, {ctx.label('protect-0.5')} − {ctx.label('never-drop')}",
-            expects="not lower",
-            window=FINAL_WINDOW,
-            value=ck.final("success"),
-            unit="success rate",
-        ),
-        ck.compare(
-            a05,
-            nd,
-            name=f"wall-clock to the last common step, {ctx.label('protect-0.5')} − {ctx.label('never-drop')}",
-            expects="lower",
-            window="the clock (`sim/time`, else wandb's `_runtime`) at the last step both runs reached",
-            value=ck.clock,
-            unit="clock units",
-        ),
-    ]
-    if any(r.has(SANDBOX_KEY) for r in (*a05.values(), *nd.values())):
-        out.append(
-            ck.compare(
-                a05,
-                nd,
-                name=f"sandbox seconds per trained sample, {ctx.label('protect-0.5')} − "
-                f"{ctx.label('never-drop')}",
-                expects="lower",
-                window=WHOLE_WINDOW + f" (`{SANDBOX_KEY}`, logged by Miles)",
-                value=ck.whole("sandbox_s"),
-                decides=False,
-                unit="s",
-            )
-        )
-    a01 = ctx.arm("protect-0.1")
-    if a01:
-        out.append(
-            ck.compare(
-                a01,
-                nd,
-                name=f"final success, {ctx.label('protect-0.1')} − {ctx.label('never-drop')}",
-                expects="lower by m",
-                window=FINAL_WINDOW,
-                value=ck.final("success"),
-                decides=False,
-                unit="success rate",
-            )
-        )
-        out.append(_variance_check(a01, a05, nd, ctx))
-    return out
-
-
-# ---------------------------------------------------------------- P7
-
-
-def _p7_online(ctx: Context) -> list[Check]:
-    turn, mask, zero = ctx.arm("turn"), ctx.arm("mask"), ctx.arm("zero")
-    out = [
-        ck.compare(
-            turn,
-            mask,
-            name=f"final success, {ctx.label('turn')} − {ctx.label('mask')}",
-            expects="not lower",
-            window=FINAL_WINDOW + " (the same number of steps: matched compute)",
-            value=ck.final("success"),
-            unit="success rate",
-        )
-    ]
-    if zero:
-        for q, title in (("cap_hit", "final cap-hit rate"), ("turns", "final episode length")):
-            out.append(
-                ck.compare(
-                    turn,
-                    zero,
-                    name=f"{title}, {ctx.label('turn')} − {ctx.label('zero')} (tracks R = 0)",
-                    expects="same",
-                    window=FINAL_WINDOW,
-                    value=ck.final(q),
-                    decides=False,
-                )
-            )
-    return out
-
-
-def _p7_offline(ctx: Context) -> list[Check]:
-    if ctx.replays or not ctx.binding:  # judged on the replay reports, not on a cohort
-        return offline.p7_replay(ctx.replays)
-    runs = ctx.arm("zero") or ctx.arm("never-drop")
-    return offline.p7_sim(runs, label=ctx.binding.get("zero") or ctx.binding.get("never-drop"))
-
-
-# ---------------------------------------------------------------- the reported comparison
-
-
-def _pace(ctx: Context) -> list[Check]:
-    pace, a05 = ctx.arm("pace"), ctx.arm("protect-0.5")
-    return [
-        ck.compare(
-            pace,
-            a05,
-            name=f"final success, {ctx.label('pace')} − {ctx.label('protect-0.5')}",
-            expects=None,
-            window=FINAL_WINDOW,
-            value=ck.final("success"),
-            margin=None,
-            unit="success rate",
-        ),
-        ck.compare(
-            pace,
-            a05,
-            name=f"wall-clock to the last common step, {ctx.label('pace')} − {ctx.label('protect-0.5')}",
-            expects=None,
-            window="the clock at the last step both runs reached",
-            value=ck.clock,
-            margin=None,
-            unit="clock units",
-        ),
-    ]
-
+from rescue.judge.evaluation import Prediction, Role, three_outcome, two_outcome
 
 DEPENDS_P3 = (
     "the level b reaches (task difficulty; simulator: `difficulty`), how cheap the cap is to "
@@ -354,12 +68,13 @@ PREDICTIONS: tuple[Prediction, ...] = (
         id="P3",
         title="drift toward the cap under the mask",
         rule="P3: on three-outcome tasks, under the mask arm the cap-hit rate stops falling, or "
-        f"rises, once the baseline paid to masked rollouts exceeds about {qs.B_THRESHOLD:g}, while "
-        "under R = 0 (`zero`) and under the matched-update control (`matched`) it keeps falling; "
-        "the submitted-failure rate falls faster under the mask than under R = 0.",
-        falsified="mask and zero do not differ in how the cap-hit rate moves with b (across "
-        "seeds), or the matched control drifts as the mask does.",
-        window=B_WINDOW,
+        f"rises, once b exceeds about {qs.B_THRESHOLD:g}, while under R = 0 (`zero`) and under "
+        "the matched-update control (`matched`) it keeps falling; the submitted-failure rate "
+        "falls faster under the mask than under R = 0. b is the same functional of the batch "
+        "for every arm, and the arms are compared at the b they share.",
+        falsified="mask and zero do not differ in how the cap-hit rate moves with b at matched b "
+        "(across seeds), or the matched control drifts as the mask does.",
+        window=rules.B_WINDOW,
         margin="the reference arm's seed SD of the same trend",
         depends=DEPENDS_P3,
         roles={
@@ -367,38 +82,67 @@ PREDICTIONS: tuple[Prediction, ...] = (
             "zero": Role("zero"),
             "matched": Role("matched", optional=True),
         },
-        evaluate=_p3,
+        evaluate=rules.p3,
         curves=(("cap_hit", "mask", "zero"), ("submitted_failure", "mask", "zero")),
+        applies=three_outcome,
     ),
     Prediction(
         id="P4",
         title="survivor baselines amplify the drift",
-        rule="P4: the survivor-baseline arm drifts toward the cap faster than the all-G mask arm, "
-        "with a gap that grows with the cap-hit rate.",
+        rule="P4: on three-outcome tasks, the survivor-baseline arm drifts toward the cap faster "
+        "than the all-G mask arm, with a gap that grows with the cap-hit rate.",
         falsified="the two baselines give the same curves (the drift interval inside the margin).",
-        window="OLS slope of the per-step cap-hit rate on the step, " + WHOLE_WINDOW,
+        window=rules.DRIFT_WINDOW + ", per 100 steps",
         margin="the mask arm's seed SD of the same slope",
         depends=DEPENDS_P3 + "; the group size G (the survivors' mean is over fewer members)",
         roles={"survivor": Role("survivor"), "mask": Role("mask")},
-        evaluate=_p4,
+        evaluate=rules.p4,
         curves=(("cap_hit", "survivor", "mask"),),
+        applies=three_outcome,
+    ),
+    Prediction(
+        id="control",
+        title="the two-outcome control: the mask rescales, the survivors lose their signal",
+        rule="control: on two-outcome tasks (solved or capped) the masked update is (1 − J_x) "
+        "times R = 0's per prompt, a rescaling with no direction to drift in: the mask's "
+        "cap-hit trend against b at matched b is R = 0's, and the survivor-baseline arm, "
+        "whose survivors all scored 1, has no signal (its update norm collapses).",
+        falsified="the mask's cap-hit trend against b differs from R = 0's by more than the "
+        f"margin, or the survivor arm keeps more than {rules.COLLAPSE_FALSIFIES:.0%} of R = 0's "
+        "update norm.",
+        window=rules.B_WINDOW + "; update norms: the mean over every step both runs reached",
+        margin=f"trend: {rules.CONTROL_MARGIN}; update norm: thresholds, collapsed at or below "
+        f"{rules.COLLAPSE_SUPPORTS:g} of R = 0's, kept above {rules.COLLAPSE_FALSIFIES:g}",
+        depends="the range of b the arms share (difficulty, `max_turns`), `lr`, `steps`; the "
+        "survivors' collapse is exact (their advantages are 0), so it needs no seeds to vary",
+        roles={
+            "mask": Role("mask"),
+            "zero": Role("zero"),
+            "survivor": Role("survivor", optional=True),
+        },
+        evaluate=rules.control,
+        curves=(("cap_hit", "mask", "zero"),),
+        applies=two_outcome,
     ),
     Prediction(
         id="P5",
         title="signature of staleness drops",
         rule="P5: relative to never-drop, under drop successful trajectories get shorter and "
-        "failed ones longer, and fewer successes ran the tests before submitting.",
-        falsified="the outcome-conditioned turn counts do not separate (both no difference), or "
-        "separate the other way.",
-        window="the whole run's outcome-conditioned turns: " + WHOLE_WINDOW + ". Simulator: every "
-        "generated rollout (`sim/generated/*`); cluster: the trained groups' census "
-        "(`rollout/census/*`; dropped groups' turns are not logged)",
-        margin="never-drop's seed SD of the same quantity",
+        "failed ones longer over training, and fewer successes ran the tests before "
+        "submitting; judged on every generated rollout (a drop arm's trained rollouts are its "
+        "survivors, which differ from never-drop's by construction).",
+        falsified="the trends of the outcome-conditioned turn counts do not separate (both no "
+        "difference), or separate the other way.",
+        window=rules.DRIFT_WINDOW + ", per 100 steps, of every generated rollout "
+        "(`rollout/census/generated/*`, or the simulator's older `sim/generated/*`); a run "
+        "that logged only the trained groups' census is not judged (inconclusive, naming the "
+        "key). The level over the whole run is reported beside it",
+        margin="never-drop's seed SD of the same trend",
         depends="the stale share (timing: `turn_time`, `context_growth`, `time_noise`, "
         "`concurrency`, `train_time`; K = `max_staleness`), the group size (a group waits for its "
         "slowest rollout), the fast/thorough length gap, `lr`, `steps`",
         roles={"drop": Role("drop"), "never-drop": Role("never-drop")},
-        evaluate=_p5,
+        evaluate=rules.p5,
         curves=(
             ("turns_solved", "drop", "never-drop"),
             ("turns_failed", "drop", "never-drop"),
@@ -409,21 +153,25 @@ PREDICTIONS: tuple[Prediction, ...] = (
     Prediction(
         id="P6",
         title="randomized protection rescues the stale groups",
-        rule="P6: protect at a = 0.5 recovers never-drop's final success within seed noise at "
-        "lower wall-clock than never-drop; at a = 0.1 it does not (the 1/a weights inflate the "
-        "variance).",
-        falsified="never-drop is cheaper, or protect a = 0.5 falls short of never-drop by more "
-        "than seed noise (no a < 1 matches it).",
-        window=FINAL_WINDOW + "; wall-clock at the last step both runs reached",
-        margin="never-drop's seed SD (final success; wall-clock)",
-        depends="the stale share (as P5), a, the number of seeds, `lr` (the 1/a weights scale the "
-        "step), `steps`; on the cluster the sandbox and straggler time a protected group holds",
+        rule="P6: protect at a = 0.5 recovers never-drop's final success within seed noise "
+        "(an equivalence test); at a = 0.1 it does not (the 1/a weights inflate the "
+        "variance). The cost is reported as the plan measures it, wall-clock and sandbox "
+        "time per unit of reward improvement, without a verdict: protecting finished-but-"
+        "stale groups keeps rollouts already paid for, so it cannot save straggler or "
+        "sandbox time (that claim belongs to in-flight protection, which is not run here).",
+        falsified="protect a = 0.5's final success differs from never-drop's by more than the "
+        "margin (no a < 1 matches it).",
+        window=rules.FINAL_WINDOW
+        + "; every generated rollout where logged, else the trained groups'",
+        margin="never-drop's seed SD of final success, on both sides (equivalence)",
+        depends="the stale share (as P5), a, the number of seeds (an equivalence within one "
+        "seed SD needs about 10), `lr` (the 1/a weights scale the step), `steps`",
         roles={
             "protect-0.5": Role("protect", 0.5),
             "never-drop": Role("never-drop"),
             "protect-0.1": Role("protect", 0.1, optional=True),
         },
-        evaluate=_p6,
+        evaluate=rules.p6,
         curves=(("success", "protect-0.5", "never-drop"), ("success", "protect-0.1", "never-drop")),
     ),
     Prediction(
@@ -433,12 +181,12 @@ PREDICTIONS: tuple[Prediction, ...] = (
         "beats the mask arm on final success at matched compute, with a cap-hit rate and an "
         "episode length that track the R = 0 arm.",
         falsified="the mask arm beats the turn baseline on final success by more than seed noise.",
-        window=FINAL_WINDOW,
+        window=rules.FINAL_WINDOW,
         margin="success: the mask arm's seed SD; cap-hit and length: the zero arm's seed SD",
         depends="how much the turn reached tells about the reward (difficulty, `max_turns`, the "
         "give-up logits), the group size G, κ (`kappa`), `lr`, `steps`",
         roles={"turn": Role("turn"), "mask": Role("mask"), "zero": Role("zero", optional=True)},
-        evaluate=_p7_online,
+        evaluate=rules.p7_online,
         curves=(
             ("success", "turn", "mask"),
             ("cap_hit", "turn", "zero"),
@@ -449,23 +197,27 @@ PREDICTIONS: tuple[Prediction, ...] = (
         id="P7 offline",
         title="the turn-reached baseline cuts advantage variance",
         rule="P7 (offline): on three-outcome data the turn-reached baseline cuts the per-token "
-        f"advantage variance by at least {offline.P7_SUPPORTS:.0%} relative to the group-mean "
-        "baseline.",
+        f"advantage variance by at least {offline.P7_SUPPORTS:.0%}; decided against the "
+        "leave-one-out group mean, the reference on the scale of the plan's Var(E[R | ℓ]) / "
+        "Var(R) (the group mean with the rollout's own reward scales the advantage by "
+        "(G − 1)/G and its variance by ((G − 1)/G)², 0.766 at G = 8), the group-mean "
+        "reduction reported beside it.",
         falsified=f"the reduction is below {offline.P7_FALSIFIES:.0%}: the fix has no lever.",
         window="simulator: each seed's trained batches of the R = 0 arm (`zero`, or `never-drop`, "
         "the same configuration), the whole run; replay: each dumped step of every "
         "`rescue replay advantages` report",
         margin=f"thresholds, not a margin: as predicted when the interval lies at or above "
         f"{offline.P7_SUPPORTS:.0%}, opposite when it lies below {offline.P7_FALSIFIES:.0%}; the "
-        "leave-one-out comparison (same scale as the turn-reached baseline) is judged by the same rule",
+        "group-mean comparison is judged by the same rule and reported",
         depends="how much the turn reached explains the reward (Var E[R | ℓ] / Var R), the group "
         "size G, κ",
         roles={
             "zero": Role("zero", optional=True),
             "never-drop": Role("never-drop", optional=True),
         },
-        evaluate=_p7_offline,
+        evaluate=rules.p7_offline,
         reads="both",
+        applies=three_outcome,
     ),
     Prediction(
         id="protect vs pace",
@@ -473,11 +225,11 @@ PREDICTIONS: tuple[Prediction, ...] = (
         rule="No prediction was registered: the two ways of keeping stale groups are compared on "
         "final success and wall-clock, and the intervals are reported as they come.",
         falsified="nothing: a comparison, not a prediction.",
-        window=FINAL_WINDOW + "; wall-clock at the last step both runs reached",
+        window=rules.FINAL_WINDOW + "; wall-clock at the last step both runs reached",
         margin="none",
         depends="as P6",
         roles={"pace": Role("pace"), "protect-0.5": Role("protect", 0.5)},
-        evaluate=_pace,
+        evaluate=rules.pace,
         curves=(("success", "pace", "protect-0.5"),),
         prediction=False,
     ),

@@ -5,22 +5,32 @@ Specification
 A quantity gives each history row a numerator and a denominator; its value over a
 window of steps is ``Σ num / Σ den`` (counts summed, then divided: a step with more
 rollouts weighs more). Quantities of the policy's behaviour read the first source a run
-logs: ``sim/generated/`` (every rollout the simulator generated, trained or not), else
-``rollout/census/`` (the rollouts of the groups the cluster's buffer settled as trained).
-A quantity whose keys a run never logged raises ``MissingKey`` naming the key.
+logs: ``rollout/census/generated/`` (every rollout of every group that entered the
+census, trained, dropped, aborted or filtered alike: the simulator, the Miles buffer and
+the slime drain log it from the same ``rescue.census`` code), else ``sim/generated/``
+(the simulator's name for the same view before the census logged it), else
+``rollout/census/`` (the rollouts of the groups the trainer trained). A check that is a
+claim about generation reads only the generated views (``series(..., GENERATED)``) and
+refuses trained-only data. A quantity whose keys a run never logged raises ``MissingKey``
+naming the key.
 
-The baseline paid to excluded rollouts, the x axis of P3 and P4, is an arm's
-``rollout/census/b_paid/masked`` when the arm loss-masks (``mask``, ``survivor``,
-``matched``, ``drgrpo-mask``) and its ``rollout/census/b_realized`` when it excludes
-nothing (the baseline its capped rollouts are scored against): decided by the arm, never
-by which key happens to be there.
+b, the x axis of P3 and of the two-outcome control, is one functional of the trained
+batch for every arm (``b``): the realized all-members baseline, the mean reward of every
+rollout of the trained groups with budget failures scored 0 and loss-masked rollouts
+included (``rollout/census/b_all``). Runs logged before the census had that key give it
+as ``b_realized × (1 − masked_frac)``, the same number when the masked rollouts are
+budget failures scored 0 (what every masking arm masks). It is never the baseline paid to
+masked rollouts for one arm and the realized one for another: two arms are compared at
+the same b only when b means the same thing in both.
 
 Windows (fixed here, before any run is looked at):
 
 - ``final``: the last ``FINAL_FRACTION`` of the steps both runs of a pair reached;
-- ``whole``: every step;
-- ``after b``: from the first step at which the arm's b, pooled over the trailing
-  ``B_SMOOTH`` steps, exceeds ``B_THRESHOLD``.
+- ``whole``: every step both runs reached;
+- ``matched b`` (``windows.matched_b``): per seed, the steps at which each arm's b, pooled
+  over the trailing ``B_SMOOTH`` steps, exceeds ``B_THRESHOLD`` and lies in the range of b
+  both arms reached there; at least ``MIN_MATCHED_STEPS`` such steps per arm, else the
+  seed has no value.
 """
 
 from __future__ import annotations
@@ -32,9 +42,15 @@ import numpy as np
 
 from rescue.judge.runs import Run
 
-GEN = "sim/generated/"
 CENSUS = "rollout/census/"
-BEHAVIOUR = (GEN, CENSUS)
+#: Every generated rollout, as the census logs it (simulator, Miles buffer, slime drain).
+GEN = CENSUS + "generated/"
+#: The simulator's earlier name of the same view (outputs written before the census had it).
+SIM_GEN = "sim/generated/"
+#: The generated views, newest name first: what a claim about generation reads.
+GENERATED = (GEN, SIM_GEN)
+#: The policy's behaviour: the generated views, else the trained groups' census.
+BEHAVIOUR = (GEN, SIM_GEN, CENSUS)
 
 #: Fraction of the common steps that makes the final window.
 FINAL_FRACTION = 0.2
@@ -42,10 +58,9 @@ FINAL_FRACTION = 0.2
 B_THRESHOLD = 0.3
 #: Trailing steps over which b is pooled before it is compared with ``B_THRESHOLD``.
 B_SMOOTH = 10
-#: Arms that loss-mask capped rollouts (their b is the baseline paid to the masked ones).
-MASKING_ARMS = frozenset({"mask", "survivor", "matched", "drgrpo-mask"})
-B_PAID = CENSUS + "b_paid/masked"
-B_PAID_N = CENSUS + "b_paid/masked_rollouts"
+#: Fewest steps per arm in the shared range of b for a seed to have a matched-b value.
+MIN_MATCHED_STEPS = 10
+B_ALL = CENSUS + "b_all"
 B_REALIZED = CENSUS + "b_realized"
 
 
@@ -94,18 +109,17 @@ class Quantity:
             return " or ".join(prefix + k for k in self.any_of)
         return None
 
-    def source(self, run: Run) -> str:
-        """The prefix this run's values come from; ``MissingKey`` when none is logged."""
-        missing = [self._missing(run, p) for p in self.sources]
-        for prefix, m in zip(self.sources, missing, strict=True):
+    def source(self, run: Run, sources: tuple[str, ...] | None = None) -> str:
+        """The prefix this run's values come from (the first of ``sources``, default the
+        quantity's own, the run logs); ``MissingKey`` when none is logged."""
+        sources = self.sources if sources is None else sources
+        missing = [self._missing(run, p) for p in sources]
+        for prefix, m in zip(sources, missing, strict=True):
             if m is None:
                 return prefix
-        # Name the key of the source the run logs something of (else the last source).
+        # Name the key of the source the run logs something of (else the first source).
         keys = (*self.required, *self.any_of)
-        i = next(
-            (i for i, p in enumerate(self.sources) if any(run.has(p + k) for k in keys)),
-            len(self.sources) - 1,
-        )
+        i = next((i for i, p in enumerate(sources) if any(run.has(p + k) for k in keys)), 0)
         raise MissingKey(str(missing[i]), run)
 
 
@@ -139,6 +153,15 @@ def _ran_tests(r: Run, p: str) -> Rows:
 def _b_realized(r: Run, p: str) -> Rows:
     b = r.column(p + "b_realized")
     n = _z(r, p + "rollouts") * (1.0 - _z(r, p + "masked_frac")) * np.isfinite(b)
+    return np.nan_to_num(b) * n, n
+
+
+def _b(r: Run, p: str) -> Rows:
+    """``b_all`` per row; where a row lacks it, ``b_realized × (1 − masked_frac)``."""
+    b = r.column(p + "b_all") if r.has(p + "b_all") else np.full(len(r.rows), np.nan)
+    old = r.column(p + "b_realized") * (1.0 - _z(r, p + "masked_frac"))
+    b = np.where(np.isfinite(b), b, old)
+    n = _z(r, p + "rollouts") * np.isfinite(b)
     return np.nan_to_num(b) * n, n
 
 
@@ -218,8 +241,16 @@ QUANTITIES: dict[str, Quantity] = {
             _ran_tests,
         ),
         Quantity(
+            "b",
+            "b (realized, all members)",
+            (CENSUS,),
+            ("rollouts",),
+            _b,
+            ("b_all", "b_realized"),
+        ),
+        Quantity(
             "b_realized",
-            "realized baseline b (mean reward of trained, unmasked rollouts)",
+            "realized baseline of the unmasked rollouts (mean reward of trained, unmasked rollouts)",
             (CENSUS,),
             ("rollouts", "b_realized"),
             _b_realized,
@@ -246,6 +277,13 @@ QUANTITIES: dict[str, Quantity] = {
             _per_row("p_thorough"),
         ),
         Quantity(
+            "update_norm",
+            "update norm (the step's ‖Δθ‖)",
+            ("sim/", "train/rescue/"),
+            ("update_norm",),
+            _per_row("update_norm"),
+        ),
+        Quantity(
             "sandbox_s",
             "sandbox seconds per trained sample",
             ("perf/",),
@@ -257,11 +295,6 @@ QUANTITIES: dict[str, Quantity] = {
 
 #: Keys of the wall-clock, in order of preference: the simulator's clock, wandb's runtime.
 WALL_CLOCK_KEYS: tuple[str, ...] = ("sim/time", "_runtime")
-
-
-def b_quantity(run: Run) -> Quantity:
-    """The b a run's arm is judged against: paid to masked rollouts, or realized."""
-    return QUANTITIES["b_paid" if run.condition.base_arm in MASKING_ARMS else "b_realized"]
 
 
 @dataclass
@@ -309,10 +342,11 @@ class Series:
         )
 
 
-def series(run: Run, quantity: Quantity | str) -> Series:
-    """The quantity's rows of one run (``MissingKey`` when it was not logged)."""
+def series(run: Run, quantity: Quantity | str, sources: tuple[str, ...] | None = None) -> Series:
+    """The quantity's rows of one run (``MissingKey`` when it was not logged), read from
+    the first of ``sources`` (default the quantity's own) the run logs."""
     q = QUANTITIES[quantity] if isinstance(quantity, str) else quantity
-    prefix = q.source(run)
+    prefix = q.source(run, sources)
     num, den = q.rows(run, prefix)
     step = run.steps()
     ok = np.isfinite(num) & np.isfinite(den) & (den > 0)
@@ -343,6 +377,6 @@ def crossing(run: Run) -> float:
 
     NaN when it never does; ``MissingKey`` when the run did not log its b.
     """
-    steps, b = series(run, b_quantity(run)).trailing(B_SMOOTH)
+    steps, b = series(run, "b").trailing(B_SMOOTH)
     above = np.flatnonzero(np.nan_to_num(b, nan=-1.0) > B_THRESHOLD)
     return float(steps[above[0]]) if above.size else float("nan")

@@ -2,12 +2,17 @@
 
 Specification
 -------------
-``judge(runs, replays)`` groups the runs into cohorts (same family and cap), judges
-every prediction on each cohort, then the replay-based ones (P1, P2, P7 offline) once on
-the replay reports; every prediction appears, ``not run`` with the arms or reports it
-needs when they are missing. ``markdown`` gives one section per prediction: the rule,
-what falsifies it, the window and margin, each check's estimate with its interval and
-verdict, and what the result depends on. ``as_json`` is the same content as data.
+``judge(runs, replays)`` groups the runs into cohorts (``runs.cohorts``: one family, cap,
+setting, scenario and value of every compared setting), judges every prediction on each
+cohort, then the replay-based ones (P1, P2, P7 offline) once on the replay reports; every
+prediction appears, ``not run`` with the arms or reports it needs when they are missing.
+Then the family-wise rule (``family``: Holm over the report's deciding checks) adjusts
+the verdicts. ``markdown`` opens with the rule and what it did, and with every collision
+(two runs of one arm and seed in one cohort; the first read is kept), then gives per
+cohort a verdict table (the verdict under the rule, and each prediction's verdict alone)
+and one section per prediction: the rule, what falsifies it, the window and margin, each
+check's estimate with its interval, its verdict alone and under the rule, and what the
+result depends on. ``as_json`` is the same content as data.
 """
 
 from __future__ import annotations
@@ -19,9 +24,10 @@ from typing import Any
 
 from rescue.judge.checks import Check
 from rescue.judge.evaluation import Prediction, Result, evaluate
+from rescue.judge.family import Family, holm
 from rescue.judge.offline import Report
 from rescue.judge.predictions import PREDICTIONS
-from rescue.judge.runs import Cohort, Run, cohorts
+from rescue.judge.runs import Cohort, CohortKey, Run, cohorts
 from rescue.judge.stats import LEVEL, MIN_SEEDS
 
 
@@ -35,27 +41,41 @@ class CohortJudgement:
     results: list[Result]
     #: ``est-turn``, ``drgrpo`` or both (``runs.Condition.setting``); None: the default.
     setting: str | None = None
+    #: The simulator scenario (None: none named).
+    scenario: str | None = None
+    #: The compared settings on which the runs read together differed, with this cohort's values.
+    differs: tuple[tuple[str, str], ...] = ()
 
     @property
     def title(self) -> str:
         cap = f", cap {self.cap}" if self.cap is not None else ""
         setting = f", {self.setting}" if self.setting else ""
-        return f"{self.family} runs{cap}{setting}"
+        scenario = f", scenario {self.scenario}" if self.scenario else ""
+        differs = "".join(f", {k} = {v}" for k, v in self.differs)
+        return f"{self.family} runs{scenario}{cap}{setting}{differs}"
 
     @property
     def stem(self) -> str:
-        """The prefix of the cohort's files: ``<family>[-cap<CAP>][-<setting>]``."""
+        """The prefix of the cohort's files: ``<family>[-<scenario>][-cap<CAP>][-<setting>]``
+        (and ``-<setting name><value>`` per differing compared setting)."""
         cap = f"-cap{self.cap}" if self.cap is not None else ""
-        return self.family + cap + (f"-{self.setting}" if self.setting else "")
+        out = self.family + (f"-{self.scenario}" if self.scenario else "") + cap
+        out += f"-{self.setting}" if self.setting else ""
+        for k, v in self.differs:
+            out += "-" + "".join(ch if ch.isalnum() or ch in ".-" else "_" for ch in f"{k}{v}")
+        return out
 
 
 @dataclass
 class Judgement:
-    """Every cohort's results, the replay-based results, and notes on the inputs."""
+    """Every cohort's results, the replay-based results, notes on the inputs, the
+    collisions (runs of one arm and seed read twice into a cohort) and the family-wise rule."""
 
     cohorts: list[CohortJudgement]
     offline: list[Result]
     notes: list[str] = field(default_factory=list)
+    collisions: list[str] = field(default_factory=list)
+    family: Family | None = None
 
     def results(self) -> list[Result]:
         return [r for c in self.cohorts for r in c.results] + list(self.offline)
@@ -67,14 +87,22 @@ def judge(
     predictions: Sequence[Prediction] = PREDICTIONS,
     notes: Sequence[str] = (),
 ) -> Judgement:
-    """Judge ``predictions`` on every cohort of ``runs`` and on the ``replays``."""
-    grouped, dup_notes = cohorts(runs)
+    """Judge ``predictions`` on every cohort of ``runs`` and on the ``replays``, then apply
+    the family-wise rule over all of them."""
+    grouped, collisions = cohorts(runs)
     out = []
-    order = sorted(grouped.items(), key=lambda kv: (kv[0][0], kv[0][1] or 0, kv[0][2] or ""))
-    for (family, cap, setting), arms in order:
-        out.append(CohortJudgement(family, cap, arms, evaluate(predictions, arms), setting))
+    for key, arms in sorted(grouped.items(), key=lambda kv: kv[0].sort_key()):
+        out.append(_cohort(key, arms, evaluate(predictions, arms)))
     off = evaluate(predictions, None, replays)
-    return Judgement(out, off, [*notes, *dup_notes])
+    j = Judgement(out, off, list(notes), collisions)
+    j.family = holm(j.results())
+    return j
+
+
+def _cohort(key: CohortKey, arms: Cohort, results: list[Result]) -> CohortJudgement:
+    return CohortJudgement(
+        key.family, key.cap, arms, results, key.setting, key.scenario, key.differs
+    )
 
 
 # ---------------------------------------------------------------- formatting
@@ -95,7 +123,18 @@ def interval(check: Check) -> str:
         return "n/a"
     if not e.finite:
         return f"{fmt(e.value)} (n={e.n})"
+    if e.exact:
+        return f"{fmt(e.value)}, the same in every replicate (n={e.n})"
     return f"{fmt(e.value)} [{fmt(e.lo)}, {fmt(e.hi)}] (n={e.n})"
+
+
+def _verdicts(c: Check) -> str:
+    """A check's verdict, with the one it had alone when the family-wise rule changed it."""
+    if c.verdict is None:
+        return "—"
+    if c.alone is not None and c.alone != c.verdict:
+        return f"{c.verdict} (alone: {c.alone}, p = {fmt(c.p)})"
+    return c.verdict + (f" (p = {fmt(c.p)})" if c.decides and math.isfinite(c.p) else "")
 
 
 def _seeds(check: Check) -> str:
@@ -130,7 +169,7 @@ def result_markdown(r: Result, level: int = 3) -> list[str]:
             lines.append(
                 f"| {c.name} | {'yes' if c.decides else 'no'} | {c.expects or '—'} | {interval(c)} "
                 f"| {fmt(c.margin)}{' (' + c.margin_text + ')' if c.margin_text else ''} "
-                f"| {c.verdict or '—'} | {c.reason} |"
+                f"| {_verdicts(c)} | {c.reason} |"
             )
         lines.append("")
         for c in r.checks:
@@ -144,10 +183,15 @@ def result_markdown(r: Result, level: int = 3) -> list[str]:
 
 
 def summary_table(results: Sequence[Result]) -> list[str]:
-    lines = ["| prediction | arms | verdict |", "|---|---|---|"]
+    """One row per result: the verdict under the family-wise rule, and alone."""
+    lines = ["| prediction | arms | verdict | alone |", "|---|---|---|---|"]
     for r in results:
         arms = ", ".join(v for v in r.binding.values() if v) or "—"
-        lines.append(f"| {r.prediction.id} | {arms} | {r.verdict or r.note or 'reported'} |")
+        verdict = r.verdict or r.note or "reported"
+        if not r.binding and r.note.startswith("not run"):
+            verdict = r.note  # its arms are missing: say which, not "inconclusive"
+        alone = r.alone if verdict == r.verdict else "—"
+        lines.append(f"| {r.prediction.id} | {arms} | {verdict} | {alone} |")
     return lines
 
 
@@ -164,14 +208,34 @@ PREAMBLE = (
     f"Comparisons are paired by seed; intervals are two-sided {LEVEL:.0%} t intervals on n − 1 "
     f"degrees of freedom; fewer than {MIN_SEEDS} paired seeds decide nothing (inconclusive). "
     "A check that `decides` carries the prediction's falsification rule; the others are "
-    "judged and reported beside it. Verdicts: as predicted, opposite, no difference "
-    "(the interval inside the margin), inconclusive."
+    "judged and reported beside it, each alone (not adjusted for the others). Verdicts: as "
+    "predicted, opposite, no difference (the interval inside the margin), inconclusive, not "
+    "judgeable (the condition the prediction is about did not occur). A prediction that "
+    "holds only for some cohorts says where it does not apply. The verdict column is the "
+    "verdict under the family-wise rule below; `alone` is the prediction's verdict with "
+    f"each of its checks at {LEVEL:.0%}."
 )
+
+
+def header(j: Judgement) -> list[str]:
+    """The family-wise rule and the collisions, for the top of a report."""
+    lines = [*(j.family.lines() if j.family else []), ""]
+    if j.collisions:
+        lines += [
+            f"**Collisions: {len(j.collisions)} run(s) of an arm and seed already read into "
+            "the same cohort were skipped** (the first read is judged); check that the inputs "
+            "are not two copies of one run, or two runs that should be told apart by a tag "
+            "(`scenario:`) or a setting:",
+            "",
+            *(f"- {n}" for n in j.collisions),
+            "",
+        ]
+    return lines
 
 
 def markdown(j: Judgement) -> str:
     """The whole report."""
-    lines = ["# rescue report", "", PREAMBLE, ""]
+    lines = ["# rescue report", "", PREAMBLE, "", *header(j)]
     for c in j.cohorts:
         arms = ", ".join(
             f"`{label}` ({len(seeds)} seeds)" for label, seeds in sorted(c.arms.items())
@@ -203,11 +267,22 @@ def as_json(j: Judgement) -> dict[str, Any]:
         {
             "level": LEVEL,
             "min_seeds": MIN_SEEDS,
+            "family_wise": {
+                "rule": "holm",
+                "alpha": 1 - LEVEL,
+                "size": j.family.size if j.family else 0,
+                "claims": j.family.claims if j.family else 0,
+                "kept": j.family.kept if j.family else 0,
+                "withdrawn": list(j.family.withdrawn) if j.family else [],
+            },
+            "collisions": list(j.collisions),
             "cohorts": [
                 {
                     "family": c.family,
                     "cap": c.cap,
                     "setting": c.setting,
+                    "scenario": c.scenario,
+                    "differs": dict(c.differs),
                     "arms": {label: sorted(seeds) for label, seeds in c.arms.items()},
                     "results": [r.as_dict() for r in c.results],
                 }

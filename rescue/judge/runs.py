@@ -21,10 +21,15 @@ The simulator's runs have family ``sim`` and an arm label such as ``protect-a0.5
 (``<arm>[-a<A>]``). Arms come from the shared vocabulary ``ARM_NAMES``; the simulator's
 ``turn-baseline`` is the cluster's ``turn``.
 
-Runs of one *cohort* (same family, cap and *setting*: the estimator and Dr. GRPO named
-above, so an arm is never compared with another trained under a different estimator) are
-compared with each other; the arm label
-within a cohort keeps a and k (``drop-k2``, ``protect-a0.5-k2``).
+Runs of one *cohort* are compared with each other; the arm label within a cohort keeps a
+and k (``drop-k2``, ``protect-a0.5-k2``). A cohort is one family, cap and *setting* (the
+estimator and Dr. GRPO named above, so an arm is never compared with another trained under
+a different estimator), one *scenario* (the simulator's ``scenario`` field, or a tag
+``scenario:<name>``) and one value of every *compared setting* on which its runs differ:
+the simulator's settings (every ``SimConfig`` field) for ``sim`` runs, ``REAL_SETTINGS``
+for the cluster's, read from the run's config (``cohorts``). Runs of different scenarios
+or settings are never pooled; two runs of the same arm and seed in one cohort are a
+*collision*: the first read is kept and the report says so at its top.
 
 A run's rows are the history rows it logged (dicts of metric key -> number). Columns are
 built on first use and cached: ``Run.column(key)`` is a float array over the rows, NaN
@@ -88,6 +93,8 @@ class Condition:
     #: How the batch becomes a gradient when not the default: ``est-turn``, ``drgrpo`` or
     #: ``est-turn-drgrpo`` (None: the group estimator without Dr. GRPO).
     setting: str | None = None
+    #: The simulator scenario the run belongs to (None: none named).
+    scenario: str | None = None
 
     @property
     def label(self) -> str:
@@ -103,9 +110,10 @@ class Condition:
         return out
 
     @property
-    def cohort(self) -> tuple[str, int | None, str | None]:
-        """Runs with the same family, cap and setting are compared with each other."""
-        return (self.family, self.cap, self.setting)
+    def cohort(self) -> tuple[str, int | None, str | None, str | None]:
+        """Runs with the same family, cap, setting and scenario may be compared (``cohorts``
+        splits them further by the compared settings on which they differ)."""
+        return (self.family, self.cap, self.setting, self.scenario)
 
     @property
     def base_arm(self) -> str:
@@ -188,6 +196,9 @@ def identify(
         )
     if cond is not None and ("estimator" in t or "drgrpo" in t):
         cond = replace(cond, setting=_setting(t, cond.setting))
+    scenario = t.get("scenario") or config.get("scenario")
+    if cond is not None and scenario:
+        cond = replace(cond, scenario=str(scenario))
     seed = _num(t.get("seed", config.get("seed")), int, seed)
     if cond is None or seed is None:
         raise InputError(
@@ -235,6 +246,8 @@ class Run:
         source: where it was read from.
         offline: extra per-run figures, e.g. ``{"p7": {"group_mean": ..., ...}}`` from the
             simulator's ``runs.json``.
+        config: the run's settings (wandb config, or the simulator's ``SimConfig``), for
+            ``cohorts``; empty when unknown.
     """
 
     condition: Condition
@@ -242,6 +255,7 @@ class Run:
     rows: list[dict[str, Any]]
     source: str = ""
     offline: dict[str, Any] = field(default_factory=dict)
+    config: dict[str, Any] = field(default_factory=dict)
     _columns: dict[str, np.ndarray] = field(default_factory=dict, repr=False)
     _keys: set[str] | None = field(default=None, repr=False)
 
@@ -294,22 +308,85 @@ def _float(v: Any) -> float:
 
 Cohort = dict[str, dict[int, Run]]
 
+#: Settings of a cluster run (Miles' argument names, from its wandb config) that must agree
+#: between the arms of one cohort; the arm's own settings (staleness K, the filter, the
+#: estimator) are named in the run's group or tags instead.
+REAL_SETTINGS: tuple[str, ...] = (
+    "hf_checkpoint",
+    "lr",
+    "n_samples_per_prompt",
+    "rollout_batch_size",
+    "global_batch_size",
+    "prompt_data",
+    "rollout_max_response_len",
+)
 
-def cohorts(runs: Sequence[Run]) -> tuple[dict[tuple, Cohort], list[str]]:
-    """Runs grouped by cohort, then arm label, then seed; and a note per duplicate skipped.
 
-    The first run of a (cohort, label, seed) wins; a later one is skipped and named.
+def compared_settings(run: Run) -> dict[str, str]:
+    """The run's values of the settings its cohort must agree on (present ones only)."""
+    if run.condition.family == "sim":
+        from rescue.sim.config import settings
+
+        keys: tuple[str, ...] = tuple(st.name for st in settings())
+    else:
+        keys = REAL_SETTINGS
+    out = {}
+    for k in keys:
+        if k in run.config:
+            v = run.config[k]
+            if isinstance(v, dict) and set(v) == {"value"}:  # wandb's {"value": x}
+                v = v["value"]
+            out[k] = json_text(v)
+    return out
+
+
+def json_text(v: Any) -> str:
+    """A setting's value as comparable text (tuples and lists alike)."""
+    import json
+
+    return json.dumps(v, sort_keys=True, default=str).replace("[", "(").replace("]", ")")
+
+
+@dataclass(frozen=True)
+class CohortKey:
+    """What one cohort's runs share: family, cap, setting, scenario, and the values of the
+    compared settings on which the runs read together differed."""
+
+    family: str
+    cap: int | None = None
+    setting: str | None = None
+    scenario: str | None = None
+    differs: tuple[tuple[str, str], ...] = ()
+
+    def sort_key(self) -> tuple:
+        return (self.family, self.cap or 0, self.setting or "", self.scenario or "", self.differs)
+
+
+def cohorts(runs: Sequence[Run]) -> tuple[dict[CohortKey, Cohort], list[str]]:
+    """Runs grouped by cohort, then arm label, then seed; and a note per collision.
+
+    Runs are first grouped by ``Condition.cohort``; within a group, every compared setting
+    (``compared_settings``) that all its runs logged and on which they differ splits it
+    further. The first run of a (cohort, label, seed) wins; a later one is skipped and
+    named.
     """
-    out: dict[tuple, Cohort] = {}
-    notes = []
+    groups: dict[tuple, list[Run]] = {}
     for r in runs:
-        arms = out.setdefault(r.condition.cohort, {})
-        seeds = arms.setdefault(r.label, {})
-        if r.seed in seeds:
-            notes.append(
-                f"{r.source}: {r.condition.family} {r.label} seed {r.seed} already read from "
-                f"{seeds[r.seed].source}; skipped"
-            )
-            continue
-        seeds[r.seed] = r
+        groups.setdefault(r.condition.cohort, []).append(r)
+    out: dict[CohortKey, Cohort] = {}
+    notes = []
+    for (family, cap, setting, scenario), members in groups.items():
+        values = [compared_settings(r) for r in members]
+        shared = set.intersection(*(set(v) for v in values)) if values else set()
+        differ = sorted(k for k in shared if len({v[k] for v in values}) > 1)
+        for r, v in zip(members, values, strict=True):
+            key = CohortKey(family, cap, setting, scenario, tuple((k, v[k]) for k in differ))
+            seeds = out.setdefault(key, {}).setdefault(r.label, {})
+            if r.seed in seeds:
+                notes.append(
+                    f"{r.source}: {r.condition.family} {r.label} seed {r.seed} already read from "
+                    f"{seeds[r.seed].source} in the same cohort; skipped"
+                )
+                continue
+            seeds[r.seed] = r
     return out, notes

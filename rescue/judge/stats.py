@@ -19,16 +19,27 @@ expects            as predicted           opposite               no difference
 ``not lower``      lo > −m                hi < −m                —
 ``lower by m``     hi < −m                lo > −m                —
 ``at least``       lo >= supports         hi < falsifies         —
+``at most``        hi <= supports         lo > falsifies         —
 ``cosine``         lo > supports          hi < 0                 −m <= lo, hi <= m
 =================  =====================  =====================  ==================
 
 Anything else is ``inconclusive``, with the reason. A margin that cannot be computed
 (NaN: the reference arm has one seed) never gives ``as predicted`` for ``same`` /
-``not lower`` / ``lower by m``, nor ``no difference``.
+``not lower`` / ``lower by m``, nor ``no difference``. A check whose condition never
+occurred (P3's b never above its threshold in both arms) is ``not judgeable``, which is
+no claim at all.
+
+Replicates that do not vary (the same value in every seed, up to rounding: a quantity
+that is identical by construction) give an interval of width 0 at their value, so the
+check is decided by where that value lies (for ``higher`` / ``lower``, by its sign; a
+difference of exactly 0 in every seed is ``no difference``), never by a margin or an
+interval it does not have.
 
 At ``LEVEL`` = 0.95 a ``higher`` / ``lower`` check on two arms that do not differ
 declares a difference (either way) in 5% of comparisons; ``no difference`` inside ±m is
-an equivalence test at least as strict as two one-sided tests at 2.5%.
+an equivalence test at least as strict as two one-sided tests at 2.5%. ``claim_p`` gives
+the p-value of the claim a verdict makes (the largest 1 − level at which the interval
+still makes it), which the report's family-wise rule (``family``) adjusts.
 """
 
 from __future__ import annotations
@@ -49,7 +60,12 @@ AS_PREDICTED = "as predicted"
 OPPOSITE = "opposite"
 NO_DIFFERENCE = "no difference"
 INCONCLUSIVE = "inconclusive"
-VERDICTS: tuple[str, ...] = (AS_PREDICTED, OPPOSITE, NO_DIFFERENCE, INCONCLUSIVE)
+NOT_JUDGEABLE = "not judgeable"
+VERDICTS: tuple[str, ...] = (AS_PREDICTED, OPPOSITE, NO_DIFFERENCE, INCONCLUSIVE, NOT_JUDGEABLE)
+#: The verdicts that claim something of the data (what the family-wise rule controls).
+CLAIMS: tuple[str, ...] = (AS_PREDICTED, OPPOSITE, NO_DIFFERENCE)
+#: A standard deviation below this share of the replicates' scale is rounding: 0.
+EXACT_RTOL = 1e-9
 
 #: What a check expects of its interval (see the module docstring).
 EXPECTS: tuple[str, ...] = (
@@ -59,6 +75,7 @@ EXPECTS: tuple[str, ...] = (
     "not lower",
     "lower by m",
     "at least",
+    "at most",
     "cosine",
 )
 
@@ -74,6 +91,9 @@ class Estimate:
         dof: degrees of freedom of the t quantile.
         sd: standard deviation of the replicates (NaN below 2).
         level: the interval's level.
+        se: the standard error the interval is ``value ± t_q(level, dof) · se`` with (NaN
+            when the interval is not a t interval, e.g. the F interval of a variance
+            ratio); 0 for replicates that do not vary.
     """
 
     value: float
@@ -83,6 +103,12 @@ class Estimate:
     dof: int
     sd: float = float("nan")
     level: float = LEVEL
+    se: float = float("nan")
+
+    @property
+    def exact(self) -> bool:
+        """Whether the replicates do not vary (an interval of width 0 at the value)."""
+        return self.se == 0
 
     @property
     def finite(self) -> bool:
@@ -97,6 +123,7 @@ class Estimate:
             "dof": self.dof,
             "sd": self.sd,
             "level": self.level,
+            "se": self.se,
         }
 
 
@@ -114,8 +141,12 @@ def t_interval(values: Sequence[float] | np.ndarray, level: float = LEVEL) -> Es
     if n < 2:
         return Estimate(mean, NAN, NAN, 1, 0, level=level)
     sd = float(x.std(ddof=1))
-    half = t_quantile(level, n - 1) * sd / np.sqrt(n)
-    return Estimate(mean, mean - half, mean + half, n, n - 1, sd, level)
+    if sd <= EXACT_RTOL * max(float(np.abs(x).max()), 1e-300) or np.ptp(x) == 0:
+        sd, mean = 0.0, float(np.median(x))  # the same value in every replicate, up to rounding
+        return Estimate(mean, mean, mean, n, n - 1, 0.0, level, 0.0)
+    se = sd / np.sqrt(n)
+    half = t_quantile(level, n - 1) * se
+    return Estimate(mean, mean - half, mean + half, n, n - 1, sd, level, float(se))
 
 
 def t_quantile(level: float, dof: int) -> float:
@@ -127,9 +158,17 @@ def t_quantile(level: float, dof: int) -> float:
 
 
 def paired(arm: Mapping[int, float], ref: Mapping[int, float]) -> tuple[list[int], np.ndarray]:
-    """Seeds both arms have a finite value for, and ``arm − ref`` per seed."""
+    """Seeds both arms have a finite value for, and ``arm − ref`` per seed.
+
+    A difference within rounding of both values (``EXACT_RTOL`` of the larger) is 0: two
+    values that are the same by construction never differ by their rounding.
+    """
     seeds = sorted(s for s in arm if s in ref and np.isfinite(arm[s]) and np.isfinite(ref[s]))
-    return seeds, np.array([arm[s] - ref[s] for s in seeds], dtype=float)
+    a = np.array([arm[s] for s in seeds], dtype=float)
+    r = np.array([ref[s] for s in seeds], dtype=float)
+    d = a - r
+    d[np.abs(d) <= EXACT_RTOL * np.maximum(np.abs(a), np.abs(r))] = 0.0
+    return seeds, d
 
 
 def seed_sd(values: Mapping[int, float]) -> float:
@@ -151,8 +190,9 @@ def slope(x: Sequence[float], y: Sequence[float], level: float = LEVEL) -> Estim
     fit = stats.linregress(xa, ya)
     if n < 3:
         return Estimate(float(fit.slope), NAN, NAN, n, 0, level=level)
-    half = t_quantile(level, n - 2) * float(fit.stderr)
-    return Estimate(float(fit.slope), fit.slope - half, fit.slope + half, n, n - 2, NAN, level)
+    se = float(fit.stderr)
+    half = t_quantile(level, n - 2) * se
+    return Estimate(float(fit.slope), fit.slope - half, fit.slope + half, n, n - 2, NAN, level, se)
 
 
 def variance_ratio(x: Sequence[float], y: Sequence[float], level: float = LEVEL) -> Estimate:
@@ -190,7 +230,8 @@ def decide(
         est: the estimate and its interval.
         expects: one of ``EXPECTS``.
         margin: equivalence margin ``m`` (>= 0; NaN when it cannot be computed).
-        supports, falsifies: thresholds of ``at least`` (and ``supports`` of ``cosine``).
+        supports, falsifies: thresholds of ``at least`` / ``at most`` (and ``supports`` of
+            ``cosine``).
         min_n: fewest replicates that can decide (default ``MIN_SEEDS``).
     """
     if expects not in EXPECTS:
@@ -198,16 +239,21 @@ def decide(
     if est.n < min_n:
         return INCONCLUSIVE, f"{est.n} replicate(s); a verdict needs at least {min_n}"
     if not est.finite:
-        return INCONCLUSIVE, "no interval (the replicates do not vary or are missing)"
+        return INCONCLUSIVE, "no interval (the replicates are missing)"
+    if est.exact and expects in ("same", "not lower", "lower by m"):
+        return _exact(est.value, expects, margin)
     lo, hi, m = est.lo, est.hi, abs(margin)
     has_m = bool(np.isfinite(margin))
     inside = has_m and -m <= lo and hi <= m
     if expects in ("higher", "lower"):
         sign = 1 if expects == "higher" else -1
+        what = "the value (the same in every replicate)" if est.exact else "the interval"
         if lo > 0:
-            return (AS_PREDICTED if sign > 0 else OPPOSITE), "the interval lies above 0"
+            return (AS_PREDICTED if sign > 0 else OPPOSITE), f"{what} lies above 0"
         if hi < 0:
-            return (AS_PREDICTED if sign < 0 else OPPOSITE), "the interval lies below 0"
+            return (AS_PREDICTED if sign < 0 else OPPOSITE), f"{what} lies below 0"
+        if est.exact:
+            return NO_DIFFERENCE, "the difference is 0 in every replicate"
         if inside:
             return NO_DIFFERENCE, f"the interval lies inside ±{m:.4g}"
         return INCONCLUSIVE, _wide(has_m, m)
@@ -235,6 +281,12 @@ def decide(
         if hi < falsifies:
             return OPPOSITE, f"the interval lies below {falsifies:.4g}"
         return INCONCLUSIVE, f"the interval reaches between {falsifies:.4g} and {supports:.4g}"
+    if expects == "at most":
+        if hi <= supports:
+            return AS_PREDICTED, f"the interval lies at or below {supports:.4g}"
+        if lo > falsifies:
+            return OPPOSITE, f"the interval lies above {falsifies:.4g}"
+        return INCONCLUSIVE, f"the interval reaches between {supports:.4g} and {falsifies:.4g}"
     # cosine
     if lo > supports:
         return AS_PREDICTED, f"the interval lies above {supports:.4g}"
@@ -243,6 +295,27 @@ def decide(
     if inside:
         return NO_DIFFERENCE, f"the interval lies inside ±{m:.4g} (isotropic)"
     return INCONCLUSIVE, f"the interval is neither above {supports:.4g} nor inside ±{m:.4g}"
+
+
+def _exact(value: float, expects: str, margin: float) -> tuple[str, str]:
+    """An equivalence-type check on a value that is the same in every replicate: where the
+    value lies against the margin (a margin that could not be computed counts as 0)."""
+    m = abs(margin) if np.isfinite(margin) else 0.0
+    where = f"the value {value:.4g} (the same in every replicate)"
+    if expects == "same":
+        ok = -m <= value <= m
+        return (
+            AS_PREDICTED if ok else OPPOSITE
+        ), f"{where} lies {'inside' if ok else 'outside'} ±{m:.4g}"
+    if expects == "not lower":
+        ok = value >= -m
+        return (
+            AS_PREDICTED if ok else OPPOSITE
+        ), f"{where} lies {'at or above' if ok else 'below'} −{m:.4g}"
+    ok = value < -m  # lower by m
+    return (
+        AS_PREDICTED if ok else OPPOSITE
+    ), f"{where} lies {'below' if ok else 'at or above'} −{m:.4g}"
 
 
 def _wide(has_m: bool, m: float) -> str:
@@ -262,16 +335,19 @@ def threshold_verdict(value: float, *, supports: float, falsifies: float) -> str
 def combine(verdicts: Sequence[str], mode: str = "any") -> str:
     """One verdict from the verdicts of the checks that decide a prediction.
 
-    ``any``: each check is a falsifier on its own (``opposite`` if any is, else ``no
-    difference`` if any is, ``as predicted`` if all are). ``all``: the prediction fails
-    only jointly (``opposite`` if any is, ``no difference`` if all are, ``as predicted``
-    if all are). Otherwise, and with no check, ``inconclusive``.
+    A check that is ``not judgeable`` makes the prediction ``not judgeable`` (its condition
+    did not occur). ``any``: each check is a falsifier on its own (``opposite`` if any is,
+    else ``no difference`` if any is, ``as predicted`` if all are). ``all``: the
+    prediction fails only jointly (``opposite`` if any is, ``no difference`` if all are,
+    ``as predicted`` if all are). Otherwise, and with no check, ``inconclusive``.
     """
     if mode not in ("any", "all"):
         raise InputError(f"mode={mode!r}; allowed: any, all")
     v = list(verdicts)
     if not v:
         return INCONCLUSIVE
+    if NOT_JUDGEABLE in v:
+        return NOT_JUDGEABLE
     if OPPOSITE in v:
         return OPPOSITE
     if mode == "any" and NO_DIFFERENCE in v:
@@ -281,3 +357,57 @@ def combine(verdicts: Sequence[str], mode: str = "any") -> str:
     if all(x == AS_PREDICTED for x in v):
         return AS_PREDICTED
     return INCONCLUSIVE
+
+
+def claim_p(
+    est: Estimate,
+    expects: str,
+    verdict: str | None,
+    *,
+    margin: float = NAN,
+    supports: float = NAN,
+    falsifies: float = NAN,
+) -> float:
+    """The p-value of the claim ``verdict`` makes of ``est`` under ``expects``.
+
+    The interval at level ``L`` is ``value ± t_q(L, dof) · se``; a claim is a condition on
+    it (``lo > c``, ``hi < c``, or both ends inside ``±m``) that holds at every level
+    below some ``L*``, and its p-value is ``1 − L*`` (so ``decide`` makes the claim at
+    ``LEVEL`` exactly when ``p < 1 − LEVEL``). 0 for replicates that do not vary; NaN when
+    ``verdict`` claims nothing or the interval is not a t interval.
+    """
+    if verdict not in CLAIMS:
+        return NAN
+    if est.exact:
+        return 0.0
+    if not (np.isfinite(est.se) and est.se > 0 and est.dof >= 1):
+        return NAN
+    from scipy import stats
+
+    mu, se, m = est.value, est.se, abs(margin)
+
+    def above(c: float) -> float:  # lo > c
+        return min(1.0, 2.0 * float(stats.t.sf((mu - c) / se, est.dof)))
+
+    def below(c: float) -> float:  # hi < c
+        return min(1.0, 2.0 * float(stats.t.sf((c - mu) / se, est.dof)))
+
+    inside = max(above(-m), below(m)) if np.isfinite(margin) else NAN
+    if verdict == NO_DIFFERENCE:
+        return inside
+    good = verdict == AS_PREDICTED
+    if expects in ("higher", "lower"):
+        return above(0.0) if mu > 0 else below(0.0)
+    if expects == "same":
+        return inside if good else (above(m) if mu > m else below(-m))
+    if expects == "not lower":
+        return above(-m) if good else below(-m)
+    if expects == "lower by m":
+        return below(-m) if good else above(-m)
+    if expects == "at least":
+        return above(supports) if good else below(falsifies)
+    if expects == "at most":
+        return below(supports) if good else above(falsifies)
+    if expects == "cosine":
+        return above(supports) if good else below(0.0)
+    raise InputError(f"expects={expects!r}; allowed: {', '.join(EXPECTS)}")

@@ -44,7 +44,8 @@ that waits). The store is then ``rescue.miles.pace.PaceQueue`` instead of Miles'
 (no result, filtered) frees its place in the schedule. A group that reaches the gate
 stale anyway is kept with weight 1 (``trained_stale``) and logged as a warning.
 
-Census: every ``put`` opens an entry in ``rescue.census.Census``; the entry settles as
+Census: every ``put`` opens an entry in ``rescue.census.Census`` with the group's records
+(counted in ``rollout/census/generated/*``, whatever becomes of the group); the entry settles as
 ``aborted`` or ``filtered`` at put, ``dropped_stale`` at get, or ``trained_fresh`` /
 ``trained_stale`` / ``trained_protected`` at the next ``get_metrics()``. Miles runs
 ``--rollout-sample-filter-path`` after the last ``get`` of a step and before
@@ -167,8 +168,8 @@ class RescueDataBuffer:
         """Accept a finished group: no-result check, dynamic filter, then the FIFO store."""
         group = input.group
         gid = group_id(group)
-        self.census.enter(gid)
         records = group_records(group, reward_key=self._reward_key)
+        self.census.enter(gid, records)  # every group counts in the generated view
         if (reason := no_result(records)) is not None:
             # Settle before the handler: a retry handler resets the samples in place.
             self.census.settle(gid, Bucket.ABORTED, records, reason=reason)

@@ -22,17 +22,17 @@ the rollout's advantage on its loss tokens (turn index >= 1) and 0 on observatio
 Rollouts without a finite reward (``infra_no_result`` with no score) have no advantage under
 any arm: they are left out of the batch and counted in ``ArmBatch.excluded``.
 
-The P7 verdict compares per-token advantage variance under (a) and (e): the reduction
-``1 - Var_e / Var_a`` of one batch goes through the judge's rule for P7 offline
-(``rescue.judge.offline.p7_verdict``: at or above ``P7_SUPPORTS`` as predicted, below
-``P7_FALSIFIES`` opposite, the turn-reached baseline has no lever; in between
-inconclusive). ``rescue report`` judges the same reports with an interval over steps.
+The P7 verdict compares per-token advantage variance under (e) and the leave-one-out
+group baseline (``(e)`` with κ = ∞, ``= G/(G-1) · (a)`` per group): the reduction
+``reduction_vs_loo = 1 - Var_e / Var_loo`` of one batch goes through the judge's rule for
+P7 offline (``rescue.judge.offline.p7_verdict``: at or above ``P7_SUPPORTS`` as predicted,
+below ``P7_FALSIFIES`` opposite, the turn-reached baseline has no lever; in between
+inconclusive), the scale ``rescue report`` decides on with an interval over steps.
 
-Caveat, reported beside it: (a)'s baseline includes ``R_i`` itself, which scales its
-expected gradient by ``(G-1)/G`` and its variance by that squared, while (e) is built on
-leave-one-out means (unbiased, scale 1). ``reduction_vs_loo`` compares (e) with the
-leave-one-out group baseline (``(e)`` with κ = ∞, ``= G/(G-1) · (a)`` per group), which
-isolates what the turn information buys; its verdict uses the same thresholds.
+Reported beside it: the reduction against (a), ``1 - Var_e / Var_a`` (``reduction``,
+``verdict``). (a)'s baseline includes ``R_i`` itself, which scales its expected gradient
+by ``(G-1)/G`` and its variance by that squared, while (e) is built on leave-one-out means
+(unbiased, scale 1), so against (a) the turn information must first make up that factor.
 """
 
 from __future__ import annotations
@@ -311,14 +311,15 @@ def format_advantages(report: dict) -> str:
         lines.append(f"left out (no finite reward): {int(total['excluded_no_reward'])} rollouts")
     lines.append("")
     lines.append(
-        f"P7 (turn-reached baseline reduces per-token advantage variance): {total['verdict']} "
-        f"({total['reduction']:.1%} reduction; at or above {P7_SUPPORTS:.0%} as predicted, below "
-        f"{P7_FALSIFIES:.0%} opposite)"
+        f"P7 (turn-reached baseline reduces per-token advantage variance): "
+        f"{total['verdict_vs_loo']} ({total['reduction_vs_loo']:.1%} reduction against the "
+        f"leave-one-out group baseline, Var {total['var_loo']:.4g}, the scale the judge decides "
+        f"on; at or above {P7_SUPPORTS:.0%} as predicted, below {P7_FALSIFIES:.0%} opposite)"
     )
     lines.append(
-        f"  scale-matched, (e) vs the leave-one-out group baseline (Var {total['var_loo']:.4g}): "
-        f"{total['verdict_vs_loo']} ({total['reduction_vs_loo']:.1%} reduction); (a) counts R_i in its own "
-        "baseline, which shrinks its variance by ((G-1)/G)^2 along with its expected gradient"
+        f"  against (a), the group mean: {total['verdict']} ({total['reduction']:.1%} reduction); "
+        "(a) counts R_i in its own baseline, which shrinks its variance by ((G-1)/G)^2 along "
+        "with its expected gradient"
     )
     lines.append(
         "share = Var(E[R | turn]) / Var(R) over loss tokens; share|x = the same for R - mean_x R"

@@ -198,9 +198,10 @@ def main(args: argparse.Namespace) -> int:
         for line in notes:
             print(line)
     if len(plans) > 1:
+        from rescue.sim.runner import family
         from rescue.sim.summary import index_markdown
 
-        index = index_markdown(summaries, seeds)
+        index = index_markdown(summaries, seeds, family[0] if family else None)
         (out / "summary.md").write_text(index)
         print(index)
         print(f"index of the scenarios: {out / 'summary.md'}")

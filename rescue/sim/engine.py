@@ -37,10 +37,13 @@ The same core objects as the Miles adapters decide everything:
   bucket; ``step_metrics`` is logged each step under ``rollout/census/``.
 
 Behaviour is logged three ways per step: the trained groups' census (``rollout/census/``),
-every rollout that finished in the step (``sim/generated/``), and every rollout launched
-with the weight version of the step (``sim/launched/``, written at the end of the run for
-the versions whose groups all finished; the completion-time view over-represents short
-rollouts right after a change of policy, the launch view does not).
+every rollout that finished in the step (``rollout/census/generated/``: the census's own
+view of every group that entered it, the keys the Miles buffer and the slime drain log),
+and every rollout launched with the weight version of the step (``sim/launched/``, written
+at the end of the run for the versions whose groups all finished; the completion-time view
+over-represents short rollouts right after a change of policy, the launch view does not).
+Outputs of earlier versions logged the completion view as ``sim/generated/``; the judge
+still reads it there.
 
 Everything random comes from ``numpy.random.Generator``s spawned from the seed, and events
 are ordered by (time, sequence number): a seed gives the same run in any process.
@@ -55,6 +58,8 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from rescue.census import GENERATED as CENSUS_GENERATED
+from rescue.census import PREFIX as CENSUS_PREFIX
 from rescue.census import Bucket, Census, RolloutRecord, no_result, outcome_metrics
 from rescue.errors import InputError
 from rescue.gate import Gate
@@ -68,8 +73,9 @@ from rescue.sim.policy import Policy
 
 #: Prefix of the simulator's own metrics (those the cluster cannot see).
 SIM_PREFIX = "sim/"
-#: Prefix of the outcome metrics over every rollout finished in a step (trained or not).
-GENERATED_PREFIX = "sim/generated/"
+#: Prefix of the outcome metrics over every rollout finished in a step (trained or not):
+#: the census's generated view (``rescue.census``).
+GENERATED_PREFIX = CENSUS_PREFIX + CENSUS_GENERATED
 #: Prefix of the outcome metrics over the rollouts launched with a step's weight version.
 LAUNCHED_PREFIX = "sim/launched/"
 #: Census keys of the pace arm's waits.
@@ -131,7 +137,6 @@ class Simulation:
         self.time = 0.0
         self._next_id = 0
         self._pool: deque[tuple[int, env.Episodes]] = deque()  # (version, G episodes)
-        self._window_generated: list[RolloutRecord] = []
         self._launched: dict[int, list[RolloutRecord]] = {}  # launch version -> records
         self._waits = [0.0, 0]  # pace: seconds waited for stragglers, waits, this step
         self.pace = (
@@ -247,9 +252,8 @@ class Simulation:
         """A finished group enters the buffer (census entry); a lost one is aborted at once."""
         flow.in_flight -= 1
         flow.versions[group.version] -= 1
-        self.census.enter(group.group_id)
         group.records = self.records(group)
-        self._window_generated.extend(group.records)
+        self.census.enter(group.group_id, group.records)
         self._launched.setdefault(group.version, []).extend(group.records)
         if (reason := no_result(group.records)) is not None:
             self.census.settle(group.group_id, Bucket.ABORTED, group.records, reason=reason)
@@ -327,8 +331,6 @@ class Simulation:
         if self.arm.pace:
             m[PACE_WAIT_S], m[PACE_WAIT_GROUPS] = float(self._waits[0]), float(self._waits[1])
             self._waits = [0.0, 0]
-        m.update(outcome_metrics(self._window_generated, GENERATED_PREFIX))
-        self._window_generated = []
         m[SIM_PREFIX + "time"] = self.time
         m[SIM_PREFIX + "weight_version"] = float(self.version)
         m[SIM_PREFIX + "p_thorough"] = self.policy.p_thorough()

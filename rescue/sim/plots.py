@@ -36,7 +36,7 @@ PANELS: dict[str, tuple[str, ...]] = {
     "cap_hit": ("cap_hit",),
     "turns": ("turns_solved", "turns_failed"),
     "ran_tests": ("ran_tests_solved",),
-    "b": ("b_realized",),
+    "b": ("b",),
     "strategy": ("p_thorough",),
 }
 _TITLES = {
@@ -45,7 +45,7 @@ _TITLES = {
     "cap_hit": "cap-hit rate",
     "turns": "turns: successes (solid), failures (dashed)",
     "ran_tests": "test-run rate among successes",
-    "b": "realized baseline b (trained rollouts)",
+    "b": "b: realized all-members baseline (trained rollouts)",
     "strategy": "P(thorough)",
 }
 

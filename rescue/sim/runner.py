@@ -13,8 +13,10 @@ Output under ``out_dir``:
 
 - ``census/<arm>-seed<s>.jsonl``: one line per trainer step with ``arm``, ``seed``,
   ``rollout/step`` and the step's metrics: the census (``rollout/census/*``, the keys the
-  cluster logs), the outcome metrics of every generated rollout (``sim/generated/*``),
-  and ``sim/*`` (time, weight version, p_thorough);
+  cluster logs, among them ``rollout/census/generated/*``, the outcome metrics of every
+  generated rollout) and ``sim/*`` (time, weight version, p_thorough); the first line
+  also carries ``scenario`` (when named) and ``config`` (the run's ``SimConfig``), which
+  ``rescue report`` groups runs by;
 - ``runs.json``: per run, the census totals and the P7 variances;
 - ``timing.json``: per run, the seconds it took (the one output that depends on the machine);
 - ``summary.md`` and the PNG plots (``run_scenario``);
@@ -241,20 +243,27 @@ def _cost(cfg: SimConfig) -> float:
     return cfg.steps * cfg.groups_per_step * (cfg.group_size + 4) * cfg.max_turns
 
 
-def write_jsonl(results: dict[str, list[RunResult]], out_dir: Path) -> list[Path]:
+def write_jsonl(
+    results: dict[str, list[RunResult]],
+    out_dir: Path,
+    cfg: SimConfig | None = None,
+    scenario: str = "",
+) -> list[Path]:
     """``census/<arm>-seed<s>.jsonl`` per run, ``runs.json`` and ``timing.json``; returns
-    the JSONL paths."""
+    the JSONL paths. ``cfg`` and ``scenario`` go into each file's first line."""
     census_dir = Path(out_dir) / "census"
     census_dir.mkdir(parents=True, exist_ok=True)
+    head: dict = {"scenario": scenario} if scenario else {}
+    if cfg is not None:
+        head["config"] = asdict(cfg)
     paths, runs, timing = [], [], []
     for label, rs in results.items():
         for r in rs:
             path = census_dir / f"{label}-seed{r.seed}.jsonl"
             with path.open("w") as f:
                 for n, m in enumerate(r.steps):
-                    f.write(
-                        json.dumps({"arm": label, "seed": r.seed, "rollout/step": n, **m}) + "\n"
-                    )
+                    row = {"arm": label, "seed": r.seed, "rollout/step": n, **m}
+                    f.write(json.dumps({**head, **row} if n == 0 else row) + "\n")
             paths.append(path)
             run = asdict(r)
             del run["steps"]
@@ -277,11 +286,15 @@ def run_scenarios(
 ) -> list[tuple[str, list, list[str]]]:
     """Run each ``(scenario, config, arms, out)``'s arms and seeds and write its outputs.
 
-    The runs of every scenario share the workers; then each scenario's census, summary
-    (``out/summary.md``) and judgement are written, then the plots, one scenario per
-    worker. Returns per scenario the markdown summary, the judge's results for the
-    predictions whose arms ran, and one line per thing written or skipped.
+    The runs of every scenario share the workers; then each scenario's census and
+    judgement are computed, the family-wise rule (``rescue.judge.family``) is applied to
+    the deciding checks of every scenario together (one report: the verdicts ``rescue
+    report`` gives on the same outputs), and each summary (``out/summary.md``) is written,
+    then the plots, one scenario per worker. Returns per scenario the markdown summary,
+    the judge's results for the predictions whose arms ran, and one line per thing
+    written or skipped; ``family`` holds the rule's account after the call.
     """
+    from rescue.judge.family import holm
     from rescue.sim.summary import judged, summary_markdown
 
     notes: list[list[str]] = []
@@ -302,12 +315,18 @@ def run_scenarios(
             )
     grid = [(cfg, arms, w) for (_, cfg, arms, _), w in zip(plans, wandb_dirs, strict=True)]
     results = run_grid(grid, seeds, workers=workers, progress=progress, ray=ray)
+    judgements = [judged(res) for res in results]
+    family.clear()
+    family.append(holm([r for j in judgements for r in j[1]]))
     done = []
-    for (scenario, cfg, _, out), res, note in zip(plans, results, notes, strict=True):
+    for (scenario, cfg, _, out), res, note, judgement in zip(
+        plans, results, notes, judgements, strict=True
+    ):
         out = Path(out)
-        paths = write_jsonl(res, out)
-        judgement = judged(res)
-        summary = summary_markdown(res, cfg, seeds, scenario=scenario, judgement=judgement)
+        paths = write_jsonl(res, out, cfg, getattr(scenario, "name", "") or "")
+        summary = summary_markdown(
+            res, cfg, seeds, scenario=scenario, judgement=judgement, family=family[0]
+        )
         (out / "summary.md").write_text(summary)
         note[:0] = [
             f"census: {len(paths)} JSONL files in {out / 'census'}",
@@ -325,6 +344,9 @@ def run_scenarios(
             )
     return [(summary, judgement[1], note) for summary, judgement, note in done]
 
+
+#: The family-wise rule's account of the last ``run_scenarios`` call (one ``Family``).
+family: list = []
 
 _PLOT_JOBS: list = []  # what forked plot workers read (not pickled: the runs are large)
 

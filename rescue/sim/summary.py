@@ -5,8 +5,9 @@ Specification
 The arms table pools each quantity over the final window of every run (counts summed,
 then divided; ``rescue.judge.quantities``) and gives, per arm, the mean over seeds with
 its t interval's half-width. The policy's behaviour is read from every generated rollout
-(``sim/generated/*``: trained, dropped or aborted alike), the realized baseline b from
-the census of trained rollouts.
+(``rollout/census/generated/*``: trained, dropped or aborted alike), b (the realized
+all-members baseline, the same functional for every arm) from the census of trained
+rollouts.
 
 The predictions are judged by ``rescue.judge`` (the same rules, windows and margins as
 ``rescue report`` on real runs): the runs go to the judge grouped by arm and seed
@@ -17,9 +18,11 @@ not judged. An arm variant (``protect-a0.5-wnorm``: protect with its loss divide
 sum of its weights; ``rescue.judge.runs.VARIANTS``) is judged in protect's roles beside the
 plain arm.
 
-A scenario's summary opens with what it isolates, then the arms table, the verdicts, the
-wall-clock and generated rollouts each arm took to a success target, and the sections.
-``index_markdown`` puts several scenarios' verdicts on one page (``make demo``).
+A scenario's summary opens with what it isolates, then the arms table, the verdicts (under
+the family-wise rule of ``rescue.judge.family``, applied by the runner to every scenario
+of one run together, and alone), the wall-clock and generated rollouts each arm took to a
+success target, and the sections. ``index_markdown`` puts several scenarios' verdicts on
+one page (``make demo``), with the rule's account.
 """
 
 from __future__ import annotations
@@ -31,10 +34,11 @@ import numpy as np
 from rescue.errors import InputError
 from rescue.judge import checks as ck
 from rescue.judge import quantities as qs
+from rescue.judge import windows
 from rescue.judge.evaluation import Context, Prediction, Result, Role, evaluate
-from rescue.judge.predictions import FINAL_WINDOW
 from rescue.judge.predictions import PREDICTIONS as ALL_PREDICTIONS
 from rescue.judge.report import PREAMBLE, fmt, interval, predictions_markdown, summary_table
+from rescue.judge.rules import FINAL_WINDOW
 from rescue.judge.runs import Cohort, Run, parse_name
 from rescue.judge.stats import LEVEL, t_interval
 from rescue.sim.config import SimConfig
@@ -48,7 +52,7 @@ def _strategy(ctx: Context) -> list[ck.Check]:
             name=f"final P(thorough), {ctx.label('drop')} − {ctx.label('never-drop')}",
             expects=None,
             window=FINAL_WINDOW,
-            value=ck.final("p_thorough"),
+            value=windows.final("p_thorough"),
             margin=None,
             unit="probability",
         )
@@ -88,7 +92,7 @@ TABLE: tuple[str, ...] = (
     "turns_solved",
     "turns_failed",
     "ran_tests_solved",
-    "b_realized",
+    "b",
     "dropped",
 )
 
@@ -225,10 +229,20 @@ def summary_markdown(
     predictions: Sequence[Prediction] = PREDICTIONS,
     scenario=None,
     judgement: tuple[Cohort, list[Result], list[str]] | None = None,
+    family=None,
 ) -> str:
-    """The markdown summary: the scenario, the arms table, then the judge's verdicts."""
+    """The markdown summary: the scenario, the arms table, then the judge's verdicts.
+
+    ``family``: the family-wise rule's account (``rescue.judge.family.Family``) when the
+    caller applied it (``run_scenarios``); without one it is applied to this summary's
+    results alone.
+    """
     n = cfg.steps
     arms, ran, missing = judgement or judged(results, predictions)
+    if family is None:
+        from rescue.judge.family import holm
+
+        family = holm(ran)
     try:
         target, ref = success_target(arms)
         targets = target_table(arms, target) if np.isfinite(target) else []
@@ -242,13 +256,16 @@ def summary_markdown(
         f"{cfg.groups_per_step} groups × {cfg.group_size} rollouts, turn cap {cfg.max_turns}, "
         f"K = {cfg.max_staleness}, concurrency {cfg.concurrency} groups. Table: the final "
         f"{qs.FINAL_FRACTION:.0%} of the steps, mean over seeds ± the half-width of its "
-        f"{LEVEL:.0%} t interval; behaviour from all generated rollouts, b from the trained ones.",
+        f"{LEVEL:.0%} t interval; behaviour from all generated rollouts, b (the realized "
+        "all-members baseline) from the trained ones.",
         "",
         *arm_table(arms),
         "",
         "## Verdicts",
         "",
         *summary_table(ran),
+        "",
+        *family.lines(),
         "",
     ]
     if missing:
@@ -278,17 +295,21 @@ def summary_markdown(
     return "\n".join(lines) + "\n"
 
 
-def index_markdown(entries, seeds: Sequence[int]) -> str:
+def index_markdown(entries, seeds: Sequence[int], family=None) -> str:
     """Several scenarios on one page: what each isolates and its verdicts.
 
-    ``entries``: ``(scenario, summary path relative to the page, judged results)``.
+    ``entries``: ``(scenario, summary path relative to the page, judged results)``;
+    ``family``: the family-wise rule's account over all of them.
     """
     lines = [
         "# rescue sim: scenarios",
         "",
         f"Seeds {', '.join(map(str, seeds))}, fixed before any run was looked at. Every "
-        "verdict is the judge's (`rescue.judge`).",
+        "verdict is the judge's (`rescue.judge`); `alone` is a prediction's verdict with "
+        f"each of its checks at {LEVEL:.0%}, `verdict` the one under the family-wise rule "
+        "over every scenario of this page.",
         "",
+        *([*family.lines(), ""] if family is not None else []),
     ]
     for scenario, where, ran in entries:
         lines += [f"## {scenario.name}", "", *scenario_lines(scenario), *summary_table(ran), ""]

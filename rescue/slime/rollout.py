@@ -11,7 +11,8 @@ finished ones; aborted groups go back to the data source before they reach the q
 One call of ``generate_rollout`` drains that queue FIFO until it holds
 ``--rollout-batch-size`` kept groups:
 
-1. each popped group *enters* the census; a group without a result
+1. each popped group *enters* the census with its records (counted in
+   ``rollout/census/generated/*`` whatever becomes of it); a group without a result
    (``rescue.census.no_result``: a rollout classified ``infra_no_result``, e.g. a trial
    that timed out after its first model call, which slime would train as reward 0)
    settles ``aborted`` with the reason and is discarded, as slime discards what it cannot
@@ -158,8 +159,8 @@ class Drain:
         a kept group carries its weight and settles in ``collect``.
         """
         gid = group_id(group)
-        self.census.enter(gid)
         records = group_records(group, reward_key=getattr(args, "reward_key", None))
+        self.census.enter(gid, records)  # every group counts in the generated view
         if (reason := no_result(records)) is not None:
             self.census.settle(gid, Bucket.ABORTED, records, reason=reason)
             return None
