@@ -324,69 +324,15 @@ def _probe(args: argparse.Namespace) -> int:
 
 
 def _pull(args: argparse.Namespace) -> int:
-    from swe_smith_tasks import images, pilot
+    from swe_smith_tasks.images import main as pull
 
-    tasks = pilot.sample_tasks(pilot.load_tasks(args.tasks), args.max_tasks, args.seed)
-    statuses = images.pull_images(
-        [(t.instance_id, t.metadata) for t in tasks],
-        docker=args.docker,
-        timeout_s=args.timeout,
-        progress=not args.no_progress,
-    )
-    path = images.write_report(f"{args.out}/{images.REPORT}", statuses)
-    print(images.render(statuses))
-    failed = sum(s.status == "failed" for s in statuses)
-    if statuses and failed == len(statuses):
-        print(f"rescue swe pull: no task image is available ({path})", file=sys.stderr)
-        return 1
-    if failed:
-        print(f"{failed} task(s) will be skipped by the pilot (their image failed; {path})")
-    return 0
+    return pull(args)
 
 
 def _validate(args: argparse.Namespace) -> int:
-    from swe_smith_tasks import pilot, validate
-    from swe_smith_tasks.agent_settings import AgentSettings
-    from swe_smith_tasks.prepare import read_subset
+    from swe_smith_tasks.validate import main as validate
 
-    tasks = pilot.load_tasks(args.tasks)
-    if args.subset is not None:
-        wanted = set(read_subset(args.subset))
-        missing = sorted(wanted - {t.instance_id for t in tasks})
-        if missing:
-            raise InputError(
-                f"--subset {args.subset}: {len(missing)} id(s) not in --tasks {args.tasks}, "
-                f"e.g. {missing[0]!r}"
-            )
-        tasks = [t for t in tasks if t.instance_id in wanted]
-    references = validate.load_references(args.references or validate.reference_path(args.tasks))
-    settings = AgentSettings.from_env()
-    concurrency = args.concurrency or settings.max_concurrency
-    results = validate.validate(
-        [(t.instance_id, t.metadata) for t in tasks],
-        references,
-        settings=settings,
-        concurrency=concurrency,
-        progress=not args.no_progress,
-    )
-    paths = validate.write_outputs(args.out, results, concurrency=concurrency)
-    resolved = sum(r.resolved for r in results)
-    print(
-        f"{resolved} of {len(results)} reference solutions resolved "
-        f"({resolved / max(len(results), 1):.1%}) -> {paths['subset']}; "
-        f"summary: {paths['summary']}"
-    )
-    for r in [r for r in results if not r.resolved][:20]:
-        print(f"  excluded {r.instance_id}: {r.status} {r.reason} {r.error[:200]}".rstrip())
-    if results and not resolved:
-        reason = Counter(r.reason for r in results).most_common(1)[0][0]
-        print(
-            f"rescue swe validate: no reference solution resolved (most common: {reason}); "
-            "check Docker, the images and the grader",
-            file=sys.stderr,
-        )
-        return 1
-    return 0
+    return validate(args)
 
 
 def _prepare(args: argparse.Namespace) -> int:

@@ -149,3 +149,26 @@ def render(statuses: Sequence[ImageStatus]) -> str:
     if len(failed) > 20:
         lines.append(f"  ... and {len(failed) - 20} more (see {REPORT})")
     return "\n".join(lines)
+
+
+def main(args: Any) -> int:
+    """``rescue swe pull`` (``swe_smith_tasks.cli``): pull, write the report, print it; 1 when
+    no task's image is available."""
+    from swe_smith_tasks import pilot
+
+    tasks = pilot.sample_tasks(pilot.load_tasks(args.tasks), args.max_tasks, args.seed)
+    statuses = pull_images(
+        [(t.instance_id, t.metadata) for t in tasks],
+        docker=args.docker,
+        timeout_s=args.timeout,
+        progress=not args.no_progress,
+    )
+    path = write_report(f"{args.out}/{REPORT}", statuses)
+    print(render(statuses))
+    failed = sum(s.status == "failed" for s in statuses)
+    if statuses and failed == len(statuses):
+        print(f"rescue swe pull: no task image is available ({path})", file=sys.stderr)
+        return 1
+    if failed:
+        print(f"{failed} task(s) will be skipped by the pilot (their image failed; {path})")
+    return 0

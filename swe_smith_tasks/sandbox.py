@@ -39,7 +39,8 @@ Specification
   (``AgentSettings.docker_limits``: fixed ``--cpus``, ``--memory`` and ``--pids-limit``,
   the same in the pilot, every arm and the grader); ``run_args`` come after them and win.
 
-Failures to start a container, check out the task or cut its network, and a lost
+Failures to start a container (``image_pull`` when the image is missing and cannot be
+pulled, else ``container_start``), check out the task or cut its network, and a lost
 container, raise ``SandboxError``; the agent books it by its reason
 (``rescue.outcomes.REASONS``).
 """
@@ -67,6 +68,10 @@ CONTAINER_LABEL = "rescue-swe=1"
 WORKDIR = "/testbed"
 #: Scratch folder for the grader's files inside a container.
 SCRATCH = "/rescue"
+#: What ``docker run`` prints when the image is not there and cannot be pulled.
+PULL_ERROR = re.compile(
+    r"Unable to find image|pull access denied|manifest unknown|repository does not exist"
+)
 #: What the docker client prints when the container or the daemon is gone.
 DAEMON_ERROR = re.compile(
     r"No such container|is not running|Cannot connect to the Docker daemon"
@@ -136,7 +141,9 @@ class DockerContainer:
             raise SandboxError("container_start", f"{image}: {e}") from e
         if proc.returncode != 0 or not proc.stdout.strip():
             self.close()
-            raise SandboxError("container_start", f"{image}: {(proc.stderr or proc.stdout)[-500:]}")
+            said = (proc.stderr or proc.stdout)[-500:]
+            reason = "image_pull" if PULL_ERROR.search(said) else "container_start"
+            raise SandboxError(reason, f"{image}: {said}")
         self.id = proc.stdout.strip().splitlines()[-1]
 
     def exec(

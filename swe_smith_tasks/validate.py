@@ -211,3 +211,49 @@ def render_summary(results: Sequence[Validation], *, concurrency: int) -> str:
             for r in failed
         ]
     return "\n".join(lines) + "\n"
+
+
+def main(args: Any) -> int:
+    """``rescue swe validate`` (``swe_smith_tasks.cli``): the subset of ``--tasks`` validated,
+    the outputs written and the excluded tasks printed; 1 when no reference resolves."""
+    from swe_smith_tasks import pilot
+    from swe_smith_tasks.prepare import read_subset
+
+    tasks = pilot.load_tasks(args.tasks)
+    if args.subset is not None:
+        wanted = set(read_subset(args.subset))
+        missing = sorted(wanted - {t.instance_id for t in tasks})
+        if missing:
+            raise InputError(
+                f"--subset {args.subset}: {len(missing)} id(s) not in --tasks {args.tasks}, "
+                f"e.g. {missing[0]!r}"
+            )
+        tasks = [t for t in tasks if t.instance_id in wanted]
+    references = load_references(args.references or reference_path(args.tasks))
+    settings = AgentSettings.from_env()
+    concurrency = args.concurrency or settings.max_concurrency
+    results = validate(
+        [(t.instance_id, t.metadata) for t in tasks],
+        references,
+        settings=settings,
+        concurrency=concurrency,
+        progress=not args.no_progress,
+    )
+    paths = write_outputs(args.out, results, concurrency=concurrency)
+    resolved = sum(r.resolved for r in results)
+    print(
+        f"{resolved} of {len(results)} reference solutions resolved "
+        f"({resolved / max(len(results), 1):.1%}) -> {paths['subset']}; "
+        f"summary: {paths['summary']}"
+    )
+    for r in [r for r in results if not r.resolved][:20]:
+        print(f"  excluded {r.instance_id}: {r.status} {r.reason} {r.error[:200]}".rstrip())
+    if results and not resolved:
+        reason = Counter(r.reason for r in results).most_common(1)[0][0]
+        print(
+            f"rescue swe validate: no reference solution resolved (most common: {reason}); "
+            "check Docker, the images and the grader",
+            file=sys.stderr,
+        )
+        return 1
+    return 0

@@ -46,8 +46,12 @@ def install() -> None:
     if protocol is None or getattr(protocol, "__file__", None) is not None:
         return  # not imported yet, or the real SGLang
     current = getattr(protocol, "ChatCompletionRequest", None)
-    if current is not None and set(getattr(current, "model_fields", {})) == set(FIELDS):
-        return
-    protocol.ChatCompletionRequest = create_model(
-        "ChatCompletionRequest", **{name: (Any, None) for name in FIELDS}
-    )
+    if current is None or set(getattr(current, "model_fields", {})) != set(FIELDS):
+        protocol.ChatCompletionRequest = create_model(
+            "ChatCompletionRequest", **{name: (Any, None) for name in FIELDS}
+        )
+    # Miles' agentic generate function took the name at import: an earlier test may have
+    # imported it with an empty stand-in (tests/miles_args.py)
+    agentic = sys.modules.get("miles.rollout.generate_hub.agentic_tool_call")
+    if agentic is not None:
+        agentic.ChatCompletionRequest = protocol.ChatCompletionRequest

@@ -196,3 +196,17 @@ def test_outcome_parse_errors_list_allowed_values():
         ValueError, match="allowed: solved, submitted_failure, budget_failure, infra_no_result"
     ):
         Outcome.parse("lost")
+
+
+def test_the_readme_table_of_reasons_is_the_reason_table():
+    from pathlib import Path
+
+    readme = (Path(__file__).resolve().parents[1] / "README.md").read_text()
+    section = readme[readme.index("**Outcome reasons.**") :]
+    rows = [
+        [cell.strip() for cell in line.strip("|").split("|")]
+        for line in section.split("\n\n")[1].splitlines()[2:]
+    ]
+    assert {r[0].strip("`"): (r[1], r[2]) for r in rows} == {
+        name: (row.outcome.value, row.meaning) for name, row in REASONS.items()
+    }

@@ -203,7 +203,7 @@ def test_stall_past_the_trial_timeout_is_infra_and_removes_the_sandbox(docker):
 def test_image_that_cannot_be_pulled_is_infra_not_a_failure(docker):
     settings = AgentSettings(docker_executable=docker.shim, **FAST)
     result, server = play(FIX_SCRIPT, settings, metadata={**METADATA, "image": "swebench/absent"})
-    assert (result["outcome"], result["outcome_reason"]) == ("infra_no_result", "container_start")
+    assert (result["outcome"], result["outcome_reason"]) == ("infra_no_result", "image_pull")
     assert result["reward"] is None and "pull access denied" in result["error"]
     assert server.requests == []
 

@@ -90,7 +90,7 @@ def test_a_task_without_a_reference_or_an_image_is_excluded_with_its_reason(dock
     )
     assert [(r.resolved, r.status, r.reason) for r in results] == [
         (False, "error", "no_reference"),
-        (False, "error", "container_start"),
+        (False, "error", "image_pull"),
     ]
     assert "pull access denied" in results[1].error
 
@@ -148,9 +148,7 @@ def test_cli_validates_the_subset_with_the_training_concurrency(
     for folder in (docker / "images").iterdir():
         folder.rename(docker / folder.name)
     assert swe_cli.main(_parse(*argv, "--no-progress")) == 1
-    assert "no reference solution resolved (most common: container_start)" in (
-        capsys.readouterr().err
-    )
+    assert "no reference solution resolved (most common: image_pull)" in (capsys.readouterr().err)
 
 
 def test_cli_refuses_subset_ids_that_are_not_tasks_and_a_missing_reference_file(tmp_path):
