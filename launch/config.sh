@@ -438,6 +438,7 @@ REAP_ARGS=${REAP_ARGS:-}
 
 # Derived settings are set once the settings they come from are checked (derive.sh, common.sh):
 # the layout (ACTOR_GPUS_PER_NODE, ROLLOUT_NUM_GPUS, GLOBAL_BATCH_SIZE, AGENT_CONCURRENCY,
-# HEALTH_CHECK_FIRST_WAIT, NODE_ADDR, WATCHDOG_IDLE_S, PACE_STRAGGLER_S) by rescue_derive_layout, the family (TOOL_CALL_PARSER,
-# REASONING_PARSER, CHAT_TEMPLATE, CHAT_TEMPLATE_KWARGS) by rescue_family, and the names
-# (RUN_NAME, WANDB_GROUP, SAVE_DIR, DUMP_DIR) by rescue_derive_names.
+# HEALTH_CHECK_FIRST_WAIT, NODE_ADDR) by rescue_derive_layout, the limits that follow the trial
+# timeout (WATCHDOG_IDLE_S, PACE_STRAGGLER_S) by rescue_derive_swe, the family
+# (TOOL_CALL_PARSER, REASONING_PARSER, CHAT_TEMPLATE, CHAT_TEMPLATE_KWARGS) by rescue_family,
+# and the names (RUN_NAME, WANDB_GROUP, SAVE_DIR, DUMP_DIR) by rescue_derive_names.

@@ -3,8 +3,9 @@
 Specification
 -------------
 ``record(command, env, data)`` is what makes two runs of an arm different: the trainer's
-flags (``flag -> values``, from its command line), the Ray job's environment (the arm, the
-agent and its sandbox, the watchdog, pace), the prompt data's path and SHA-256 (the task
+flags (``flag -> values``, from its command line), the Ray job's ``RESCUE_*`` and
+``SGLANG_*`` settings (the arm, the agent and its sandbox, the watchdog, pace; not where the
+job runs: ``MASTER_ADDR``, ``PYTHONPATH``), the prompt data's path and SHA-256 (the task
 data), the Miles commit when known, and rescue's version (kept, not compared).
 
 ``check_save_dir(save_dir, record, resume=...)`` decides whether a launch may use
@@ -45,6 +46,8 @@ from rescue.frameworks import MILES, SGLANG_VERSION
 RECORD = "rescue-run.json"
 #: Keys of a record that are kept but never compared.
 NOT_COMPARED = frozenset({"rescue_version", "command"})
+#: Prefixes of the job's environment variables that are settings of the run.
+SETTING_PREFIXES = ("RESCUE_", "SGLANG_")
 
 
 def flags_of(words: Sequence[str]) -> dict[str, list[str]]:
@@ -99,7 +102,7 @@ def record(
 
     return {
         "flags": flags_of(command),
-        "env": dict(env),
+        "env": {k: v for k, v in sorted(env.items()) if k.startswith(SETTING_PREFIXES)},
         "data": {"path": str(data), "sha256": sha256(data)},
         "miles_commit": commit,
         "rescue_version": __version__,

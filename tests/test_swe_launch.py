@@ -125,6 +125,12 @@ def test_a_new_run_records_its_settings_and_a_rerun_must_ask_to_resume(tmp_path)
     assert "resuming" in check_save_dir(save, _record(tmp_path), resume=True)
 
 
+def test_where_the_job_runs_is_not_a_setting_of_the_run(tmp_path):
+    prompts = tmp_path / "p.jsonl"
+    env = {"RESCUE_ARM": "drop", "SGLANG_X": "1", "MASTER_ADDR": "10.0.0.1", "PYTHONPATH": "/a"}
+    assert record([], env, prompts)["env"] == {"RESCUE_ARM": "drop", "SGLANG_X": "1"}
+
+
 def test_a_resume_with_other_settings_is_refused_naming_each_key(tmp_path):
     save = tmp_path / "save"
     check_save_dir(save, _record(tmp_path), resume=False)
