@@ -51,7 +51,8 @@ test: $(VENV)/.stamp-dev+sim+swe+replay+ray+rlvr
 # integration tests import them with the [integration] extra's CPU packages; a package
 # missing fails them, sources at another commit warn naming both commits.
 INTEGRATION_TESTS := tests/test_miles_buffer.py tests/test_miles_log.py tests/test_miles_reward.py \
-	tests/test_miles_pace.py tests/test_filters.py tests/test_slime_rollout.py \
+	tests/test_miles_pace.py tests/test_miles_generate.py tests/test_swe_sampling.py tests/test_filters.py \
+	tests/test_slime_rollout.py \
 	tests/test_replay_miles.py tests/test_advantages.py tests/test_launch.py \
 	tests/test_miles_turn_e2e.py tests/test_miles_turn_reward.py tests/test_miles_drgrpo.py \
 	tests/test_miles_train_step.py tests/test_slime_turn.py tests/test_miles_matched.py \
@@ -108,9 +109,13 @@ rehearsal-test: $(VENV)/.stamp-dev $(REHEARSAL_VENV)/.stamp
 # ── The SWE arms on Miles (GPU nodes). Every variable, with its default, is documented in
 # launch/config.sh; set any of them on the command line. DRY_RUN=1 prints the commands.
 #
-#   make swe-prepare   SWE-smith rows -> prompt JSONL (all tasks; the pilot's subset once it exists)
-#   make pilot         PILOT_TASKS=N (or PILOT_ALL=1): n trials per task with the model to
-#                      train, after `rescue swe probe` checks its tool calls; writes the subset
+#   make swe-prepare   SWE-smith rows -> prompt JSONL (all tasks; the validated subset once it
+#                      exists) and the tasks' reference solutions
+#   make pilot         PILOT_TASKS=N (or PILOT_ALL=1): pulls the tasks' images, then n trials
+#                      per task with the model to train, after `rescue swe probe` checks its tool
+#                      calls and its sampling defaults; writes the subset
+#   make swe-validate  the subset's reference solutions graded in the training sandbox under the
+#                      training concurrency; writes the subset without those that do not resolve
 #   make preflight     GPUs, Docker, task images and their git remote, wandb, disk, context,
 #                      the imports of a trial
 #   make swe-arm ARM=drop|never-drop|protect|pace [A=0.5] [SEED=1] [STALENESS=2], or a
@@ -123,7 +128,7 @@ rehearsal-test: $(VENV)/.stamp-dev $(REHEARSAL_VENV)/.stamp
 #                      the gradient oracle on one node (launch/oracle.sh): each arm's replay
 #                      input from a never-drop recording's dumps, Miles' replay at CKPT
 #                      capturing every arm's gradient, then the comparison table
-.PHONY: swe-arm pilot swe-prepare preflight reap oracle
+.PHONY: swe-arm pilot swe-prepare swe-validate preflight reap oracle
 
 # `rescue swe ...` runs in $(VENV) with the swe extra unless RESCUE_PY names another Python.
 SWE_CLI_DEPS := $(if $(RESCUE_PY)$(filter 1,$(DRY_RUN)),,$(VENV)/.stamp-swe)
@@ -136,6 +141,9 @@ pilot: $(SWE_CLI_DEPS)
 
 swe-prepare: $(SWE_CLI_DEPS)
 	@launch/swe_prepare.sh
+
+swe-validate: $(SWE_CLI_DEPS)
+	@launch/swe_validate.sh
 
 preflight:
 	@launch/preflight.sh

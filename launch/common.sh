@@ -65,21 +65,42 @@ rescue_note() {
 RESCUE_POSITIVE=(NNODES GPUS_PER_NODE RAY_PORT RAY_DASHBOARD_PORT ACTOR_NUM_NODES
   ROLLOUT_GPUS_PER_ENGINE MAX_TURNS MAX_SEQ_LEN MAX_RESPONSE_LEN ROLLOUT_BATCH_SIZE N_SAMPLES
   NUM_ROLLOUT TP CP MAX_TOKENS_PER_GPU SAVE_INTERVAL CKPT_GB DUMP_MB_PER_STEP HOUSEKEEP_S
-  PILOT_PORT PILOT_WAIT_S PILOT_N PILOT_CONCURRENCY)
-RESCUE_NON_NEGATIVE=(STALENESS NODE_RANK RAY_WAIT_S CKPT_KEEP)
-# Empty means derived (rescue_derive_layout) or unset.
+  PILOT_PORT PILOT_WAIT_S PILOT_N PILOT_CONCURRENCY TIME_BUDGET TRIAL_TIMEOUT)
+RESCUE_NON_NEGATIVE=(STALENESS NODE_RANK RAY_WAIT_S CKPT_KEEP SANDBOX_PIDS WATCHDOG_WINDOW)
+# Empty means derived (rescue_derive_layout, rescue_derive_swe) or unset.
 RESCUE_OPTIONAL_POSITIVE=(ACTOR_GPUS_PER_NODE ROLLOUT_NUM_GPUS GLOBAL_BATCH_SIZE AGENT_CONCURRENCY
   PILOT_TASKS PACE_WINDOW)
-RESCUE_OPTIONAL_NON_NEGATIVE=(HEALTH_CHECK_FIRST_WAIT CKPT_STEP)
+RESCUE_OPTIONAL_NON_NEGATIVE=(HEALTH_CHECK_FIRST_WAIT CKPT_STEP WATCHDOG_IDLE_S PACE_STRAGGLER_S)
 RESCUE_SWITCHES=(RAY_STOP DRY_RUN PREFLIGHT REAP PULL_IMAGES EXTEND_CONTEXT PILOT_ALL
-  PILOT_RETRY_INFRA DRGRPO ORACLE_STREAM ORACLE_FORCE)
+  PILOT_RETRY_INFRA DRGRPO ORACLE_STREAM ORACLE_FORCE RESUME PILOT_PULL REQUIRE_VALIDATE)
+# Agent settings that have launcher settings of their own (AGENT_ENV refuses them).
+RESCUE_AGENT_OWN=(RESCUE_SWE_STEP_LIMIT RESCUE_SWE_MAX_CONCURRENCY RESCUE_SWE_CONTAINER_CPUS
+  RESCUE_SWE_CONTAINER_MEMORY RESCUE_SWE_CONTAINER_PIDS RESCUE_SWE_TIME_BUDGET
+  RESCUE_SWE_TRIAL_TIMEOUT RESCUE_SWE_OUTER_TIMEOUT)
 
 # Every setting every launcher reads: one line naming the first bad one, never a shell error.
 rescue_check_settings() {
   rescue_check_values
   rescue_family
   rescue_derive_layout
+  rescue_derive_swe
   if [[ ${ARM:-} == matched ]]; then rescue_check_matched; fi
+}
+
+# The SWE settings derived from the trial timeout: the watchdog's idle limit and pace's
+# straggler deadline (each unless set).
+rescue_derive_swe() {
+  WATCHDOG_IDLE_S=${WATCHDOG_IDLE_S:-$((2 * TRIAL_TIMEOUT))}
+  PACE_STRAGGLER_S=${PACE_STRAGGLER_S:-$((TRIAL_TIMEOUT + 1800))}
+}
+
+# $1 (a name) holds a number in [$2, $3] ($3 may be empty: no upper bound); else one line.
+rescue_check_number() {
+  local name=$1 low=$2 high=$3 value=${!1}
+  if ! [[ $value =~ ^-?([0-9]+\.?[0-9]*|\.[0-9]+)([eE][-+]?[0-9]+)?$ ]] ||
+    ! awk -v x="$value" -v lo="$low" -v hi="$high" 'BEGIN { exit !(x + 0 >= lo + 0 && (hi == "" || x + 0 <= hi + 0)) }'; then
+    rescue_die "$name='$value' is not a number in [$low, ${high:-inf}]: set $name"
+  fi
 }
 
 # The values themselves (numbers, switches, seed, dump window, nodes, pause mode, pace
@@ -97,6 +118,13 @@ rescue_check_values() {
   fi
   ((MAX_RESPONSE_LEN < MAX_SEQ_LEN)) ||
     rescue_die "MAX_RESPONSE_LEN=$MAX_RESPONSE_LEN is not below MAX_SEQ_LEN=$MAX_SEQ_LEN: SGLang would refuse every request; set MAX_RESPONSE_LEN below MAX_SEQ_LEN"
+  rescue_check_number TEMPERATURE 0 ""
+  rescue_check_number TOP_P 0 1
+  [[ $TOP_K =~ ^(-1|0|[1-9][0-9]*)$ ]] || rescue_die "TOP_K='$TOP_K' is not -1 (off) or a count: set TOP_K=-1 or TOP_K=N"
+  rescue_check_number SANDBOX_CPUS 0 ""
+  [[ $SANDBOX_MEMORY =~ ^[0-9]+[bkmgBKMG]?$ ]] || rescue_die "SANDBOX_MEMORY='$SANDBOX_MEMORY' is not a docker --memory size: set SANDBOX_MEMORY=10g (0: no limit)"
+  rescue_check_number WATCHDOG_MAX_NO_RESULT 0 1
+  rescue_check_number PILOT_MAX_INFRA 0 1
   return 0
 }
 
@@ -147,6 +175,9 @@ rescue_check_arm() {
   # (a PACE_WINDOW that is not a number gets rescue_check_settings' message instead)
   if [[ $PACE_WINDOW =~ ^[1-9][0-9]*$ && $ARM != pace ]]; then
     rescue_die "PACE_WINDOW=$PACE_WINDOW applies only to ARM=pace: unset PACE_WINDOW or set ARM=pace"
+  fi
+  if [[ $PACE_STRAGGLER_S =~ ^[0-9]+$ && $ARM != pace ]]; then
+    rescue_die "PACE_STRAGGLER_S=$PACE_STRAGGLER_S applies only to ARM=pace: unset PACE_STRAGGLER_S or set ARM=pace"
   fi
   if [[ $ARM == protect ]]; then
     [[ -n $A ]] || rescue_die "ARM=protect needs A: set A with 0 < A <= 1, e.g. A=0.5"
@@ -286,18 +317,10 @@ rescue_arm_flags() {
     pace) ARM_FLAGS+=(--rollout-function-path rescue.miles.pace.PaceRolloutFn) ;;
     *) ARM_FLAGS+=(--fully-async) ;;
   esac
-  case $ARM in
-    drop | never-drop | pace) ;;
-    *)
-      # protect and the budget arms: the reward hook (with ESTIMATOR=turn a shared flag).
-      [[ $ESTIMATOR == turn ]] ||
-        ARM_FLAGS+=(--custom-reward-post-process-path rescue.miles.reward.post_process_rewards)
-      if rescue_is_budget_arm; then
-        rescue_budget_flags
-        ARM_FLAGS+=("${BUDGET_FLAGS[@]}")
-      fi
-      ;;
-  esac
+  if rescue_is_budget_arm; then
+    rescue_budget_flags
+    ARM_FLAGS+=("${BUDGET_FLAGS[@]}")
+  fi
 }
 
 # ARM_ENV: the runtime-env settings of the arm (the gate's, the reward hook's, pace's window).
@@ -307,7 +330,10 @@ rescue_arm_env() {
   case $ARM in
     drop | never-drop) ;;
     protect) ARM_ENV+=("RESCUE_A=$A" "RESCUE_BASELINE=$BASELINE") ;;
-    pace) [[ -z $PACE_WINDOW ]] || ARM_ENV+=("RESCUE_PACE_WINDOW=$PACE_WINDOW") ;;
+    pace)
+      [[ -z $PACE_WINDOW ]] || ARM_ENV+=("RESCUE_PACE_WINDOW=$PACE_WINDOW")
+      ARM_ENV+=("RESCUE_PACE_STRAGGLER_S=$PACE_STRAGGLER_S")
+      ;;
     *)
       rescue_budget_env
       ARM_ENV=(RESCUE_ARM=never-drop "${BUDGET_ENV[@]}")
@@ -331,12 +357,17 @@ rescue_shared_flags() {
     --rollout-shuffle --rollout-seed "$SEED" --seed "$SEED"
     --num-rollout "$NUM_ROLLOUT" --rollout-batch-size "$ROLLOUT_BATCH_SIZE"
     --n-samples-per-prompt "$N_SAMPLES" --global-batch-size "$GLOBAL_BATCH_SIZE"
-    --rollout-temperature "$TEMPERATURE" --rollout-max-response-len "$MAX_RESPONSE_LEN"
+    # sampling: the settings the pilot samples with (swe_smith_tasks/sampling.py); what the
+    # request omits (min_p, repetition_penalty) is SGLang's OpenAI default, never the
+    # checkpoint's generation_config
+    --rollout-temperature "$TEMPERATURE" --rollout-top-p "$TOP_P" --rollout-top-k "$TOP_K"
+    --rollout-max-response-len "$MAX_RESPONSE_LEN" --sglang-sampling-defaults openai
     --max-seq-len "$MAX_SEQ_LEN" --rollout-max-context-len "$MAX_SEQ_LEN"
     # weights update while generation goes on (the rollout function is the arm's)
     --pause-generation-mode "$PAUSE_MODE"
-    # the SWE-smith agent behind Miles' session server
-    --custom-generate-function-path miles.rollout.generate_hub.agentic_tool_call.generate
+    # the SWE-smith agent behind Miles' session server (Miles' agentic generate function,
+    # with a refused sample assembly turned into a no-result: rescue.miles.generate)
+    --custom-generate-function-path rescue.miles.generate.generate
     --custom-agent-function-path swe_smith_tasks.agent.run
     --custom-rm-path swe_smith_tasks.agent.reward_func
     --use-session-server --tito-model "$TITO_MODEL"
@@ -368,6 +399,10 @@ rescue_shared_flags() {
   )
   rescue_loss_flags tis
   SHARED_FLAGS+=("${LOSS_FLAGS[@]}")
+  # every arm's rewards take one path: rescue's hook (its normalization, and the weights of
+  # protect; with ESTIMATOR=turn LOSS_FLAGS has it)
+  [[ $ESTIMATOR == turn ]] ||
+    SHARED_FLAGS+=(--custom-reward-post-process-path rescue.miles.reward.post_process_rewards)
   if [[ $DUMP_STEPS != 0 ]]; then
     SHARED_FLAGS+=(--save-debug-rollout-data "$DUMP_DIR/rollout_data/{rollout_id}.pt")
   fi
@@ -399,16 +434,41 @@ rescue_loss_flags() {
 }
 
 # AGENT_VARS: the SWE agent's settings as NAME=VALUE words, the same for training and the
-# pilot: the turn cap, $1 trials at once, then AGENT_ENV's words (which win).
+# pilot: the turn cap, $1 trials at once, the sandbox and the timeouts, then AGENT_ENV's words
+# (which may not repeat those). The settings are checked as the agent will read them.
 rescue_agent_vars() {
-  AGENT_VARS=("RESCUE_SWE_STEP_LIMIT=$MAX_TURNS" "RESCUE_SWE_MAX_CONCURRENCY=$1")
+  AGENT_VARS=("RESCUE_SWE_STEP_LIMIT=$MAX_TURNS" "RESCUE_SWE_MAX_CONCURRENCY=$1"
+    "RESCUE_SWE_CONTAINER_CPUS=$SANDBOX_CPUS" "RESCUE_SWE_CONTAINER_MEMORY=$SANDBOX_MEMORY"
+    "RESCUE_SWE_CONTAINER_PIDS=$SANDBOX_PIDS" "RESCUE_SWE_TIME_BUDGET=$TIME_BUDGET"
+    "RESCUE_SWE_TRIAL_TIMEOUT=$TRIAL_TIMEOUT" "RESCUE_SWE_OUTER_TIMEOUT=$((TRIAL_TIMEOUT + 1800))")
   local -a words=()
   read -ra words <<<"$AGENT_ENV"
   local kv
   for kv in "${words[@]}"; do
-    [[ $kv =~ ^[A-Za-z_][A-Za-z0-9_]*= ]] || rescue_die "AGENT_ENV entry '$kv' is not NAME=VALUE: set AGENT_ENV='RESCUE_SWE_TRIAL_TIMEOUT=5400 ...'"
+    [[ $kv =~ ^[A-Za-z_][A-Za-z0-9_]*= ]] || rescue_die "AGENT_ENV entry '$kv' is not NAME=VALUE: set AGENT_ENV='RESCUE_SWE_COMMAND_TIMEOUT=120 ...'"
+    [[ " ${RESCUE_AGENT_OWN[*]} " != *" ${kv%%=*} "* ]] ||
+      rescue_die "AGENT_ENV sets ${kv%%=*}, which has a setting of its own (MAX_TURNS, AGENT_CONCURRENCY, SANDBOX_CPUS, SANDBOX_MEMORY, SANDBOX_PIDS, TIME_BUDGET, TRIAL_TIMEOUT): set that instead"
     AGENT_VARS+=("$kv")
   done
+  local why
+  why=$(env "PYTHONPATH=$RESCUE_DIR${PYTHONPATH:+:$PYTHONPATH}" "${AGENT_VARS[@]}" "$RESCUE_PY" -c '
+from rescue.errors import InputError
+from swe_smith_tasks.agent_settings import AgentSettings
+try:
+    AgentSettings.from_env()
+except InputError as e:
+    print(e)
+' 2>&1) || why="RESCUE_PY=$RESCUE_PY cannot run: $why"
+  [[ -z $why ]] || rescue_die "the agent's settings are refused: $why"
+}
+
+# The sandbox of the trials and the watchdog of a run, one line each (what dry runs show).
+rescue_note_sandbox() {
+  rescue_note "sandbox: --cpus $SANDBOX_CPUS --memory $SANDBOX_MEMORY --pids-limit $SANDBOX_PIDS, cut from the network after checkout; the agent's own time $TIME_BUDGET s, a trial $TRIAL_TIMEOUT s; $MAX_TURNS turns"
+}
+
+rescue_note_watchdog() {
+  rescue_note "watchdog: stop when more than $WATCHDOG_MAX_NO_RESULT of the last $WATCHDOG_WINDOW groups have no result, or no group finishes for $WATCHDOG_IDLE_S s (0: off)"
 }
 
 # RUNTIME_ENV_JSON: what the Ray job's processes see (rescue on PYTHONPATH, the gate, the agent).
@@ -425,11 +485,49 @@ rescue_runtime_env() {
   )
   rescue_arm_env
   env+=("${ARM_ENV[@]}" "RESCUE_ESTIMATOR=$ESTIMATOR")
+  env+=("RESCUE_WATCHDOG_WINDOW=$WATCHDOG_WINDOW" "RESCUE_WATCHDOG_MAX_NO_RESULT=$WATCHDOG_MAX_NO_RESULT"
+    "RESCUE_WATCHDOG_IDLE_S=$WATCHDOG_IDLE_S")
   [[ -n $DRGRPO_DIVISOR ]] && env+=("RESCUE_DRGRPO_DIVISOR=$DRGRPO_DIVISOR")
   [[ $EXTEND_CONTEXT == 1 ]] && env+=(SGLANG_ALLOW_OVERWRITE_LONGER_CONTEXT_LEN=1)
   rescue_agent_vars "$AGENT_CONCURRENCY"
   env+=("${AGENT_VARS[@]}")
   rescue_env_json "${env[@]}"
+  RUNTIME_ENV_WORDS=("${env[@]}")
+}
+
+# ENV_REPORT_JSON: the run's rescue settings (the arm, the agent and its sandbox, the
+# watchdog) for Miles' --env-report, which puts them in the wandb config
+# (launcher_env_report).
+rescue_env_report() {
+  ENV_REPORT_JSON=$("$JOB_PYTHON" -c '
+import json, sys
+kv = dict(w.split("=", 1) for w in sys.argv[1:])
+print(json.dumps({"rescue": {k: v for k, v in sorted(kv.items()) if k.startswith("RESCUE_")}}, separators=(",", ":")))
+' "${RUNTIME_ENV_WORDS[@]}") || rescue_die "JOB_PYTHON=$JOB_PYTHON cannot run: set JOB_PYTHON to a Python 3 interpreter"
+}
+
+# The save directory against this run's settings (swe_smith_tasks/run_record.py): a run
+# there is refused unless RESUME=1, and then refused when its recorded settings differ;
+# a new run's settings are recorded there. $@: the trainer's flags.
+rescue_check_save_dir() {
+  local -a opts=(--save-dir "$SAVE_DIR" --data "$PROMPT_DATA" --env-json "$RUNTIME_ENV_JSON"
+    --miles-dir "$MILES_DIR")
+  [[ $RESUME == 1 ]] && opts+=(--resume)
+  [[ $DRY_RUN == 1 ]] && opts+=(--dry-run)
+  local out
+  out=$(PYTHONPATH="$RESCUE_DIR${PYTHONPATH:+:$PYTHONPATH}" "$RESCUE_PY" -m swe_smith_tasks.run_record \
+    check "${opts[@]}" -- "$@" 2>&1) || rescue_die "$out"
+  rescue_note "$out"
+}
+
+# Warn, naming both, when the Miles checkout or the job's SGLang differ from the versions
+# rescue is tested against (rescue/frameworks.py).
+rescue_check_versions() {
+  local line
+  while IFS= read -r line; do
+    [[ -z $line ]] || rescue_warn "$line"
+  done < <(PYTHONPATH="$RESCUE_DIR${PYTHONPATH:+:$PYTHONPATH}" "$RESCUE_PY" -m swe_smith_tasks.run_record \
+    versions --miles-dir "$MILES_DIR" --python "$JOB_PYTHON" 2>&1)
 }
 
 # RUNTIME_ENV_JSON from NAME=VALUE words: Ray's runtime env with these variables.

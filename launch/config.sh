@@ -46,6 +46,9 @@
 #                      (RESCUE_PACE_WINDOW), from ROLLOUT_BATCH_SIZE to
 #                      (STALENESS + 1) * ROLLOUT_BATCH_SIZE; empty = the largest. Not part
 #                      of RUN_NAME: set RUN_NAME to keep runs with another window apart.
+#   PACE_STRAGGLER_S   (pace only; TRIAL_TIMEOUT + 1800) Seconds after its admission past
+#                      which pace abandons a group still in flight as a no-result (census
+#                      reason pace_straggler) and goes on (RESCUE_PACE_STRAGGLER_S); 0 never.
 #   BASELINE           all. Group-baseline population of the protect reward hook
 #                      (RESCUE_BASELINE): all | survivors.
 #
@@ -134,10 +137,9 @@
 #   MAX_TURNS          40. Turn cap of the agent: model calls per trial (RESCUE_SWE_STEP_LIMIT).
 #   AGENT_CONCURRENCY  ROLLOUT_BATCH_SIZE*N_SAMPLES. Trials at once (RESCUE_SWE_MAX_CONCURRENCY).
 #   AGENT_ENV          (empty) More settings of the agent for the job's runtime env and the
-#                      pilot, as NAME=VALUE words, e.g. 'RESCUE_SWE_CONTAINER_CPUS=2
-#                      RESCUE_SWE_TRIAL_TIMEOUT=5400' (names: swe_smith_tasks/agent_settings.py).
-#                      Task containers get --memory 10g and a CPU share of the node's cores
-#                      among the trials by default (RESCUE_SWE_CONTAINER_MEMORY/_CPUS).
+#                      pilot, as NAME=VALUE words, e.g. 'RESCUE_SWE_COMMAND_TIMEOUT=120'
+#                      (names: swe_smith_tasks/agent_settings.py). The sandbox and the
+#                      timeouts below have settings of their own and are refused here.
 #   MAX_SEQ_LEN        40960. Whole-trajectory context: --max-seq-len,
 #                      --rollout-max-context-len and SGLang's context (--sglang-context-length,
 #                      the pilot's --context-length), Qwen3-8B's max_position_embeddings. A
@@ -155,7 +157,41 @@
 #   N_SAMPLES          8. Rollouts per prompt (the group size n).
 #   GLOBAL_BATCH_SIZE  ROLLOUT_BATCH_SIZE*N_SAMPLES. Samples per optimizer step.
 #   NUM_ROLLOUT        200. Training steps.
-#   TEMPERATURE        1.0. Sampling temperature.
+#   TEMPERATURE        1.0. Sampling temperature (--rollout-temperature; the pilot's too).
+#   TOP_P              1.0. --rollout-top-p; the pilot sends the same.
+#   TOP_K              -1 (off). --rollout-top-k; the pilot sends the same. With the family's
+#                      CHAT_TEMPLATE_KWARGS (clear_thinking) and MAX_RESPONSE_LEN these are
+#                      every sampling setting: min_p and repetition_penalty are SGLang's OpenAI
+#                      defaults in both, since training's engines
+#                      (--sglang-sampling-defaults openai) and the pilot's server
+#                      (--sampling-defaults openai) never read the checkpoint's
+#                      generation_config (swe_smith_tasks/sampling.py).
+#
+# ── The sandbox (the same for the pilot, every arm and the grader; fixed, never derived
+#    from the node) ──────────────────────────────────────────────────────────────────────
+#   SANDBOX_CPUS       2. docker run --cpus of every task container (RESCUE_SWE_CONTAINER_CPUS).
+#   SANDBOX_MEMORY     10g. docker run --memory, as the SWE-smith harness grades
+#                      (RESCUE_SWE_CONTAINER_MEMORY).
+#   SANDBOX_PIDS       4096. docker run --pids-limit (RESCUE_SWE_CONTAINER_PIDS).
+#                      The agent's container is cut from the network after checkout.
+#   TIME_BUDGET        3600. The agent's own seconds (its model calls and commands) per trial
+#                      (RESCUE_SWE_TIME_BUDGET): past it the trial is a budget failure.
+#   TRIAL_TIMEOUT      5400. Seconds per trial, start and grading included
+#                      (RESCUE_SWE_TRIAL_TIMEOUT; the trainer's limit on one sample,
+#                      RESCUE_SWE_OUTER_TIMEOUT, is TRIAL_TIMEOUT + 1800): past it, a no-result.
+#                      TIME_BUDGET + one request, one command and a container start must fit.
+#   The sandbox and the timeouts are recorded in the run's settings (SAVE_DIR/rescue-run.json)
+#   and in the wandb config (--env-report, launcher_env_report).
+#
+# ── The watchdog (every arm) ────────────────────────────────────────────────────────────
+#   WATCHDOG_WINDOW    64. Groups the no-result fraction is taken over (RESCUE_WATCHDOG_WINDOW;
+#                      0 off).
+#   WATCHDOG_MAX_NO_RESULT 0.5. The run stops, with one line naming the dominant reason and
+#                      the last errors and the census flushed to wandb first, when more than
+#                      this fraction of the last WATCHDOG_WINDOW groups had no result
+#                      (RESCUE_WATCHDOG_MAX_NO_RESULT).
+#   WATCHDOG_IDLE_S    (2 * TRIAL_TIMEOUT) ... or when no group finished for this many seconds
+#                      (RESCUE_WATCHDOG_IDLE_S; 0 off).
 #   PAUSE_MODE         in_place. --pause-generation-mode during weight updates: in_place |
 #                      retract (abort would abort every group in flight at each update;
 #                      Miles' fully-async rollout and pace refuse it).
@@ -203,6 +239,9 @@
 #                      flag) and run nothing. ARM, A, SEED, STALENESS and MILES_DIR are
 #                      still checked; missing GPUs only print a warning.
 #   PREFLIGHT          1. Run launch/preflight.sh on node 0 before submitting; 0 skips it.
+#   RESUME             0. A SAVE_DIR that already holds a run is refused (Miles would resume
+#                      from it silently); 1 resumes it, and is refused when the run's settings
+#                      differ from those recorded there (each differing key named).
 #   REAP               1. Remove task containers left by earlier runs before starting.
 #   PULL_IMAGES        0. 1: pre-flight pulls the missing task images instead of failing.
 #   RESCUE_DOCKER      docker. Docker command of pre-flight and `rescue swe reap` (may carry
@@ -230,10 +269,19 @@
 #   PILOT_ALL          0. 1: pilot every task of TASKS_JSONL when PILOT_TASKS is empty.
 #   PILOT_RETRY_INFRA  0. 1: rerun the trials that had no result (infrastructure) in PILOT_OUT.
 #   PILOT_LOW          0.2.  PILOT_HIGH 0.5. Success-rate window of the kept tasks.
+#   PILOT_MAX_INFRA    0.05. A task whose trial attempts had more than this fraction of
+#                      infrastructure faults is rejected (--max-infra-fraction).
+#   PILOT_PULL         1. Pull the images of the pilot's tasks before the pilot (`rescue swe
+#                      pull`); a task whose pull fails is reported and skipped, not tried.
 #   PILOT_OUT          OUTPUT_DIR/pilot. Pilot results (resumable) and SUBSET_FILE.
 #   REAP_ARGS          (empty) Flags of `rescue swe reap` for `make reap`, e.g. '--dry-run'.
-#   The pilot's agent uses MAX_TURNS, AGENT_ENV, MAX_RESPONSE_LEN, TEMPERATURE and the
-#   family's chat_template_kwargs, as training does.
+#   The pilot's agent uses MAX_TURNS, AGENT_ENV, the sandbox, MAX_RESPONSE_LEN, TEMPERATURE,
+#   TOP_P, TOP_K and the family's chat_template_kwargs, as training does.
+#   VALIDATE_OUT       OUTPUT_DIR/validate. `make swe-validate`: the reference solution of every
+#                      SUBSET_FILE task graded in the training sandbox, AGENT_CONCURRENCY at
+#                      once; VALIDATE_OUT/subset.txt keeps the tasks whose reference resolves.
+#   REQUIRE_VALIDATE   1. make swe-prepare writes PROMPT_DATA from VALIDATE_OUT/subset.txt and
+#                      refuses without it; 0 takes SUBSET_FILE as it is.
 #
 # Errors (one line on stderr, exit status 2; every setting is checked before it is used):
 #   ARM='x' is not an arm: set ARM to drop, never-drop, protect or pace (stale handling), or ...
@@ -274,6 +322,7 @@ STALENESS=${STALENESS:-2}
 BASELINE=${BASELINE:-all}
 ESTIMATOR=${ESTIMATOR:-group}
 PACE_WINDOW=${PACE_WINDOW:-}
+PACE_STRAGGLER_S=${PACE_STRAGGLER_S:-}
 DRGRPO=${DRGRPO:-0}
 DRGRPO_DIVISOR=${DRGRPO_DIVISOR:-}
 
@@ -326,6 +375,16 @@ NUM_ROLLOUT=${NUM_ROLLOUT:-200}
 AGENT_CONCURRENCY=${AGENT_CONCURRENCY:-}
 AGENT_ENV=${AGENT_ENV:-}
 TEMPERATURE=${TEMPERATURE:-1.0}
+TOP_P=${TOP_P:-1.0}
+TOP_K=${TOP_K:--1}
+SANDBOX_CPUS=${SANDBOX_CPUS:-2}
+SANDBOX_MEMORY=${SANDBOX_MEMORY:-10g}
+SANDBOX_PIDS=${SANDBOX_PIDS:-4096}
+TIME_BUDGET=${TIME_BUDGET:-3600}
+TRIAL_TIMEOUT=${TRIAL_TIMEOUT:-5400}
+WATCHDOG_WINDOW=${WATCHDOG_WINDOW:-64}
+WATCHDOG_MAX_NO_RESULT=${WATCHDOG_MAX_NO_RESULT:-0.5}
+WATCHDOG_IDLE_S=${WATCHDOG_IDLE_S:-}
 PAUSE_MODE=${PAUSE_MODE:-in_place}
 
 LR=${LR:-1e-6}
@@ -348,6 +407,7 @@ HOUSEKEEP_S=${HOUSEKEEP_S:-60}
 
 DRY_RUN=${DRY_RUN:-0}
 PREFLIGHT=${PREFLIGHT:-1}
+RESUME=${RESUME:-0}
 REAP=${REAP:-1}
 PULL_IMAGES=${PULL_IMAGES:-0}
 RESCUE_DOCKER=${RESCUE_DOCKER:-docker}
@@ -370,10 +430,15 @@ PILOT_CONCURRENCY=${PILOT_CONCURRENCY:-64}
 PILOT_TASKS=${PILOT_TASKS:-}
 PILOT_ALL=${PILOT_ALL:-0}
 PILOT_RETRY_INFRA=${PILOT_RETRY_INFRA:-0}
+PILOT_MAX_INFRA=${PILOT_MAX_INFRA:-0.05}
+PILOT_PULL=${PILOT_PULL:-1}
+VALIDATE_OUT=${VALIDATE_OUT:-$OUTPUT_DIR/validate}
+REQUIRE_VALIDATE=${REQUIRE_VALIDATE:-1}
 REAP_ARGS=${REAP_ARGS:-}
 
 # Derived settings are set once the settings they come from are checked (derive.sh, common.sh):
 # the layout (ACTOR_GPUS_PER_NODE, ROLLOUT_NUM_GPUS, GLOBAL_BATCH_SIZE, AGENT_CONCURRENCY,
-# HEALTH_CHECK_FIRST_WAIT, NODE_ADDR) by rescue_derive_layout, the family (TOOL_CALL_PARSER,
-# REASONING_PARSER, CHAT_TEMPLATE, CHAT_TEMPLATE_KWARGS) by rescue_family, and the names
-# (RUN_NAME, WANDB_GROUP, SAVE_DIR, DUMP_DIR) by rescue_derive_names.
+# HEALTH_CHECK_FIRST_WAIT, NODE_ADDR) by rescue_derive_layout, the limits that follow the trial
+# timeout (WATCHDOG_IDLE_S, PACE_STRAGGLER_S) by rescue_derive_swe, the family
+# (TOOL_CALL_PARSER, REASONING_PARSER, CHAT_TEMPLATE, CHAT_TEMPLATE_KWARGS) by rescue_family,
+# and the names (RUN_NAME, WANDB_GROUP, SAVE_DIR, DUMP_DIR) by rescue_derive_names.

@@ -184,7 +184,7 @@ else
 fi
 
 # imports: what one trial imports, in the Python the trainer runs
-modules=(miles.rollout.generate_hub.agentic_tool_call rescue.miles.buffer rescue.miles.reward
+modules=(miles.rollout.generate_hub.agentic_tool_call rescue.miles.generate rescue.miles.buffer rescue.miles.reward
   rescue.miles.log swe_smith_tasks.agent minisweagent.agents.default
   minisweagent.models.litellm_model minisweagent.environments.docker litellm docker
   swesmith.profiles swesmith.harness.grading swebench.harness.constants)

@@ -37,9 +37,16 @@ fi
 rescue_arm_flags
 rescue_shared_flags
 rescue_runtime_env
+rescue_env_report
+SHARED_FLAGS+=(--env-report "$ENV_REPORT_JSON") # the rescue settings in the wandb config
 SUBMISSION_ID=${SUBMISSION_ID:-$RUN_NAME-$(date +%Y%m%d-%H%M%S)}
 
 rescue_note "$RUN_NAME: ARM=$ARM${A:+ A=$A}${PACE_WINDOW:+ PACE_WINDOW=$PACE_WINDOW} SEED=$SEED STALENESS=$STALENESS ESTIMATOR=$ESTIMATOR DRGRPO=$DRGRPO on $NNODES node(s)"
+rescue_note_sandbox
+rescue_note_watchdog
+[[ $ARM != pace ]] || rescue_note "pace: a group in flight past PACE_STRAGGLER_S=$PACE_STRAGGLER_S s is abandoned without a result (0: never)"
+rescue_check_versions
+rescue_check_save_dir "${ARM_FLAGS[@]}" "${SHARED_FLAGS[@]}"
 if [[ $PREFLIGHT == 1 ]]; then
   export DUMP_DIR SAVE_DIR # where pre-flight sizes the disk
   rescue_run "$LAUNCH_DIR/preflight.sh"

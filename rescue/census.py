@@ -53,7 +53,12 @@ and on the cluster):
   count (``b_paid/masked_rollouts``, ``b_paid/dropped_rollouts``, always logged; the means
   only when the count is not 0); rollouts without a reward neither vote nor count;
 - ``aborted/reason/<reason>``: the groups settled ``aborted`` this step, by the reason
-  ``no_result`` gave (keys only for reasons that occurred).
+  ``no_result`` gave (keys only for reasons that occurred);
+- the groups dropped for a no-result rollout (the ``aborted`` bucket) as a count and a
+  fraction of the groups that entered this step: ``no_result/groups`` (always logged),
+  ``no_result/fraction`` (when some group entered) and ``no_result/fraction/<reason>`` per
+  reason. A fraction that grows is an exclusion to look at, and what the run's watchdog
+  (``rescue.watchdog``) stops on.
 """
 
 from __future__ import annotations
@@ -404,5 +409,11 @@ class Census:
                 m[f"{prefix}b_paid/{name}"] = total / n
         for reason, count in sorted(self._w_aborted_reasons.items()):
             m[f"{prefix}aborted/reason/{reason}"] = float(count)
+        dropped = self._w_buckets[Bucket.ABORTED]
+        m[f"{prefix}no_result/groups"] = float(dropped)
+        if self._w_entered:
+            m[f"{prefix}no_result/fraction"] = dropped / self._w_entered
+            for reason, count in sorted(self._w_aborted_reasons.items()):
+                m[f"{prefix}no_result/fraction/{reason}"] = count / self._w_entered
         self._reset_window()
         return m

@@ -1,9 +1,11 @@
-"""The Miles and slime commits rescue is built and tested against.
+"""The Miles and slime commits, and the SGLang release, rescue is built and tested against.
 
 The adapters (``rescue.miles``, ``rescue.slime``) follow the data path and hooks of these
 commits; the integration tests run against sources at these commits (CI unpacks their
 archives, named ``<package>-<commit[:8]>.tar.gz``) and warn, naming both commits, when
-they are given sources at another one. This is the one place the commits are stated.
+they are given sources at another one. The SWE launchers warn, naming both, when the Miles
+checkout or the installed SGLang differ (``swe_smith_tasks.run_record``). This is the one
+place the versions are stated.
 """
 
 from __future__ import annotations
@@ -39,3 +41,5 @@ MILES = PinnedFramework(
     "Miles", "miles", "radixark/miles", "31f1ca961a94cb860cec3b2dea34ec332bfa8f76"
 )
 SLIME = PinnedFramework("slime", "slime", "THUDM/slime", "624b824a898ab0ec1fcb4d373004c7f3852bf515")
+#: The SGLang release the SWE arms' sampling, parsers and error messages are read from.
+SGLANG_VERSION = "0.5.23"

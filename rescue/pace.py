@@ -36,6 +36,14 @@ Taking
     then the earliest ready. When none is ready the step waits; when it waits although
     another group is ready, it is *waiting for a straggler*: that time is pace's cost.
 
+Stragglers
+    A generation that never returns would hold its place, and the step that owes it, for
+    good. Past ``straggler_s`` seconds after its admission (setting
+    ``RESCUE_PACE_STRAGGLER_S``, default 7200, the SWE agent's default trainer limit on one
+    sample; 0 turns it off) a group still in flight is *abandoned*: it leaves the schedule
+    as a rejected group does (``reject``), without a result (reason ``pace_straggler``), and
+    the schedule goes on. The adapter cancels its generation and counts it in the census.
+
 Feasibility: with ``W <= (K + 1)·B``, ``r <= s`` at every moment, so the step can always
 take what it owes. Taking a group while ``r < s`` leaves ``r <= s − 1``; taking one due by
 ``d + J`` lowers every maximal term by one. An admission is due at ``d + K`` and raises
@@ -59,6 +67,11 @@ from rescue.errors import InputError
 
 #: Environment variable of the admission window ``W`` (groups); unset = ``(K + 1)·B``.
 ENV_WINDOW = "RESCUE_PACE_WINDOW"
+#: Environment variable of the straggler deadline (seconds after admission; 0 = off).
+ENV_STRAGGLER = "RESCUE_PACE_STRAGGLER_S"
+#: The straggler deadline when ``RESCUE_PACE_STRAGGLER_S`` is unset: the SWE agent's
+#: default limit on one sample (``RESCUE_SWE_OUTER_TIMEOUT``), past its trial timeout.
+DEFAULT_STRAGGLER_S = 7200.0
 
 
 @dataclass(frozen=True)
@@ -72,11 +85,14 @@ class PaceSettings:
         window: ``W``, most groups in flight plus buffered plus taken this step; ``None``
             (default) means ``(K + 1)·B``. Allowed: ``B <= W <= (K + 1)·B`` (below ``B`` a
             batch could never fill; above, a group could be owed a place no batch has).
+        straggler_s: seconds after its admission past which a group still in flight is
+            abandoned without a result (default 7200); 0 means never.
     """
 
     max_staleness: int
     batch: int
     window: int | None = None
+    straggler_s: float = DEFAULT_STRAGGLER_S
 
     def __post_init__(self) -> None:
         for name, value, low in (
@@ -97,12 +113,19 @@ class PaceSettings:
                 f"{ENV_WINDOW}={self.window!r}; allowed: an integer from the batch "
                 f"({self.batch}) to (K + 1) x batch ({most}), or unset for {most}"
             )
+        if isinstance(self.straggler_s, bool) or not (
+            isinstance(self.straggler_s, (int, float)) and self.straggler_s >= 0
+        ):
+            raise InputError(
+                f"{ENV_STRAGGLER}={self.straggler_s!r}; allowed: seconds >= 0 (0: never abandon)"
+            )
 
     @classmethod
     def from_env(
         cls, env: Mapping[str, str] | None = None, *, max_staleness: int, batch: int
     ) -> PaceSettings:
-        """Settings with ``W`` from ``RESCUE_PACE_WINDOW`` (unset or empty: ``(K + 1)·B``)."""
+        """Settings with ``W`` from ``RESCUE_PACE_WINDOW`` (unset or empty: ``(K + 1)·B``) and
+        the straggler deadline from ``RESCUE_PACE_STRAGGLER_S`` (unset or empty: 7200 s)."""
         env = os.environ if env is None else env
         text = (env.get(ENV_WINDOW) or "").strip()
         window: int | str | None = None
@@ -111,7 +134,19 @@ class PaceSettings:
                 window = int(text)
             except ValueError:
                 window = text  # refused by __post_init__ with the allowed range
-        return cls(max_staleness=max_staleness, batch=batch, window=window)  # type: ignore[arg-type]
+        text = (env.get(ENV_STRAGGLER) or "").strip()
+        straggler: float | str = DEFAULT_STRAGGLER_S
+        if text:
+            try:
+                straggler = float(text)
+            except ValueError:
+                straggler = text  # refused by __post_init__
+        return cls(
+            max_staleness=max_staleness,
+            batch=batch,
+            window=window,  # type: ignore[arg-type]
+            straggler_s=straggler,  # type: ignore[arg-type]
+        )
 
 
 @dataclass
@@ -221,6 +256,16 @@ class PaceSchedule:
             if best is None or (g.deadline, g.ready) < best:
                 best, chosen = (g.deadline, g.ready), key
         return chosen
+
+    def in_flight_keys(self) -> list[Hashable]:
+        """The admitted groups still in flight, in admission order."""
+        return [k for k, g in self._open.items() if g.ready is None]
+
+    def held_back(self) -> int:
+        """Ready groups the step may not take now (0 unless it waits for a straggler)."""
+        if self.choose() is not None:
+            return 0
+        return sum(g.ready is not None for g in self._open.values())
 
     def waits_for_straggler(self) -> bool:
         """The step must wait although a group is ready: every place left is owed to

@@ -5,11 +5,15 @@ Specification
 ``run(base_url, prompt, request_kwargs, metadata)`` plays one trial of one SWE-smith task:
 
 1. A container of the task image (``sandbox.DockerContainer``; ``local`` copies a
-   directory instead), ``git checkout <instance_id>``, git history replaced by one commit.
+   directory instead) with the fixed sandbox limits, ``git checkout <instance_id>``, git
+   history replaced by one commit, then the container cut from every network
+   (``cut_network``): the agent cannot fetch the upstream fix.
 2. mini-swe-agent's ``DefaultAgent`` with its ``LitellmModel`` against the
    OpenAI-compatible endpoint ``base_url`` (Miles' session server), with
    ``request_kwargs`` as sampling parameters, the upstream SWE-bench prompt config, at
-   most ``step_limit`` model calls (40), each command under ``command_timeout_s``.
+   most ``step_limit`` model calls (40), each command under ``command_timeout_s``, and
+   at most ``time_budget_s`` of its own time (its model calls, failed attempts excluded,
+   and its commands), checked before each model call (``TimeBudgetExceeded``).
 3. The container removed (``finally``); after a submission, the patch graded in a fresh
    container of the same image (``grading.grade_patch``).
 4. The class from ``rescue.outcomes.classify_exit_status``, the one classifier.
@@ -18,18 +22,23 @@ The trial runs in its own thread (mini-swe-agent is synchronous), at most
 ``max_concurrency`` at once per event loop, under ``trial_timeout_s`` (start, agent and
 grading; not the wait for a slot). Timeouts are ordered
 ``command_timeout_s`` and ``request_timeout_s`` < ``trial_timeout_s`` < ``outer_timeout_s``
-(the trainer's own limit on one sample), checked when settings are made.
+(the trainer's own limit on one sample), and the time budget leaves room for one request,
+one command and a container start below the trial timeout (``agent_settings``), so a
+trial timeout is time the infrastructure took. A cancelled trial stops its worker, removes
+its containers and re-raises the cancellation.
 
 Returned dict (merged into the sample's metadata by Miles): ``reward`` (1.0 solved, 0.0
 scored or budget failure, ``None`` with no result), ``exit_status``, ``outcome``,
 ``outcome_reason``, ``turns`` (``info.model_stats.api_calls``), ``resolved``,
 ``eval_report``, the ran-tests fields of ``ran_tests.RanTests``, ``timings`` and
 ``agent_metrics`` (``turns``, ``total_tool_time``, which Miles books as non-generation
-time). Every infrastructure fault (container start or pull, checkout, a container lost
-mid-trial, model endpoint, grader, trial timeout, cancellation) gives
+time). Every reason is booked by ``rescue.outcomes.because`` (the reason table): an
+infrastructure fault (container start or pull, checkout, network cut, a container lost
+mid-trial, model endpoint past its patience, grader, trial timeout) gives
 ``outcome="infra_no_result"`` with the reason and the error text, never a scored
-failure. A request the endpoint refuses for exceeding the context is a budget failure
-(``context_limit``, ``endpoint.litellm_model``).
+failure; a sandbox the agent's processes killed through its memory limit
+(``sandbox_oom``) is a scored failure with reward 0. A request the endpoint refuses for
+exceeding the context is a budget failure (``context_limit``, ``endpoint.litellm_model``).
 
 What is *not* infrastructure raises: a task the grader cannot judge (no FAIL_TO_PASS
 tests, no SWE-smith profile; ``ValueError`` before any container starts) and any other
@@ -55,9 +64,9 @@ from pathlib import Path
 from typing import Any
 
 from rescue.errors import InputError
-from rescue.outcomes import Outcome, classify_exit_status
+from rescue.outcomes import Outcome, because, classify_exit_status
 from swe_smith_tasks.agent_settings import AgentSettings
-from swe_smith_tasks.endpoint import litellm_model
+from swe_smith_tasks.endpoint import is_endpoint_fault, litellm_model
 from swe_smith_tasks.grading import Grade, grade_patch, profile_of, task_instance
 from swe_smith_tasks.ran_tests import RanTests, read_test_runs
 from swe_smith_tasks.sandbox import (
@@ -72,6 +81,9 @@ from swe_smith_tasks.sandbox import (
 # wants neither (cost tracking is off).
 os.environ.setdefault("MSWEA_SILENT_STARTUP", "1")
 os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
+# The model retries a failing endpoint itself, patiently and off the agent's budget
+# (swe_smith_tasks.endpoint); mini-swe-agent's own loop would retry every error ten times.
+os.environ.setdefault("MSWEA_MODEL_RETRY_STOP_AFTER_ATTEMPT", "1")
 
 
 async def run(
@@ -108,10 +120,10 @@ async def run(
             result = await asyncio.wait_for(_in_thread(trial.play), settings.trial_timeout_s)
     except asyncio.TimeoutError:
         trial.abort()
-        result = trial.no_result("TrialTimeout", "trial_timeout", f"{settings.trial_timeout_s}s")
+        result = trial.ended("TrialTimeout", "trial_timeout", f"{settings.trial_timeout_s}s")
     except asyncio.CancelledError:
-        trial.abort()
-        result = trial.no_result("Cancelled", "cancelled", "the rollout was cancelled")
+        trial.abort()  # the worker stops at its next model call; containers go
+        raise
     return result
 
 
@@ -148,6 +160,7 @@ class Trial:
     tests: RanTests = field(default_factory=RanTests)
     exit_status: str = ""
     error: str = ""
+    endpoint_failed: bool = False
     trial_dir: Path | None = None
 
     def play(self) -> dict[str, Any]:
@@ -158,13 +171,17 @@ class Trial:
         try:
             sandbox = self._container("agent")
             checkout_task(sandbox, iid, hide_history=self.settings.hide_history)
+            if self.settings.cut_network:
+                sandbox.cut_network()
             self.timings["sandbox_s"] = time.monotonic() - start
             exit_status, patch, messages = self._agent(sandbox)
-        except SandboxError as e:  # infrastructure; any other exception is a fault: it raises
-            return self.no_result(self.exit_status or e.reason, e.reason, _describe(e))
+        except SandboxError as e:  # booked by its reason; any other exception is a fault
+            return self.ended(self.exit_status or e.reason, e.reason, _describe(e))
         finally:
             self._close_all()
             self.timings["agent_s"] = time.monotonic() - start - self.timings.get("sandbox_s", 0)
+        if self.endpoint_failed:
+            return self.ended(exit_status, "endpoint_error", self.error)
         self.tests = read_test_runs(
             messages,
             test_cmd=profile_of(self.instance).test_cmd,
@@ -173,7 +190,7 @@ class Trial:
         grade: Grade | None = None
         if exit_status == "Submitted":
             if self.cancel.is_set():
-                return self.no_result(exit_status, "cancelled", "before grading")
+                return self.ended(exit_status, "cancelled", "before grading")
             try:
                 grade = grade_patch(
                     self._container("eval"), self.instance, patch, log_dir=self._log_dir()
@@ -194,12 +211,14 @@ class Trial:
         self.cancel.set()
         threading.Thread(target=self._close_all, daemon=True).start()
 
-    def no_result(self, exit_status: str, reason: str, error: str) -> dict[str, Any]:
-        """The dict of a trial that has no trustworthy reward."""
+    def ended(self, exit_status: str, reason: str, error: str) -> dict[str, Any]:
+        """The dict of a trial that ended for ``reason`` before a verdict, booked by the
+        reason table: no result (reward ``None``), or the agent's failure (reward 0)."""
+        kind = because(reason)
         return {
             **self._result(exit_status, None),
-            "reward": None,
-            "outcome": Outcome.INFRA_NO_RESULT.value,
+            "reward": None if kind.outcome is Outcome.INFRA_NO_RESULT else 0.0,
+            "outcome": kind.outcome.value,
             "outcome_reason": reason,
             "error": error,
         }
@@ -220,6 +239,7 @@ class Trial:
             eval_status=grade.status if grade else None,
             patch_apply_failed=grade.patch_apply_failed if grade else False,
             finish_reason=finish_reason,
+            grader_reason=grade.reason if grade else None,
         )
         reward = {Outcome.SOLVED: 1.0, Outcome.INFRA_NO_RESULT: None}.get(kind.outcome, 0.0)
         timings = {k: round(v, 3) for k, v in self.timings.copy().items()}
@@ -274,6 +294,8 @@ class Trial:
             self.model or self._litellm_model(config.get("model", {})),
             env,
             cancel=self.cancel,
+            timings=self.timings,
+            time_budget_s=self.settings.time_budget_s,
             **{
                 **config.get("agent", {}),
                 "step_limit": self.settings.step_limit,
@@ -289,7 +311,11 @@ class Trial:
             self.exit_status = str(info.get("exit_status", type(e).__name__))
             self.error = str(info.get("exception_str", str(e)))[:2000]
             if isinstance(e, SandboxError) or not _is_endpoint_fault(e):
-                raise  # a lost container (infrastructure, with its reason) or a fault
+                raise  # a lost container (booked by its reason) or a fault
+            # the context limit is the trajectory's budget (its exit status says so)
+            self.endpoint_failed = is_endpoint_fault(e)
+        finally:
+            self.timings["endpoint_wait_s"] = float(getattr(agent.model, "endpoint_wait_s", 0.0))
         return str(info.get("exit_status", "")), str(info.get("submission", "")), agent.messages
 
     def _litellm_model(self, model_config: Mapping[str, Any]) -> Any:
@@ -299,6 +325,8 @@ class Trial:
             request_kwargs=self.request_kwargs,
             timeout_s=self.settings.request_timeout_s,
             model_config=model_config,
+            patience_s=self.settings.endpoint_patience_s,
+            cancel=self.cancel,
         )
 
     def _log_dir(self, name: str | None = None) -> Path | None:
@@ -315,24 +343,45 @@ class Trial:
 
 
 def _agent_class() -> type:
-    """``DefaultAgent`` that stops at its next model call once the trial is cancelled."""
+    """``DefaultAgent`` that stops at its next model call once the trial is cancelled or its
+    own time (``timings["model_s"] + timings["tool_s"]``) reached its budget."""
     global _AGENT_CLASS
     if _AGENT_CLASS is None:
         from minisweagent.agents.default import DefaultAgent
         from minisweagent.exceptions import InterruptAgentFlow
 
+        def exit_with(status: str) -> InterruptAgentFlow:
+            extra = {"exit_status": status, "submission": ""}
+            return InterruptAgentFlow({"role": "exit", "content": status, "extra": extra})
+
         class CancellableAgent(DefaultAgent):
-            def __init__(self, *args: Any, cancel: threading.Event, **kwargs: Any) -> None:
+            def __init__(
+                self,
+                *args: Any,
+                cancel: threading.Event,
+                timings: dict[str, float],
+                time_budget_s: float,
+                **kwargs: Any,
+            ) -> None:
                 super().__init__(*args, **kwargs)
                 self.cancel = cancel
+                self.timings = timings
+                self.time_budget_s = time_budget_s
 
             def query(self) -> dict:
                 if self.cancel.is_set():
-                    exit_message = {"exit_status": "Cancelled", "submission": ""}
-                    raise InterruptAgentFlow(
-                        {"role": "exit", "content": "Cancelled", "extra": exit_message}
-                    )
-                return super().query()
+                    raise exit_with("Cancelled")
+                spent = self.timings.get("model_s", 0.0) + self.timings.get("tool_s", 0.0)
+                if spent >= self.time_budget_s:
+                    raise exit_with("TimeBudgetExceeded")
+                waited = float(getattr(self.model, "endpoint_wait_s", 0.0))
+                started = time.monotonic()
+                try:
+                    return super().query()
+                finally:  # the model call's time, less what a failing endpoint took
+                    lost = float(getattr(self.model, "endpoint_wait_s", 0.0)) - waited
+                    took = time.monotonic() - started - lost
+                    self.timings["model_s"] = self.timings.get("model_s", 0.0) + took
 
         _AGENT_CLASS = CancellableAgent
     return _AGENT_CLASS
@@ -405,10 +454,13 @@ def _task_text(prompt: Any) -> str:
 
 
 def _is_endpoint_fault(e: BaseException) -> bool:
-    """Whether an exception out of the agent's run is the model endpoint's (infrastructure).
+    """Whether an exception out of the agent's run came from the model endpoint, not from a
+    fault in the code.
 
     litellm's errors subclass ``openai.APIError`` (``ContextWindowExceededError`` too,
-    which the classifier books as a budget failure by its name).
+    which the classifier books as a budget failure by its name; a request the endpoint
+    refused for another reason keeps its class name, booked ``infra_no_result``; one that
+    failed past the model's patience is ``endpoint_error``).
     """
     import openai
 

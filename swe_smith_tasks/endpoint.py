@@ -23,6 +23,14 @@ Not among them: ``max_completion_tokens is too large`` (``max_tokens`` above the
 context) refuses every request whatever the trajectory, a misconfiguration the launchers
 reject (``MAX_RESPONSE_LEN < MAX_SEQ_LEN``); it stays an endpoint fault.
 
+Retries. A request that fails for the endpoint's sake (no connection, a timeout, a 5xx, a
+429: ``is_endpoint_fault``) is retried with exponential backoff (``RETRY_WAIT_S``) for up
+to ``patience_s`` seconds from its first failure, then raised; every other error is raised
+at once (mini-swe-agent's own retry loop is set to one attempt: ``agent`` sets
+``MSWEA_MODEL_RETRY_STOP_AFTER_ATTEMPT=1`` unless it is set). The model keeps the seconds
+lost this way in ``endpoint_wait_s``: they are the infrastructure's, not the agent's
+budget. A set ``cancel`` event ends the waiting.
+
 ``probe_tool_calls`` is the pre-flight of a served endpoint: one chat request with
 mini-swe-agent's bash tool asking for ``echo ready``. It passes when the reply carries
 the call in ``tool_calls``. It fails, naming the SGLang flag, when the call comes back as
@@ -38,6 +46,8 @@ from __future__ import annotations
 import json
 import os
 import re
+import threading
+import time
 import urllib.error
 import urllib.request
 from collections.abc import Mapping
@@ -49,6 +59,13 @@ CONTEXT_LIMIT_MESSAGES = (
     "is longer than the model's context length",
     "requested token count exceeds the model's maximum context length",
     "exceeds the maximum allowed length",
+)
+#: Backoff between retries of a failing endpoint: first wait and most, seconds.
+RETRY_WAIT_S = (1.0, 60.0)
+#: litellm errors that are the endpoint's fault (besides any error with a 5xx status).
+ENDPOINT_FAULTS = (
+    *("APIConnectionError", "Timeout", "InternalServerError", "ServiceUnavailableError"),
+    *("RateLimitError", "BadGatewayError"),
 )
 #: A tool call left as text: Qwen/Hermes ``<tool_call>``, the Qwen3-coder ``<function=``
 #: form, or a bare JSON call of the bash tool.
@@ -77,6 +94,21 @@ def api_base(base_url: str) -> str:
     return base if base.endswith("/v1") else base + "/v1"
 
 
+def is_endpoint_fault(e: BaseException) -> bool:
+    """Whether a model request failed for the endpoint's sake (retried; see the docstring)."""
+    import litellm
+
+    if isinstance(e, litellm.exceptions.ContextWindowExceededError):
+        return False
+    kinds = tuple(
+        getattr(litellm.exceptions, n) for n in ENDPOINT_FAULTS if hasattr(litellm.exceptions, n)
+    )
+    if isinstance(e, kinds):
+        return True
+    status = getattr(e, "status_code", None)
+    return isinstance(status, int) and status >= 500
+
+
 def litellm_model(
     *,
     base_url: str,
@@ -84,12 +116,15 @@ def litellm_model(
     request_kwargs: Mapping[str, Any],
     timeout_s: float,
     model_config: Mapping[str, Any] | None = None,
+    patience_s: float = 1800,
+    cancel: threading.Event | None = None,
 ) -> Any:
     """mini-swe-agent's ``LitellmModel`` for ``openai/<model_name>`` at ``base_url``.
 
     ``request_kwargs`` are the sampling parameters (OpenAI ones as such, the rest in
     ``extra_body``); ``model_config`` is the ``model`` section of a mini-swe-agent config
-    (its ``model_kwargs`` and ``*_template`` strings). Cost tracking is off.
+    (its ``model_kwargs`` and ``*_template`` strings). Cost tracking is off. ``patience_s``
+    (default 1800) and ``cancel`` (default none) govern the retries (module docstring).
     """
     import litellm
 
@@ -108,26 +143,52 @@ def litellm_model(
     templates = {
         k: v for k, v in model_config.items() if k.endswith("_template") and isinstance(v, str)
     }
-    return _model_class()(
+    model = _model_class()(
         model_name=f"openai/{model_name}",
         model_kwargs=kwargs,
         cost_tracking="ignore_errors",
         **templates,
     )
+    model.patience_s, model.cancel = patience_s, cancel
+    return model
 
 
 _MODEL_CLASS: type | None = None
 
 
 def _model_class() -> type:
-    """``LitellmModel`` that raises ``ContextWindowExceededError`` for SGLang's context 400s."""
+    """``LitellmModel`` that raises ``ContextWindowExceededError`` for SGLang's context 400s
+    and retries a failing endpoint with patience (module docstring)."""
     global _MODEL_CLASS
     if _MODEL_CLASS is None:
         import litellm
         from minisweagent.models.litellm_model import LitellmModel
 
         class ContextAwareLitellmModel(LitellmModel):
+            patience_s: float = 1800.0
+            cancel: threading.Event | None = None
+            endpoint_wait_s: float = 0.0
+
             def _query(self, messages: list[dict[str, str]], **kwargs: Any) -> Any:
+                delay, deadline = RETRY_WAIT_S[0], None
+                while True:
+                    started = time.monotonic()
+                    try:
+                        return self._query_once(messages, **kwargs)
+                    except Exception as e:
+                        if not is_endpoint_fault(e):
+                            raise
+                        deadline = deadline or started + self.patience_s
+                        wait = min(delay, max(0.0, deadline - time.monotonic()))
+                        give_up = time.monotonic() + wait >= deadline
+                        if not give_up:
+                            (self.cancel or threading.Event()).wait(wait)
+                        self.endpoint_wait_s += time.monotonic() - started
+                        if give_up or (self.cancel is not None and self.cancel.is_set()):
+                            raise
+                        delay = min(2 * delay, RETRY_WAIT_S[1])
+
+            def _query_once(self, messages: list[dict[str, str]], **kwargs: Any) -> Any:
                 try:
                     return super()._query(messages, **kwargs)
                 except litellm.exceptions.BadRequestError as e:

@@ -28,9 +28,15 @@ the bug is still there.
 What is the grader's fault, not the agent's (``SandboxError``, no verdict): a checkout
 or a file copy that fails; a ``docker exec`` that fails while applying the patch
 (``grader_exec_failed``: the exec could not run, or its container is gone) rather than
-the patch not applying; a test run killed before the profile's timeout (exit 137: the
-daemon or the OOM killer, ``eval_killed``) or whose container is gone
-(``eval_container_lost``).
+the patch not applying; a test run killed before the profile's timeout (exit 137) by
+something else than the container's memory limit (``eval_killed``), or whose container
+is gone (``eval_container_lost``). A test run that the container's fixed memory limit
+killed (the container's cgroup counts an ``oom_kill``, or the container itself died of
+it) is the patch's doing: unresolved, reason ``tests_oom``.
+
+``reverse=True`` applies the patch in reverse, as the SWE-smith harness applies a
+task's reference solution (its ``patch`` field is the bug; ``swesmith.harness.utils.
+_apply_patch`` adds ``--reverse``): what ``rescue swe validate`` grades.
 
 A task without FAIL_TO_PASS tests is refused (``ValueError``): with no test to fail, an
 empty log would grade ``resolved``.
@@ -38,6 +44,7 @@ empty log would grade ``resolved``.
 
 from __future__ import annotations
 
+import re
 import shlex
 import tempfile
 import time
@@ -47,7 +54,7 @@ from pathlib import Path
 from typing import Any
 
 from rescue.errors import InputError
-from swe_smith_tasks.sandbox import Container, SandboxError, checkout_command, lost
+from swe_smith_tasks.sandbox import Container, SandboxError, checkout_command, loss_reason, lost
 
 #: Failing test names kept in a grade's report (the full lists can hold hundreds).
 MAX_LISTED_FAILURES = 20
@@ -161,11 +168,13 @@ def grade_patch(
     *,
     timeout_s: float | None = None,
     log_dir: str | Path | None = None,
+    reverse: bool = False,
 ) -> Grade:
     """Grade ``patch`` in ``container``, a fresh container of the task image (steps above).
 
     ``timeout_s`` defaults to the profile's timeout (90 s for Python repos). With
-    ``log_dir`` the patch, the eval script and the test log are kept there. A failed
+    ``log_dir`` the patch, the eval script and the test log are kept there. ``reverse``
+    (default False) applies the patch in reverse (a reference solution). A failed
     checkout raises ``SandboxError`` (no verdict); the caller owns the container.
     """
     from swesmith.constants import GIT_APPLY_CMDS, TEST_OUTPUT_END, TEST_OUTPUT_START
@@ -188,6 +197,12 @@ def grade_patch(
         raise SandboxError("grader_copy_failed", wrote.output[-500:])
     applied = None
     for apply_cmd in GIT_APPLY_CMDS:
+        if reverse:  # patch's -i takes the file: --reverse goes before it
+            apply_cmd = (
+                apply_cmd[: -len(" -i")] + " --reverse -i"
+                if apply_cmd.endswith(" -i")
+                else apply_cmd + " --reverse"
+            )
         applied = container.exec(f"{apply_cmd} {scratch}/patch.diff 2>&1", timeout_s=120)
         if applied.returncode == 0:
             break
@@ -228,12 +243,15 @@ def grade_patch(
     )
     ran_s = time.monotonic() - started
     _keep(log_dir, patch=patch, log=run.output, script=script)
+    gone = loss_reason(container, run.output, run.returncode)
     if run.timed_out or run.returncode == 124 or (run.returncode == 137 and ran_s >= timeout_s):
         grade = Grade("timeout", False, reason="tests_timeout")
-    elif run.returncode == 137:  # killed before our timeout fired: the daemon, OOM
-        raise SandboxError("eval_killed", f"exit 137 after {ran_s:.0f}s: {run.output[-300:]}")
-    elif lost(container, run.output, run.returncode):
+    elif gone == "sandbox_oom" or (gone is None and run.returncode == 137 and _oom(container)):
+        grade = Grade("completed", False, reason="tests_oom")  # the patch's tests, not us
+    elif gone is not None:
         raise SandboxError("eval_container_lost", run.output[-500:])
+    elif run.returncode == 137:  # killed before our timeout fired, not by its memory limit
+        raise SandboxError("eval_killed", f"exit 137 after {ran_s:.0f}s: {run.output[-300:]}")
     else:
         grade = grade_from_log(inst, patch, run.output)
     return Grade(
@@ -244,6 +262,19 @@ def grade_patch(
         grade.report,
         seconds=time.monotonic() - start,
     )
+
+
+#: The container's own memory cgroup: cgroup v2 (private namespace), then v1.
+OOM_EVENTS = "cat /sys/fs/cgroup/memory.events /sys/fs/cgroup/memory/memory.oom_control 2>/dev/null"
+
+
+def _oom(container: Container) -> bool:
+    """Whether the container's memory limit killed a process in it (its cgroup's
+    ``oom_kill`` count; a container that itself died of it says so to ``state``)."""
+    if container.state() == "oom":
+        return True
+    events = container.exec(OOM_EVENTS, timeout_s=60).output
+    return any(int(n) > 0 for n in re.findall(r"^oom_kill (\d+)", events, re.M))
 
 
 def _compact(report: Mapping[str, Any]) -> dict[str, Any]:

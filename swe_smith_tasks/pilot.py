@@ -163,6 +163,23 @@ def load_results(
     return records
 
 
+def attempts(path: str | os.PathLike[str]) -> dict[Key, list[str]]:
+    """Every attempt of every trial, ``(instance_id, trial) -> [outcome, ...]`` in file order
+    (a retried trial has several; a torn last line is not one)."""
+    p = Path(path)
+    out: dict[Key, list[str]] = {}
+    if not p.exists():
+        return out
+    for raw in p.read_bytes().split(b"\n"):
+        try:
+            rec = json.loads(raw)
+            key = (str(rec["instance_id"]), int(rec["trial"]))
+            out.setdefault(key, []).append(Outcome.parse(rec["outcome"]).value)
+        except (ValueError, KeyError, TypeError):
+            continue  # load_results has already refused a bad line in the middle
+    return out
+
+
 def default_agent_kwargs(
     model: str, concurrency: int, log_dir: str | os.PathLike[str] | None = None
 ) -> dict[str, Any]:

@@ -18,6 +18,11 @@ Every input row lands in exactly one place of the ``PrepareReport``:
 - ``no_fail_to_pass``: no FAIL_TO_PASS test (nothing could tell a fix from no fix);
 - ``not_in_subset``: a subset file was given and does not list the instance.
 
+Beside the output, ``<output stem>.reference.jsonl`` holds ``{"instance_id", "patch"}`` for
+every written task whose row has a non-empty ``patch`` (the bug; its reverse is the
+reference solution ``rescue swe validate`` grades). The reference stays out of the prompt's
+metadata, which travels with every sample to the agent function.
+
 Subset ids that match no written task are reported (``missing_subset_ids``), not dropped
 silently. A malformed row, a duplicate ``instance_id`` or a missing file is a
 ``ValueError`` naming the row and the field.
@@ -41,6 +46,7 @@ from typing import Any
 
 from rescue.errors import InputError
 from rescue.rows import read_rows
+from swe_smith_tasks.validate import reference_path
 
 #: Default Hugging Face dataset (swesmith.constants.HF_DATASET).
 HF_DATASET = "SWE-bench/SWE-smith"
@@ -72,6 +78,7 @@ class PrepareReport:
     no_fail_to_pass: int = 0
     not_in_subset: int = 0
     images_renamed: int = 0
+    references: int = 0
     subset_size: int | None = None
     missing_subset_ids: list[str] = field(default_factory=list)
 
@@ -83,6 +90,7 @@ class PrepareReport:
             f"{self.no_fail_to_pass} without FAIL_TO_PASS tests, "
             f"{self.not_in_subset} not in the subset",
             f"  image names rewritten: {self.images_renamed}",
+            f"  reference solutions: {self.references} (for rescue swe validate)",
         ]
         if self.subset_size is not None:
             lines.append(
@@ -220,8 +228,10 @@ def prepare(
     written_ids: set[str] = set()
     out.parent.mkdir(parents=True, exist_ok=True)
     tmp = out.with_name(out.name + ".tmp")
+    refs = reference_path(out)
+    refs_tmp = refs.with_name(refs.name + ".tmp")
     try:
-        with tmp.open("w") as f:
+        with tmp.open("w") as f, refs_tmp.open("w") as r:
             for where, row in rows if rows is not None else read_rows(source, split=split):
                 report.rows += 1
                 task = task_from_row(where, row, image_namespace=image_namespace)
@@ -246,9 +256,15 @@ def prepare(
                 f.write(json.dumps(task) + "\n")
                 written_ids.add(iid)
                 report.written += 1
+                patch = row.get("patch")
+                if isinstance(patch, str) and patch.strip():
+                    r.write(json.dumps({"instance_id": iid, "patch": patch}) + "\n")
+                    report.references += 1
         tmp.replace(out)
+        refs_tmp.replace(refs)
     finally:
         tmp.unlink(missing_ok=True)
+        refs_tmp.unlink(missing_ok=True)
     if subset_ids is not None:
         report.missing_subset_ids = sorted(set(subset_ids) - written_ids)
     return report

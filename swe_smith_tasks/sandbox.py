@@ -5,7 +5,9 @@ Specification
 - Every container this package starts is named ``CONTAINER_PREFIX + <role>-<12 hex>``
   (``rescue-swe-agent-…``, ``rescue-swe-eval-…``) and labelled ``CONTAINER_LABEL``, so a
   reaper finds what a crashed trainer left behind by name prefix. Containers run
-  ``sleep <lifetime>`` with ``--rm``: an orphan also ends by itself.
+  ``sleep <lifetime>`` without ``--rm``: a container that dies stays, so ``docker inspect``
+  can say why (``State.OOMKilled``); ``close`` removes it, and an orphan stops by itself at
+  the end of its sleep for the reaper (``rescue swe reap``) to remove.
 - ``Container.close`` removes the container synchronously (``docker rm -f``) and is
   idempotent; callers call it in ``finally``.
 - ``checkout_task`` puts the task state in the work tree (``git checkout <instance_id>``:
@@ -13,23 +15,34 @@ Specification
   the repository by a one-commit repository holding exactly the tracked files. The branch
   history (``git show HEAD~1``, ``git log -p``) would give the agent the bug diff and the
   removed tests; ``git diff`` still works for the submission.
+- ``cut_network`` disconnects the container from every network once the task is checked
+  out (``docker network disconnect``; a checkout may need ``git fetch``): the agent's
+  commands cannot reach the network (to fetch the upstream fix), and it is checked that no
+  network is left. The grader's container is a fresh one and keeps its network.
 - Every step runs through one executable (``docker``, or what ``MSWEA_DOCKER_EXECUTABLE``
   names): the stand-in used by the tests exercises the same code path.
-- ``LocalContainer`` is the same interface on a copy of a directory (no isolation): for
-  development without Docker and for the tests, where images are directories
-  ``<images>/<image name with / and : as _>/testbed``.
+- ``LocalContainer`` is the same interface on a copy of a directory (no isolation, no
+  network cut): for development without Docker and for the tests, where images are
+  directories ``<images>/<image name with / and : as _>/testbed``.
 
-- ``alive()`` says whether the container still runs (``docker inspect``). A command that
-  fails with a daemon error (``DAEMON_ERROR``: no such container, not running, daemon
-  unreachable) in a container that is no longer alive raises ``SandboxError
-  ("container_lost")`` from the agent's environment: a daemon restart or a removed
-  container ends the trial as ``infra_no_result``, never as a turn-cap hit.
+- ``state()`` says whether the container runs (``docker inspect``), died of its memory
+  limit (``oom``), stopped otherwise, or is gone. A command that fails with a daemon error
+  (``DAEMON_ERROR``: no such container, not running, daemon unreachable) in a container
+  that no longer runs is a lost container (``loss_reason``): ``sandbox_oom`` when the
+  container died of its fixed memory limit (its processes exhausted it: the agent's doing,
+  a scored failure), else ``container_lost`` (removed, the daemon down or restarted:
+  infrastructure). The agent's own commands cannot kill PID 1 (the kernel ignores signals
+  a namespace's processes send its init unless it handles them, and SIGKILL always), and a
+  full disk fails the agent's commands, which it sees as observations; so the memory limit
+  is how an agent breaks its own sandbox.
 - ``limits`` are the ``docker run`` resource flags every container gets
-  (``AgentSettings.docker_limits``: ``--memory 10g`` as the SWE-smith harness grades,
-  ``--cpus`` the trial's share of the node); ``run_args`` come after them and win.
+  (``AgentSettings.docker_limits``: fixed ``--cpus``, ``--memory`` and ``--pids-limit``,
+  the same in the pilot, every arm and the grader); ``run_args`` come after them and win.
 
-Failures to start a container or check out the task, and a lost container, raise
-``SandboxError``; the agent turns it into ``infra_no_result``.
+Failures to start a container (``image_pull`` when the image is missing and cannot be
+pulled, else ``container_start``), check out the task or cut its network, and a lost
+container, raise ``SandboxError``; the agent books it by its reason
+(``rescue.outcomes.REASONS``).
 """
 
 from __future__ import annotations
@@ -55,6 +68,10 @@ CONTAINER_LABEL = "rescue-swe=1"
 WORKDIR = "/testbed"
 #: Scratch folder for the grader's files inside a container.
 SCRATCH = "/rescue"
+#: What ``docker run`` prints when the image is not there and cannot be pulled.
+PULL_ERROR = re.compile(
+    r"Unable to find image|pull access denied|manifest unknown|repository does not exist"
+)
 #: What the docker client prints when the container or the daemon is gone.
 DAEMON_ERROR = re.compile(
     r"No such container|is not running|Cannot connect to the Docker daemon"
@@ -63,7 +80,8 @@ DAEMON_ERROR = re.compile(
 
 
 class SandboxError(RuntimeError):
-    """A container could not be started or prepared (an infrastructure fault)."""
+    """A container could not be started or prepared, or was lost; ``reason`` is a label of
+    ``rescue.outcomes.REASONS`` (infrastructure, except ``sandbox_oom``)."""
 
     def __init__(self, reason: str, detail: str = "") -> None:
         super().__init__(f"{reason}: {detail}" if detail else reason)
@@ -113,7 +131,7 @@ class DockerContainer:
         self.id: str | None = None
         cmd = [
             self.executable,
-            *("run", "-d", "--rm", "--name", self.name, "--label", CONTAINER_LABEL),
+            *("run", "-d", "--name", self.name, "--label", CONTAINER_LABEL),
             *("-w", WORKDIR, *limits, *run_args, image, "sleep", f"{int(lifetime_s)}s"),
         ]
         try:
@@ -123,7 +141,9 @@ class DockerContainer:
             raise SandboxError("container_start", f"{image}: {e}") from e
         if proc.returncode != 0 or not proc.stdout.strip():
             self.close()
-            raise SandboxError("container_start", f"{image}: {(proc.stderr or proc.stdout)[-500:]}")
+            said = (proc.stderr or proc.stdout)[-500:]
+            reason = "image_pull" if PULL_ERROR.search(said) else "container_start"
+            raise SandboxError(reason, f"{image}: {said}")
         self.id = proc.stdout.strip().splitlines()[-1]
 
     def exec(
@@ -141,13 +161,47 @@ class DockerContainer:
         cmd += [self.id or self.name, "bash", "-c", command]
         return _run(cmd, timeout_s=timeout_s, input=input)
 
-    def alive(self) -> bool:
-        """Whether the container still runs (``docker inspect``; False when it cannot say)."""
+    def state(self) -> str:
+        """``running``, ``oom`` (stopped, killed by its memory limit), ``exited`` or ``gone``
+        (``docker inspect``; ``gone`` when it cannot say)."""
         result = _run(
-            [self.executable, "inspect", "--format", "{{.State.Running}}", self.id or self.name],
+            [
+                self.executable,
+                *("inspect", "--format", "{{.State.Running}} {{.State.OOMKilled}}"),
+                self.id or self.name,
+            ],
             timeout_s=60,
         )
-        return result.returncode == 0 and result.output.strip() == "true"
+        words = result.output.split()
+        if result.returncode != 0 or len(words) != 2:
+            return "gone"
+        if words[0] == "true":
+            return "running"
+        return "oom" if words[1] == "true" else "exited"
+
+    def alive(self) -> bool:
+        """Whether the container still runs."""
+        return self.state() == "running"
+
+    def cut_network(self) -> None:
+        """Disconnect the container from every network; ``SandboxError("network_cut_failed")``
+        when one is left."""
+        ref = self.id or self.name
+        networks = self._networks()
+        for network in networks:
+            _run([self.executable, "network", "disconnect", "--force", network, ref], timeout_s=60)
+        left = self._networks()
+        if left:
+            raise SandboxError("network_cut_failed", f"still connected to {', '.join(left)}")
+
+    def _networks(self) -> list[str]:
+        fmt = "{{range $name, $net := .NetworkSettings.Networks}}{{$name}} {{end}}"
+        result = _run(
+            [self.executable, "inspect", "--format", fmt, self.id or self.name], timeout_s=60
+        )
+        if result.returncode != 0:
+            raise SandboxError("network_cut_failed", result.output[-500:])
+        return [n for n in result.output.split() if n]
 
     def mini_environment(self, *, timeout_s: int, env: dict[str, str]) -> Any:
         """mini-swe-agent's ``DockerEnvironment`` bound to this container (it starts none)."""
@@ -205,9 +259,16 @@ class LocalContainer:
             env={**os.environ, **(env or {})},
         )
 
+    def state(self) -> str:
+        """``running`` while the copy exists, else ``gone``."""
+        return "running" if Path(self.workdir).is_dir() else "gone"
+
     def alive(self) -> bool:
         """Whether the copy still exists."""
-        return Path(self.workdir).is_dir()
+        return self.state() == "running"
+
+    def cut_network(self) -> None:
+        """Nothing to cut: a local copy has no isolation."""
 
     def mini_environment(self, *, timeout_s: int, env: dict[str, str]) -> Any:
         """mini-swe-agent's ``LocalEnvironment`` in the copy's work tree."""
@@ -224,9 +285,21 @@ class LocalContainer:
 Container = DockerContainer | LocalContainer
 
 
+def loss_reason(container: Container, result_output: str, returncode: int) -> str | None:
+    """Why a failed command failed with its container (rule in the docstring): ``None`` when
+    the container still runs (the failure is the command's), ``sandbox_oom`` or
+    ``container_lost``."""
+    if returncode == 0 or not DAEMON_ERROR.search(result_output):
+        return None
+    state = container.state()
+    if state == "running":
+        return None
+    return "sandbox_oom" if state == "oom" else "container_lost"
+
+
 def lost(container: Container, result_output: str, returncode: int) -> bool:
-    """Whether a failed command failed because its container is gone (rule in the docstring)."""
-    return returncode != 0 and bool(DAEMON_ERROR.search(result_output)) and not container.alive()
+    """Whether a failed command failed because its container no longer runs."""
+    return loss_reason(container, result_output, returncode) is not None
 
 
 def image_dir_name(image: str) -> str:
@@ -314,10 +387,12 @@ def _bound_docker_environment() -> type:
             self.container_id = self.config.container_id
 
         def execute(self, action: dict, cwd: str = "", *, timeout: int | None = None) -> dict:
-            """mini-swe-agent's ``execute``; a command that failed in a lost container raises."""
+            """mini-swe-agent's ``execute``; a command that failed in a lost container raises
+            (``container_lost``, or ``sandbox_oom`` when its memory limit killed it)."""
             output = super().execute(action, cwd, timeout=timeout)
-            if lost(self.sandbox, str(output.get("output", "")), int(output["returncode"])):
-                raise SandboxError("container_lost", str(output.get("output", ""))[-500:])
+            text = str(output.get("output", ""))
+            if reason := loss_reason(self.sandbox, text, int(output["returncode"])):
+                raise SandboxError(reason, text[-500:])
             return output
 
         def cleanup(self) -> None:

@@ -7,12 +7,20 @@ Per task, over its finished trials ``t < n`` (outcomes from ``rescue.outcomes``)
 - ``success = solved / (done - infra)``: the scored trials only, so a sandbox or grader
   fault neither counts for nor against the task;
 - the Wilson score interval of ``success`` (``z`` default 1.96, 95 %);
-- ``infra_fraction = infra / done``.
+- ``infra_fraction = infra_attempts / attempts``: over every attempt of its trials, a
+  retried trial's earlier attempts included (``attempts``, from ``pilot.attempts``; without
+  it, over the finished trials), so ``--retry-infra`` cannot wash a fault out of the rate.
 
-Decision, first match: ``incomplete`` (done < n), ``infra`` (infra_fraction >
-``max_infra_fraction``, or no scored trial), ``too_hard`` (success < ``low``),
+Decision, first match: ``no_image`` (its image failed to pull: never tried, reported, not
+booked as trial faults), ``incomplete`` (done < n), ``infra`` (infra_fraction >
+``max_infra_fraction``, default 0.05, or no scored trial), ``too_hard`` (success < ``low``),
 ``too_easy`` (success > ``high``), else ``keep``. The window is closed, ``[low, high]``;
 every task gets exactly one decision.
+
+Why 5 %: an infrastructure fault is excluded from the success rate, and some faults track
+the outcome (a long trajectory meets more of them); a task that has them often would be
+piloted, and trained, on a truncated distribution. At ``n = 8`` one fault in eight
+attempts (12.5 %) already rejects the task.
 
 Outputs in the pilot directory: ``subset.txt`` (kept instance ids in task-file order,
 ``#`` header; what ``prepare --subset`` reads), ``tasks.jsonl`` (one ``TaskStats`` a line)
@@ -34,17 +42,17 @@ from rescue.errors import InputError
 from rescue.outcomes import OUTCOMES, Outcome
 
 SUBSET, TASKS, SUMMARY = "subset.txt", "tasks.jsonl", "summary.md"
-DECISIONS = ("keep", "too_hard", "too_easy", "infra", "incomplete")
+DECISIONS = ("keep", "too_hard", "too_easy", "infra", "incomplete", "no_image")
 Key = tuple[str, int]
 
 
 @dataclass(frozen=True)
 class Window:
-    """The subset rule. Defaults: keep success in [0.2, 0.5]; drop infra_fraction > 0.5."""
+    """The subset rule. Defaults: keep success in [0.2, 0.5]; drop infra_fraction > 0.05."""
 
     low: float = 0.2
     high: float = 0.5
-    max_infra_fraction: float = 0.5
+    max_infra_fraction: float = 0.05
     z: float = 1.96
 
     def __post_init__(self) -> None:
@@ -72,6 +80,9 @@ class TaskStats:
     wilson_high: float | None
     infra_fraction: float | None
     decision: str
+    attempts: int = 0
+    infra_attempts: int = 0
+    note: str = ""
 
 
 def wilson_interval(k: int, n: int, z: float = 1.96) -> tuple[float, float]:
@@ -90,16 +101,28 @@ def summarize(
     records: Mapping[Key, Mapping[str, Any]],
     n: int,
     window: Window = Window(),
+    *,
+    attempts: Mapping[Key, Sequence[str]] | None = None,
+    no_image: Mapping[str, str] | None = None,
 ) -> list[TaskStats]:
     """Per-task statistics and decision (module specification), in the order given.
 
     ``records``: ``(instance_id, trial) -> result line`` (``pilot.load_results``); lines of
-    other tasks, and trials ``>= n``, are not counted.
+    other tasks, and trials ``>= n``, are not counted. ``attempts``: ``(instance_id, trial)
+    -> outcomes of every attempt`` (``pilot.attempts``; default: the finished trials only).
+    ``no_image``: ``instance_id -> error`` of the tasks whose image failed (default none).
     """
+    no_image = no_image or {}
     per_task: dict[str, Counter[str]] = {iid: Counter() for iid in instance_ids}
+    tried: dict[str, Counter[str]] = {iid: Counter() for iid in instance_ids}
     for (iid, trial), rec in records.items():
         if iid in per_task and trial < n:
             per_task[iid][Outcome.parse(rec["outcome"]).value] += 1
+            if attempts is None:
+                tried[iid][rec["outcome"]] += 1
+    for (iid, trial), outcomes in (attempts or {}).items():
+        if iid in tried and trial < n:
+            tried[iid].update(outcomes)
     stats = []
     eps = 1e-12  # 1/5 must count as inside [0.2, 0.5] whatever the float rounding
     for iid in instance_ids:
@@ -109,8 +132,12 @@ def summarize(
         solved, scored = c[Outcome.SOLVED.value], done - infra
         success = solved / scored if scored else None
         lo, hi = wilson_interval(solved, scored, window.z) if scored else (None, None)
-        infra_fraction = infra / done if done else None
-        if done < n:
+        n_attempts = sum(tried[iid].values())
+        infra_attempts = tried[iid][Outcome.INFRA_NO_RESULT.value]
+        infra_fraction = infra_attempts / n_attempts if n_attempts else None
+        if iid in no_image:
+            decision = "no_image"
+        elif done < n:
             decision = "incomplete"
         elif success is None or infra_fraction > window.max_infra_fraction + eps:
             decision = "infra"
@@ -133,6 +160,9 @@ def summarize(
                 hi,
                 infra_fraction,
                 decision,
+                n_attempts,
+                infra_attempts,
+                no_image.get(iid, "")[:300],
             )
         )
     return stats
@@ -205,12 +235,39 @@ def render_summary(
     if not kept:
         lines.append("None.")
     else:
-        lines.append("| instance_id | solved/scored | success | Wilson interval | mix (S/F/B/I) |")
-        lines.append("|---|---|---|---|---|")
+        lines.append(
+            "| instance_id | solved/scored | success | Wilson interval | mix (S/F/B/I) "
+            "| infra attempts |"
+        )
+        lines.append("|---|---|---|---|---|---|")
     for s in kept:
         mix_s = "/".join(str(s.counts[o.value]) for o in OUTCOMES)
         lines.append(
             f"| {s.instance_id} | {s.solved}/{s.scored} | {s.success:.2f} | "
-            f"[{s.wilson_low:.2f}, {s.wilson_high:.2f}] | {mix_s} |"
+            f"[{s.wilson_low:.2f}, {s.wilson_high:.2f}] | {mix_s} | "
+            f"{s.infra_attempts}/{s.attempts} |"
         )
+    rejected = [s for s in stats if s.decision == "infra"]
+    if rejected:
+        lines += ["", "## Rejected for infrastructure faults", ""]
+        lines += [
+            "| instance_id | infra attempts | infra fraction | reasons |",
+            "|---|---|---|---|",
+        ]
+        for s in rejected:
+            reasons = Counter(
+                r.get("reason", "?")
+                for (iid, t), r in records.items()
+                if iid == s.instance_id and t < n and r["outcome"] == Outcome.INFRA_NO_RESULT.value
+            )
+            fraction = f"{s.infra_fraction:.2f}" if s.infra_fraction is not None else "-"
+            lines.append(
+                f"| {s.instance_id} | {s.infra_attempts}/{s.attempts} | {fraction} | "
+                + ", ".join(f"{r} {k}" for r, k in reasons.most_common())
+                + " |"
+            )
+    missing = [s for s in stats if s.decision == "no_image"]
+    if missing:
+        lines += ["", "## Not tried: the image failed to pull", ""]
+        lines += [f"- {s.instance_id}: {s.note}" for s in missing]
     return "\n".join(lines) + "\n"

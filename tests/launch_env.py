@@ -23,6 +23,12 @@ ROOT = Path(__file__).resolve().parents[1]
 LAUNCH = ROOT / "launch"
 
 
+#: SGLang server flags the SWE arms pass that no Miles file names: Miles registers SGLang's
+#: ServerArgs under the --sglang- prefix (backends/sglang_utils/arguments.py), and
+#: sampling_defaults is a ServerArgs field of SGLang 0.5.23 (srt/arg_groups/fields/serving.py).
+SGLANG_SERVER_FLAGS = frozenset({"--sglang-sampling-defaults"})
+
+
 def executable(path: Path, text: str) -> None:
     path.write_text(text)
     path.chmod(path.stat().st_mode | stat.S_IEXEC)

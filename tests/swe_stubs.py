@@ -21,6 +21,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
 from rescue.rehearsal.tasks import (  # noqa: F401  (re-exported for the tests)
+    BUG_PATCH,
     F2P,
     FIX,
     GOLD_PATCH,

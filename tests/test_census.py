@@ -318,6 +318,28 @@ def test_aborted_groups_are_counted_by_reason():
         c.settle(9, Bucket.DROPPED_STALE, reason="trial_timeout")
 
 
+def test_groups_dropped_for_no_result_are_a_count_and_a_fraction_of_the_step_by_reason():
+    c = Census()
+    # a step of 8 groups: 5 trained, 2 without a result (trial timeout), 1 (grader), of
+    # which one entered in this step and is still buffered: the fraction is of entries
+    for gid in range(8):
+        c.enter(gid)
+    for gid in range(4):
+        c.settle(gid, Bucket.TRAINED_FRESH, [RolloutRecord(Outcome.SOLVED, 1.0)])
+    for gid, reason in ((4, "trial_timeout"), (5, "trial_timeout"), (6, "grader_error")):
+        c.settle(gid, Bucket.ABORTED, [_no_result_record("infra_no_result", reason)], reason=reason)
+    m = c.step_metrics()
+    assert m[f"{PREFIX}no_result/groups"] == 3
+    assert m[f"{PREFIX}no_result/fraction"] == 3 / 8
+    assert m[f"{PREFIX}no_result/fraction/trial_timeout"] == 2 / 8
+    assert m[f"{PREFIX}no_result/fraction/grader_error"] == 1 / 8
+    # a step where nothing entered: the count is 0, a fraction would be 0/0
+    c.settle(7, Bucket.TRAINED_FRESH, [RolloutRecord(Outcome.SOLVED, 1.0)])
+    m = c.step_metrics()
+    assert m[f"{PREFIX}no_result/groups"] == 0
+    assert not any(k.startswith(f"{PREFIX}no_result/fraction") for k in m)
+
+
 def test_the_buffer_the_drain_and_the_simulator_apply_the_same_rule():
     import rescue.census
     import rescue.miles.buffer

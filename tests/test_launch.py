@@ -17,6 +17,7 @@ import pytest
 from launch_env import (
     LAUNCH,
     ROOT,
+    SGLANG_SERVER_FLAGS,
     command_lines,
     dry_run,
     eight_gpus,
@@ -38,10 +39,7 @@ SWE_ARMS = (
 ARM_FLAGS = {
     "drop": {"--fully-async": []},
     "never-drop": {"--fully-async": []},
-    "protect": {
-        "--fully-async": [],
-        "--custom-reward-post-process-path": ["rescue.miles.reward.post_process_rewards"],
-    },
+    "protect": {"--fully-async": []},
     "pace": {"--rollout-function-path": ["rescue.miles.pace.PaceRolloutFn"]},
 }
 ARM_FLAG_NAMES = {flag for flags in ARM_FLAGS.values() for flag in flags}
@@ -50,10 +48,14 @@ ARM_ENV = {
     "drop": {"RESCUE_ARM": "drop"},
     "never-drop": {"RESCUE_ARM": "never-drop"},
     "protect": {"RESCUE_ARM": "protect", "RESCUE_A": "0.5", "RESCUE_BASELINE": "all"},
-    "pace": {"RESCUE_ARM": "pace"},
+    "pace": {"RESCUE_ARM": "pace", "RESCUE_PACE_STRAGGLER_S": "7200"},
 }
-#: Shared flags and settings whose value is derived from the run name (arm, A, seed).
-NAMED_FLAGS = {"--load", "--save", "--wandb-group", "--wandb-dir", "--save-debug-rollout-data"}
+#: Shared flags and settings whose value is derived from the run name (arm, A, seed), and
+#: --env-report, which carries the arm's settings to the wandb config.
+NAMED_FLAGS = {
+    *("--load", "--save", "--wandb-group", "--wandb-dir", "--save-debug-rollout-data"),
+    "--env-report",
+}
 NAMED_ENV = {"WANDB_TAGS"}
 
 
@@ -64,7 +66,11 @@ NAMED_ENV = {"WANDB_TAGS"}
 def test_each_arm_submits_exactly_its_own_flags(arm, bin_dir, miles_dir):
     flags, env, _ = submitted(dry_run(arm, bin_dir, miles_dir).stdout)
     assert {f: v for f, v in flags.items() if f in ARM_FLAG_NAMES} == ARM_FLAGS[arm]
-    assert {k: v for k, v in env.items() if k.startswith("RESCUE_") and "SWE" not in k} == {
+    assert {
+        k: v
+        for k, v in env.items()
+        if k.startswith("RESCUE_") and "SWE" not in k and "WATCHDOG" not in k
+    } == {
         **ARM_ENV[arm],
         "RESCUE_SEED": "1",
         "RESCUE_ESTIMATOR": "group",
@@ -136,7 +142,11 @@ def test_by_default_every_arm_logs_the_contract_with_the_group_estimator(arm, bi
     assert {f: flags.get(f) for f in LOGGING_FLAGS} == LOGGING_FLAGS
     assert env["RESCUE_ESTIMATOR"] == "group" and "RESCUE_DRGRPO_DIVISOR" not in env
     assert not set(DRGRPO_FLAGS) & set(flags)
-    assert ("--custom-reward-post-process-path" in flags) == (arm == "protect")
+    # every arm's rewards take rescue's hook: one normalization for all
+    assert (
+        flags["--custom-reward-post-process-path"]
+        == REWARD_HOOK["--custom-reward-post-process-path"]
+    )
 
 
 def test_estimator_turn_and_drgrpo_are_applied_identically_to_every_arm(bin_dir, miles_dir):
@@ -169,9 +179,13 @@ def test_shared_settings_of_the_swe_arms(bin_dir, miles_dir):
     expected = {
         "--fully-async": [],
         "--use-tis": [],
-        "--custom-generate-function-path": [
-            "miles.rollout.generate_hub.agentic_tool_call.generate"
-        ],
+        "--custom-generate-function-path": ["rescue.miles.generate.generate"],
+        # the pilot's sampling settings; omitted ones are SGLang's OpenAI defaults
+        "--rollout-temperature": ["1.0"],
+        "--rollout-top-p": ["1.0"],
+        "--rollout-top-k": ["-1"],
+        "--rollout-max-response-len": ["8192"],
+        "--sglang-sampling-defaults": ["openai"],
         "--custom-agent-function-path": ["swe_smith_tasks.agent.run"],
         "--custom-rm-path": ["swe_smith_tasks.agent.reward_func"],
         "--custom-rollout-log-function-path": ["rescue.miles.log.log_rollout"],
@@ -307,13 +321,13 @@ def test_agent_settings_reach_the_runtime_env(bin_dir, miles_dir):
             miles_dir,
             MAX_TURNS="12",
             AGENT_CONCURRENCY="9",
-            AGENT_ENV="RESCUE_SWE_TRIAL_TIMEOUT=100 RESCUE_SWE_CONTAINER_CPUS=2",
+            AGENT_ENV="RESCUE_SWE_COMMAND_TIMEOUT=100 RESCUE_SWE_HIDE_HISTORY=0",
         ).stdout
     )
     assert env["RESCUE_SWE_STEP_LIMIT"] == "12"
     assert env["RESCUE_SWE_MAX_CONCURRENCY"] == "9"
-    assert env["RESCUE_SWE_TRIAL_TIMEOUT"] == "100"
-    assert env["RESCUE_SWE_CONTAINER_CPUS"] == "2"
+    assert env["RESCUE_SWE_COMMAND_TIMEOUT"] == "100"
+    assert env["RESCUE_SWE_HIDE_HISTORY"] == "0"
 
 
 def test_a_longer_context_is_an_explicit_choice_with_sglangs_override(bin_dir, miles_dir):
@@ -520,8 +534,8 @@ def test_integer_settings_cover_every_numeric_default(bin_dir):
     )
     switches = re.search(r"^RESCUE_SWITCHES=\(([^)]*)\)", (LAUNCH / "common.sh").read_text(), re.M)
     unchecked = [n for n, _ in numeric if n not in _integer_settings() + switches.group(1).split()]
-    # checked on their own: SEED may be negative, DUMP_STEPS may be "all"
-    assert unchecked == ["SEED", "DUMP_STEPS"]
+    # checked on their own: SEED may be negative, SANDBOX_CPUS fractional, DUMP_STEPS "all"
+    assert unchecked == ["SEED", "SANDBOX_CPUS", "DUMP_STEPS"]
 
 
 def test_no_miles_checkout_fails_with_what_to_set(bin_dir, tmp_path):
@@ -642,16 +656,16 @@ def test_every_flag_is_one_miles_reads(miles_src, bin_dir):
     for folder in ("examples", "scripts"):
         for path in (miles_src / folder).rglob("*.py"):
             launched.update(re.findall(r"(--[a-z0-9][a-z0-9-]*)[ '\"]", path.read_text()))
-    unknown = sorted(f for f in flags if f not in defined and f not in launched)
+    unknown = sorted(f for f in flags if f not in defined | launched | SGLANG_SERVER_FLAGS)
     assert unknown == []
 
 
 def test_the_generate_function_and_model_script_exist_in_miles(miles_src, bin_dir):
     flags, _, _ = submitted(dry_run("drop", bin_dir, miles_src).stdout)
     (generate,) = flags["--custom-generate-function-path"]
-    module, name = generate.rsplit(".", 1)
-    source = (miles_src / (module.replace(".", "/") + ".py")).read_text()
-    assert f"async def {name}(" in source
+    assert generate == "rescue.miles.generate.generate"  # wraps Miles' agentic function
+    source = (miles_src / "miles/rollout/generate_hub/agentic_tool_call.py").read_text()
+    assert "async def generate(" in source
     assert flags["--num-layers"] == ["36"] and flags["--hidden-size"] == ["4096"]  # Qwen3-8B
 
 

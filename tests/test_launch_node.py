@@ -218,7 +218,8 @@ def test_pilot_agent_gets_the_training_agent_settings(bin_dir, miles_dir):
         miles_dir,
         PILOT_BASE_URL="http://h:1",
         MAX_TURNS="12",
-        AGENT_ENV="RESCUE_SWE_TRIAL_TIMEOUT=100 RESCUE_SWE_DOCKER_RUN_ARGS=--shm-size=2g",
+        TRIAL_TIMEOUT="4800",
+        AGENT_ENV="RESCUE_SWE_COMMAND_TIMEOUT=100 RESCUE_SWE_DOCKER_RUN_ARGS=--shm-size=2g",
     )
     assert result.returncode == 0, result.stderr
     (cmd,) = [w for w in command_lines(result.stdout) if "pilot" in w]
@@ -226,7 +227,8 @@ def test_pilot_agent_gets_the_training_agent_settings(bin_dir, miles_dir):
     env = dict(w.split("=", 1) for w in cmd[1 : cmd.index("-m") - 1])
     assert env["RESCUE_SWE_STEP_LIMIT"] == "12"
     assert env["RESCUE_SWE_MAX_CONCURRENCY"] == "64"
-    assert env["RESCUE_SWE_TRIAL_TIMEOUT"] == "100"
+    assert env["RESCUE_SWE_TRIAL_TIMEOUT"] == "4800"
+    assert env["RESCUE_SWE_COMMAND_TIMEOUT"] == "100"
     assert env["RESCUE_SWE_DOCKER_RUN_ARGS"] == "--shm-size=2g"
     bad = pilot(bin_dir, miles_dir, PILOT_BASE_URL="u", AGENT_ENV="oops")
     assert bad.returncode == 2 and "AGENT_ENV entry 'oops' is not NAME=VALUE" in bad.stderr
@@ -268,6 +270,7 @@ def test_pilot_stops_before_any_trial_when_the_endpoint_returns_calls_as_text(
             PILOT_BASE_URL=server.base_url,
             TASKS_JSONL=str(tasks),
             PILOT_TASKS="1",
+            PILOT_PULL="0",  # no docker here: the image pull would stop it first
             OUTPUT_DIR=str(tmp_path / "out"),
         )
     finally:

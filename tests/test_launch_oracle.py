@@ -10,7 +10,15 @@ import sys
 from pathlib import Path
 
 import pytest
-from launch_env import ROOT, command_lines, dry_run, flag_dict, launch, submitted
+from launch_env import (
+    ROOT,
+    SGLANG_SERVER_FLAGS,
+    command_lines,
+    dry_run,
+    flag_dict,
+    launch,
+    submitted,
+)
 from launch_env import bin_dir as bin_dir  # a fixture
 from launch_env import miles_dir as miles_dir  # a fixture
 
@@ -238,5 +246,7 @@ def megatron_flags(rest: list[str]) -> None:
     for folder in ("examples", "scripts", "miles"):
         for path in (Path(MILES_SRC) / folder).rglob("*.py"):
             launched.update(re.findall(r"""(--[a-z0-9][a-z0-9-]*)[ '"]""", path.read_text()))
-    unknown = sorted(w for w in rest if w.startswith("--") and w not in launched)
+    unknown = sorted(
+        w for w in rest if w.startswith("--") and w not in launched | SGLANG_SERVER_FLAGS
+    )
     assert unknown == []

@@ -491,6 +491,124 @@ def test_conservation_under_random_aborts_staleness_filters_and_retries():
         assert totals[b.value] > 0, b
 
 
+# ── the watchdog ─────────────────────────────────────────────────────────────
+
+
+def no_docker_group(gid: int):
+    """A group every trial of which failed at container start (the agent's result dict)."""
+    group = fake_group(gid, version=0)
+    for s in group:
+        s.reward = 0.0
+        s.metadata.update(
+            outcome="infra_no_result",
+            outcome_reason="container_start",
+            error="Cannot connect to the Docker daemon at unix:///var/run/docker.sock",
+        )
+    return group
+
+
+def watched_buffer(env, flushed):
+    args = SimpleNamespace(
+        max_weight_staleness=2, dynamic_sampling_filter_path=None, reward_key=None
+    )
+    return RescueDataBuffer(
+        SimpleNamespace(args=args, unused_handler_fn=lambda g: None),
+        env=env,
+        store=FifoStore(1000),
+        load_function=load_function,
+        tracking=flushed.append,
+    )
+
+
+def test_the_watchdog_stops_a_run_whose_groups_have_no_result_with_the_census_flushed_first():
+    from rescue.miles.buffer import WATCHDOG_KEY
+    from rescue.watchdog import WatchdogStop
+
+    flushed: list = []
+    env = {"RESCUE_WATCHDOG_WINDOW": "4", "RESCUE_WATCHDOG_MAX_NO_RESULT": "0.5"}
+
+    async def go():
+        buffer = watched_buffer(env, flushed)
+        await buffer.put(entry(fake_group(1, version=0)))  # a result
+        for gid in (2, 3):
+            await buffer.put(entry(no_docker_group(gid)))
+        assert flushed == []  # 2 of 3: the window is not full
+        await buffer.put(entry(no_docker_group(4)))  # 3 of 4 > 0.5
+        return buffer
+
+    with pytest.raises(WatchdogStop) as stop:
+        run(go())
+    line = stop.value.line
+    assert "3 of the last 4 groups had no result" in line and "\n" not in line
+    assert "dominant reason container_start (3 of 4 groups)" in line
+    assert "Cannot connect to the Docker daemon" in line and line.endswith("census flushed")
+    (metrics,) = flushed
+    assert metrics[WATCHDOG_KEY] == 1.0
+    assert metrics[f"{P}groups/aborted"] == 3 and metrics[f"{P}groups/entered"] == 4
+    assert metrics[f"{P}no_result/fraction/container_start"] == 3 / 4
+    assert metrics["rollout/fully_async/aborted_groups_filtered"] == 3
+
+
+def test_groups_with_results_keep_the_run_going():
+    flushed: list = []
+    env = {"RESCUE_WATCHDOG_WINDOW": "4", "RESCUE_WATCHDOG_MAX_NO_RESULT": "0.5"}
+
+    async def go():
+        buffer = watched_buffer(env, flushed)
+        for gid in range(40):  # one in four without a result
+            g = no_docker_group(gid) if gid % 4 == 0 else fake_group(gid, version=0)
+            await buffer.put(entry(g))
+        return buffer.get_metrics()
+
+    m = run(go())
+    assert flushed == [] and m[f"{P}no_result/fraction"] == 10 / 40
+
+
+def test_the_watchdog_stops_a_drain_that_waits_with_no_group_finishing():
+    from virtual_clock import run_virtual
+
+    from rescue.watchdog import WatchdogStop
+
+    flushed: list = []
+    env = {"RESCUE_WATCHDOG_IDLE_S": "600"}
+
+    async def go():
+        loop = asyncio.get_running_loop()
+        buffer = watched_buffer(env, flushed)
+        await asyncio.sleep(500)
+        await buffer.put(entry(fake_group(1, version=0)))  # a group finishes: the clock resets
+        assert (await buffer.get(current_version=0)).group[0].group_index == 1
+        t0 = loop.time()
+        try:
+            await buffer.get(current_version=0)  # nothing comes any more
+        finally:
+            waited = loop.time() - t0
+        return waited
+
+    with pytest.raises(WatchdogStop, match="no group finished for 600 s") as stop:
+        run_virtual(go())
+    assert "1 groups finished before, 0 without a result" in stop.value.line
+    assert len(flushed) == 1 and flushed[0][f"{P}groups/trained_fresh"] == 1
+
+
+def test_a_get_cancelled_while_waiting_hands_its_group_to_the_next_get():
+    async def go():
+        buffer, _ = make_buffer(max_staleness=2)
+        waiting = asyncio.create_task(buffer.get(current_version=0))
+        await asyncio.sleep(0)
+        waiting.cancel()
+        await asyncio.gather(waiting, return_exceptions=True)
+        await buffer.put(entry(fake_group(5, version=0)))
+        await asyncio.sleep(0)  # the store hands it to the wait the cancelled get left
+        m = buffer.get_metrics()  # counted as buffered, not lost
+        got = await buffer.get(current_version=0)
+        return m, got, buffer.get_metrics()
+
+    m, got, after = run(go())
+    assert m[f"{P}groups/buffered"] == 1 and m[QUEUE_SIZE_KEY] == 0
+    assert group_id(got.group) == 5 and after[f"{P}groups/trained_fresh"] == 1
+
+
 # ── the tests' Sample is Miles' Sample ───────────────────────────────────────
 
 

@@ -22,6 +22,7 @@ from virtual_clock import TOLERANCE_S, run_virtual
 
 from rescue.miles.buffer import PACE_ROLLOUT_FUNCTION, QUEUE_SIZE_KEY, RescueDataBuffer
 from rescue.miles.pace import (
+    ABANDONED_KEY,
     BUFFER_PATH,
     WAIT_GROUPS_KEY,
     WAIT_S_KEY,
@@ -169,6 +170,122 @@ def test_admission_waits_for_the_next_step_and_get_times_the_wait_for_a_straggle
     assert m1["rollout/fully_async/max_staleness"] == 1
 
 
+@pytest.mark.parametrize("submitted", [True, False], ids=["held-by-window", "nothing-held"])
+def test_a_wait_the_window_causes_is_counted_even_with_nothing_ready(submitted):
+    """K = 0, window = batch = 2: the step takes the fast group, then waits 3 s for the slow
+    one with nothing else ready. While a submitted generation waits for admission (the
+    window holds it back; Miles' own rollout would run it), the wait is pace's cost; with
+    nothing held back it is every arm's wait."""
+
+    async def go():
+        q = PaceQueue(PaceSettings(max_staleness=0, batch=2))
+        q.begin_step()
+        fast, slow, third = (fake_group(g, version=0) for g in range(3))
+        for g in (fast, slow):
+            await q.admit(g)
+        held = asyncio.create_task(q.admit(third)) if submitted else None
+        await q.put(entry(fast))
+
+        async def finish_slow():
+            await asyncio.sleep(3.0)
+            await q.put(entry(slow))
+
+        finisher = asyncio.create_task(finish_slow())
+        taken = [group_id((await q.get(current_version=0)).group) for _ in range(2)]
+        await finisher
+        m = q.get_metrics()
+        if held is not None:
+            held.cancel()
+        return taken, m
+
+    taken, m = run_virtual(go())
+    assert taken == [0, 1]
+    expected = 3.0 if submitted else 0.0
+    assert abs(m[WAIT_S_KEY] - expected) <= TOLERANCE_S
+    assert abs(m[f"{WAIT_S_KEY}/window"] - expected) <= TOLERANCE_S
+    assert m[f"{WAIT_S_KEY}/straggler"] == 0.0
+    assert m[WAIT_GROUPS_KEY] == (1 if submitted else 0)
+
+
+def test_a_straggler_past_its_deadline_is_abandoned_and_the_schedule_goes_on(caplog):
+    """K = 0, batch 1, deadline 10 s: a generation that never returns is cancelled at 10 s,
+    counted, its place freed; the next group is admitted and taken."""
+
+    async def go():
+        loop = asyncio.get_running_loop()
+        q = PaceQueue(PaceSettings(max_staleness=0, batch=1, straggler_s=10.0))
+        abandoned: list = []
+        q.on_abandon = abandoned.append
+        q.begin_step()
+        stuck, nxt = fake_group(1, version=0), fake_group(2, version=0)
+
+        async def generate(g, delay):
+            await q.admit(g)
+            await asyncio.sleep(delay)
+            await q.put(entry(g))
+
+        hung = asyncio.create_task(generate(stuck, 1e9))
+        await asyncio.sleep(0)
+        later = asyncio.create_task(generate(nxt, 1.0))  # waits for the window
+        t0 = loop.time()
+        got = await q.get(current_version=0)
+        elapsed = loop.time() - t0
+        await asyncio.gather(hung, return_exceptions=True)
+        return q, abandoned, stuck, got, elapsed, hung, later
+
+    with caplog.at_level("WARNING", logger="rescue.miles.pace"):
+        q, abandoned, stuck, got, elapsed, hung, _ = run_virtual(go())
+    assert abandoned == [stuck] and q.abandoned(stuck) and hung.cancelled()
+    assert group_id(got.group) == 2 and abs(elapsed - 11.0) <= TOLERANCE_S
+    m = q.get_metrics()
+    assert m[ABANDONED_KEY] == 1.0
+    assert abs(m[f"{WAIT_S_KEY}/window"] - 11.0) <= TOLERANCE_S  # the window held `later`
+    assert "pace: step 0 waits for the schedule: group(s) in flight 1 (0 s of 10)" in caplog.text
+    assert "pace: abandoning group 1: in flight 10 s" in caplog.text
+
+
+def test_the_buffer_counts_an_abandoned_group_once_and_recycles_it_when_it_returns():
+    async def go():
+        buffer, unused = pace_buffer(rollout_batch_size=1, max_weight_staleness=0)
+        buffer.pace.schedule.settings = PaceSettings(0, 1, straggler_s=5.0)
+        buffer.pace.begin_step()
+        stuck, nxt = fake_group(1, version=0), fake_group(2, version=0)
+
+        async def generate(g):  # as Miles' group task: admitted, then generating forever
+            await buffer.pace.admit(g)
+            await asyncio.sleep(1e9)
+
+        hung = asyncio.create_task(generate(stuck))
+        getter = asyncio.create_task(buffer.get(current_version=0))
+        await asyncio.sleep(6.0)  # abandoned at 5 s: its task is cancelled
+        assert hung.cancelled()
+        await buffer.pace.admit(nxt)
+        await buffer.put(entry(nxt))
+        got = await getter
+        await buffer.put(entry(stuck))  # its cancelled generation comes back
+        return unused, stuck, got, buffer.get_metrics()
+
+    unused, stuck, got, m = run_virtual(go())
+    assert group_id(got.group) == 2 and unused == [stuck]
+    assert m[f"{P}groups/aborted"] == 1 and m[f"{P}aborted/reason/pace_straggler"] == 1
+    assert m[f"{P}groups/entered"] == 2 and m[f"{P}groups/trained_fresh"] == 1
+    assert m[ABANDONED_KEY] == 1.0
+
+
+def test_the_straggler_deadline_setting():
+    assert PaceSettings(1, 4).straggler_s == 7200.0
+    env = {"RESCUE_PACE_STRAGGLER_S": "900"}
+    assert PaceSettings.from_env(env, max_staleness=1, batch=4).straggler_s == 900.0
+    assert (
+        PaceSettings.from_env(
+            {"RESCUE_PACE_STRAGGLER_S": "0"}, max_staleness=1, batch=4
+        ).straggler_s
+        == 0
+    )
+    with pytest.raises(ValueError, match="RESCUE_PACE_STRAGGLER_S='soon'"):
+        PaceSettings.from_env({"RESCUE_PACE_STRAGGLER_S": "soon"}, max_staleness=1, batch=4)
+
+
 def test_a_cancelled_get_loses_no_group():
     async def go():
         q = PaceQueue(PaceSettings(max_staleness=0, batch=1))
@@ -271,7 +388,7 @@ STEPS = 14
 FIRST_VERSION = 10
 
 
-def drive_miles(monkeypatch, rollout_fn, k, env):
+def drive_miles(monkeypatch, rollout_fn, k, env, slow=SLOW):
     """``STEPS`` train calls of a Miles rollout function with ``RescueDataBuffer``.
 
     A scripted ``generate_and_rm_group`` stamps the engines' version on every sample when
@@ -283,7 +400,7 @@ def drive_miles(monkeypatch, rollout_fn, k, env):
     import miles.rollout.fully_async_rollout as fully_async
     from miles.rollout.base_types import RolloutFnConstructorInput, RolloutFnTrainInput
 
-    for key in ("RESCUE_ARM", "RESCUE_A", "RESCUE_PACE_WINDOW"):
+    for key in ("RESCUE_ARM", "RESCUE_A", "RESCUE_PACE_WINDOW", "RESCUE_PACE_STRAGGLER_S"):
         monkeypatch.delenv(key, raising=False)
     for key, value in env.items():
         monkeypatch.setenv(key, value)
@@ -307,10 +424,14 @@ def drive_miles(monkeypatch, rollout_fn, k, env):
     async def generate(state, group, sampling_params, evaluation=False, sample_done_callback=None):
         for s in group:
             s.weight_versions = [str(engines["version"])]
-        await asyncio.sleep(delays.get(group[0].group_index, 0.0))
-        for _ in group:  # as Miles' generate_and_rm_group: one callback per finished sample
-            if sample_done_callback is not None:
-                sample_done_callback()
+        try:
+            await asyncio.sleep(delays.get(group[0].group_index, 0.0))
+        finally:
+            # as Miles' generate_and_rm_group: one callback per sample, on success,
+            # exception and cancellation alike
+            for _ in group:
+                if sample_done_callback is not None:
+                    sample_done_callback()
         return group
 
     monkeypatch.setattr(
@@ -340,8 +461,8 @@ def drive_miles(monkeypatch, rollout_fn, k, env):
         steps = []
         for step in range(STEPS):
             engines["version"] = FIRST_VERSION + step
-            if step in SLOW:
-                data_source.slow_next = SLOW[step]
+            if step in slow:
+                data_source.slow_next = slow[step]
             out = await fn(
                 RolloutFnTrainInput(rollout_id=step, weight_version=FIRST_VERSION + step)
             )
@@ -409,3 +530,53 @@ def test_miles_without_pace_trains_the_same_slow_groups_staler_than_k(monkeypatc
     assert all(s > k for s in late.values())
     stale = sum(m[f"{P}groups/trained_stale"] for _, _, m in steps)
     assert stale == sum(s > k for _, staleness, _ in steps for s in staleness) >= len(delays)
+
+
+@pytest.mark.parametrize(
+    "k, env",
+    [(0, PACE_ENV), (1, {**PACE_ENV, "RESCUE_PACE_WINDOW": "4"})],
+    ids=["k0", "window-of-b"],
+)
+def test_miles_pace_counts_the_waits_its_window_causes(monkeypatch, k, env):
+    """With the window at the batch (K = 0, or PACE_WINDOW = B) the step takes its fast
+    groups and then waits for the slow one with nothing else ready, while the groups Miles
+    submitted wait for admission: every second of it is pace's cost, counted under
+    ``pace_wait_s/window`` (the old count, which needed another group ready, said 0)."""
+    require_miles()
+    _, steps, delays, recycled = drive_miles(monkeypatch, PACE_ROLLOUT_FUNCTION, k, env)
+    assert recycled == []
+    for batch, staleness, m in steps:
+        assert max(staleness) <= k
+        slow_here = [g for g in batch if g in delays]
+        expected = delays[slow_here[0]] if slow_here else 0.0
+        assert abs(m[WAIT_S_KEY] - expected) <= TOLERANCE_S, (batch, m[WAIT_S_KEY])
+        assert abs(m[f"{WAIT_S_KEY}/window"] - expected) <= TOLERANCE_S
+        assert m[f"{WAIT_S_KEY}/straggler"] == 0.0
+        assert m[WAIT_GROUPS_KEY] == (1 if slow_here else 0)
+    assert sum(m[WAIT_S_KEY] for _, _, m in steps) == pytest.approx(sum(SLOW.values()))
+
+
+def test_miles_pace_abandons_a_generation_that_never_returns_and_finishes_the_run(
+    monkeypatch, caplog
+):
+    """K = 1: the group started at step 0 never returns. Step 1 owes it a place and waits
+    (a straggler: other groups are ready) until the deadline, 20 s after its admission; then
+    the group is abandoned as a no-result, its generation cancelled, and every step runs."""
+    require_miles()
+    env = {**PACE_ENV, "RESCUE_PACE_STRAGGLER_S": "20"}
+    with caplog.at_level("WARNING", logger="rescue.miles.pace"):
+        fn, steps, delays, recycled = drive_miles(
+            monkeypatch, PACE_ROLLOUT_FUNCTION, 1, env, slow={0: 1e9}
+        )
+    assert len(steps) == STEPS
+    (hung,) = delays
+    assert [g[0].group_index for g in recycled] == [hung]  # back to the unused handler
+    m1 = steps[1][2]
+    assert abs(m1[WAIT_S_KEY] - (20.0 - TRAIN_S)) <= TOLERANCE_S
+    assert abs(m1[f"{WAIT_S_KEY}/straggler"] - (20.0 - TRAIN_S)) <= TOLERANCE_S
+    assert m1[ABANDONED_KEY] == 1.0 and m1[f"{P}aborted/reason/pace_straggler"] == 1
+    assert all(hung not in batch for batch, _, _ in steps)
+    assert f"pace: abandoning group {hung}: in flight 20 s" in caplog.text
+    assert "pace: step 1 waits for the schedule" in caplog.text
+    totals = fn._output.census.totals()
+    assert totals["aborted"] == 1 and totals["trained_fresh"] == STEPS * 4

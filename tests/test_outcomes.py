@@ -1,8 +1,95 @@
-"""The one outcome classifier: each rule of rescue.outcomes, in order."""
+"""The one outcome classifier: each rule of rescue.outcomes, in order, and every row of its
+reason table (a test per reason: moving a reason to another class fails here)."""
 
 import pytest
 
-from rescue.outcomes import Outcome, classify, classify_exit_status, is_capped
+from rescue.outcomes import (
+    OTHER_EXIT,
+    REASONS,
+    Outcome,
+    because,
+    classify,
+    classify_exit_status,
+    is_capped,
+)
+
+SOL, FAIL, BUD, INF = (
+    Outcome.SOLVED,
+    Outcome.SUBMITTED_FAILURE,
+    Outcome.BUDGET_FAILURE,
+    Outcome.INFRA_NO_RESULT,
+)
+SUBMITTED = {"exit_status": "Submitted"}
+#: reason -> (its class, the classify() inputs that produce it; None: an agent or adapter
+#: gives the reason itself, with its class from the table through ``because``).
+ROWS = {
+    "resolved": (SOL, {"metadata": {**SUBMITTED, "eval_report": {"resolved": True}}}),
+    "unresolved": (FAIL, {"metadata": {**SUBMITTED, "eval_report": {"resolved": False}}}),
+    "tests_timeout": (
+        FAIL,
+        {"metadata": {**SUBMITTED, "eval_report": {"resolved": False, "status": "timeout"}}},
+    ),
+    "patch_apply_failed": (
+        FAIL,
+        {"metadata": {**SUBMITTED, "eval_status": "error", "patch_apply_failed": True}},
+    ),
+    "tests_oom": (
+        FAIL,
+        {"metadata": {**SUBMITTED, "eval_report": {"resolved": False, "reason": "tests_oom"}}},
+    ),
+    "sandbox_oom": (FAIL, None),
+    "turn_cap": (BUD, {"metadata": {"exit_status": "LimitsExceeded"}}),
+    "context_limit": (
+        BUD,
+        {"status": "completed", "reward": 0.0, "metadata": {"end_reason": "length"}},
+    ),
+    "truncated": (BUD, {"status": "truncated", "reward": 0.0}),
+    "time_budget": (BUD, {"metadata": {"exit_status": "TimeBudgetExceeded"}}),
+    "format": (BUD, {"metadata": {"exit_status": "RepeatedFormatError"}}),
+    "aborted": (INF, {"status": "aborted", "reward": 1.0}),
+    "pending": (INF, {"status": "pending", "reward": 1.0}),
+    "no_exit_status": (
+        INF,
+        {"status": "completed", "reward": 0.0, "metadata": {"instance_id": "a"}},
+    ),
+    "no_reward": (INF, {"status": "completed", "reward": float("nan")}),
+    "not_graded": (INF, {"metadata": SUBMITTED}),
+    "grader_error": (INF, {"metadata": {**SUBMITTED, "eval_status": "error"}}),
+    "image_pull": (INF, None),
+    "container_start": (INF, None),
+    "checkout_failed": (INF, None),
+    "hide_history_failed": (INF, None),
+    "network_cut_failed": (INF, None),
+    "container_lost": (INF, None),
+    "endpoint_error": (INF, None),
+    "trial_timeout": (INF, None),
+    "cancelled": (INF, None),
+    "sample_assembly": (INF, None),
+    "pace_straggler": (INF, None),
+    OTHER_EXIT: (INF, {"metadata": {"exit_status": "APIConnectionError"}}),
+}
+
+
+def test_every_reason_of_the_table_has_a_row_here():
+    assert set(ROWS) == set(REASONS)
+
+
+@pytest.mark.parametrize("reason", list(ROWS))
+def test_each_reason_lands_in_its_class(reason):
+    expected, inputs = ROWS[reason]
+    assert REASONS[reason].outcome is expected
+    if inputs is None:  # given by the agent or an adapter: the class comes from the table
+        c = because(reason)
+        assert (c.outcome, c.reason) == (expected, reason)
+        # an agent that books the reason in another class is refused, naming both
+        wrong = next(o for o in Outcome if o is not expected)
+        with pytest.raises(ValueError, match=f"books {reason!r} as {expected.value}"):
+            classify(metadata={"outcome": wrong.value, "outcome_reason": reason})
+        assert classify(metadata={"outcome": expected.value, "outcome_reason": reason}) == c
+        return
+    c = classify(**inputs)
+    assert c.outcome is expected
+    assert c.reason == ("APIConnectionError" if reason == OTHER_EXIT else reason)
 
 
 @pytest.mark.parametrize(
@@ -14,7 +101,7 @@ from rescue.outcomes import Outcome, classify, classify_exit_status, is_capped
             "Submitted",
             {"resolved": False, "eval_status": "timeout"},
             Outcome.SUBMITTED_FAILURE,
-            "unresolved",
+            "tests_timeout",
         ),
         (
             "Submitted",
@@ -25,6 +112,8 @@ from rescue.outcomes import Outcome, classify, classify_exit_status, is_capped
         ("Submitted", {"eval_status": "error"}, Outcome.INFRA_NO_RESULT, "grader_error"),
         ("Submitted", {}, Outcome.INFRA_NO_RESULT, "not_graded"),
         ("LimitsExceeded", {}, Outcome.BUDGET_FAILURE, "turn_cap"),
+        ("max_turns", {}, Outcome.BUDGET_FAILURE, "turn_cap"),
+        ("TimeBudgetExceeded", {}, Outcome.BUDGET_FAILURE, "time_budget"),
         ("ContextWindowExceededError", {}, Outcome.BUDGET_FAILURE, "context_limit"),
         ("SingleTurnMaxSeqLenExceededError", {}, Outcome.BUDGET_FAILURE, "context_limit"),
         ("RepeatedFormatError", {}, Outcome.BUDGET_FAILURE, "format"),
@@ -96,7 +185,8 @@ def test_capped_means_turn_cap_or_context_not_format():
     assert is_capped(
         classify(metadata={"exit_status": "RepeatedFormatError", "last_finish_reason": "length"})
     )
-    assert not is_capped(classify_exit_status("TimeExceeded"))
+    assert not is_capped(classify_exit_status("TimeExceeded"))  # wall time: not the agent's
+    assert is_capped(classify_exit_status("TimeBudgetExceeded"))
     assert not is_capped(classify(status="completed", reward=0.0))
 
 
@@ -106,3 +196,17 @@ def test_outcome_parse_errors_list_allowed_values():
         ValueError, match="allowed: solved, submitted_failure, budget_failure, infra_no_result"
     ):
         Outcome.parse("lost")
+
+
+def test_the_readme_table_of_reasons_is_the_reason_table():
+    from pathlib import Path
+
+    readme = (Path(__file__).resolve().parents[1] / "README.md").read_text()
+    section = readme[readme.index("**Outcome reasons.**") :]
+    rows = [
+        [cell.strip() for cell in line.strip("|").split("|")]
+        for line in section.split("\n\n")[1].splitlines()[2:]
+    ]
+    assert {r[0].strip("`"): (r[1], r[2]) for r in rows} == {
+        name: (row.outcome.value, row.meaning) for name, row in REASONS.items()
+    }

@@ -15,7 +15,16 @@ import sys
 from pathlib import Path
 
 import pytest
-from launch_env import LAUNCH, ROOT, command_lines, flag_dict, launch, split_submit, submitted
+from launch_env import (
+    LAUNCH,
+    ROOT,
+    SGLANG_SERVER_FLAGS,
+    command_lines,
+    flag_dict,
+    launch,
+    split_submit,
+    submitted,
+)
 from launch_env import bin_dir as bin_dir  # a fixture
 from launch_env import miles_dir as miles_dir  # a fixture
 
@@ -666,7 +675,7 @@ def _miles_launched_flags(miles_src: Path) -> set[str]:
     for folder in ("examples", "scripts"):
         for path in (miles_src / folder).rglob("*.py"):
             launched.update(re.findall(r"(--[a-z0-9][a-z0-9-]*)[ '\"]", path.read_text()))
-    return launched
+    return launched | SGLANG_SERVER_FLAGS
 
 
 def _check_with_miles_parser(words: list[str], miles_src: Path):

@@ -46,8 +46,14 @@ from swe_smith_tasks.sandbox import CONTAINER_PREFIX, DockerContainer, checkout_
 
 FIX_SCRIPT = [{"command": c} for c in (FIX, RUN_TESTS, MAKE_PATCH, SUBMIT)]
 WRONG_SCRIPT = [{"command": c} for c in (WRONG_FIX, MAKE_PATCH, SUBMIT)]
-# Small timeouts keep the stall test short; their order is what run() requires.
-FAST = {"command_timeout_s": 20, "request_timeout_s": 20, "start_timeout_s": 20}
+# Small timeouts keep the stall test short; their order is what run() requires. A failing
+# endpoint is given up on after a second.
+FAST = {
+    "command_timeout_s": 20,
+    "request_timeout_s": 20,
+    "start_timeout_s": 20,
+    "endpoint_patience_s": 1,
+}
 
 
 @pytest.fixture(autouse=True)
@@ -109,9 +115,12 @@ def test_submitted_fix_is_solved_through_the_docker_code_path(docker):
     runs = [c for c in calls if c[0] == "run"]
     assert len(runs) == 2  # the agent's sandbox, then a fresh container for grading
     assert all(c[c.index("--name") + 1].startswith(CONTAINER_PREFIX) for c in runs)
-    # The default limits (10g, a CPU share), then run_args, which win where they overlap.
+    # The fixed limits, then run_args, which win where they overlap; no --rm (a dead
+    # container stays for inspect to say why)
     assert all(flag_values(c, "--cpus")[-1] == "2" for c in runs)
     assert all(flag_values(c, "--memory") == ["10g"] for c in runs)
+    assert all(flag_values(c, "--pids-limit") == ["4096"] for c in runs)
+    assert not any("--rm" in c for c in runs)
     assert any(c[0] == "exec" and c[-3:-1] == ["bash", "-c"] and c[-1] == FIX for c in calls)
     assert live_containers(docker.root) == []
     assert classify(metadata=result).outcome is Outcome.SOLVED
@@ -170,13 +179,16 @@ def test_format_errors_from_replies_cut_at_the_length_limit_are_a_context_limit(
 
 
 def test_stall_past_the_trial_timeout_is_infra_and_removes_the_sandbox(docker):
+    # the endpoint never answers in time: retried off the agent's budget until the trial
+    # timeout, which is then the infrastructure's
     settings = AgentSettings(
         docker_executable=docker.shim,
         command_timeout_s=1,
         request_timeout_s=1,
         start_timeout_s=1.5,
-        trial_timeout_s=2,
-        outer_timeout_s=3,
+        time_budget_s=1,
+        trial_timeout_s=5,
+        outer_timeout_s=6,
     )
     result, _ = play([{"sleep": 4, "command": "ls"}], settings)
     assert result["outcome"] == Outcome.INFRA_NO_RESULT.value
@@ -191,7 +203,7 @@ def test_stall_past_the_trial_timeout_is_infra_and_removes_the_sandbox(docker):
 def test_image_that_cannot_be_pulled_is_infra_not_a_failure(docker):
     settings = AgentSettings(docker_executable=docker.shim, **FAST)
     result, server = play(FIX_SCRIPT, settings, metadata={**METADATA, "image": "swebench/absent"})
-    assert (result["outcome"], result["outcome_reason"]) == ("infra_no_result", "container_start")
+    assert (result["outcome"], result["outcome_reason"]) == ("infra_no_result", "image_pull")
     assert result["reward"] is None and "pull access denied" in result["error"]
     assert server.requests == []
 
@@ -204,16 +216,52 @@ def test_missing_task_branch_is_infra(docker):
     assert live_containers(docker.root) == []
 
 
-def test_unreachable_model_endpoint_is_infra(local_images):
+def test_unreachable_model_endpoint_is_infra_after_its_patience(local_images):
     settings = AgentSettings(environment="local", local_images=local_images, **FAST)
+    started = time.monotonic()
     result, _ = play(FIX_SCRIPT, settings, base_url="http://127.0.0.1:9")
-    assert result["outcome"] == "infra_no_result" and result["reward"] is None
+    assert (result["outcome"], result["outcome_reason"]) == ("infra_no_result", "endpoint_error")
+    assert result["reward"] is None and result["error"]
     assert result["exit_status"] not in ("Submitted", "LimitsExceeded", "")
-    assert result["error"]
+    # retried for the patience (1 s), and none of it is the agent's time
+    assert result["timings"]["endpoint_wait_s"] >= 0.9 and time.monotonic() - started >= 0.9
+    assert result["timings"].get("model_s", 0.0) < 0.5
 
 
-def test_cancellation_returns_infra_no_result(local_images):
-    settings = AgentSettings(environment="local", local_images=local_images, **FAST)
+def test_the_agents_own_time_is_a_budget_failure(local_images):
+    settings = AgentSettings(
+        environment="local", local_images=local_images, time_budget_s=1, **FAST
+    )
+    result, server = play([{"sleep": 1.2, "command": "ls"}], settings)
+    assert (result["exit_status"], result["outcome"]) == ("TimeBudgetExceeded", "budget_failure")
+    assert (result["outcome_reason"], result["reward"]) == ("time_budget", 0.0)
+    assert len(server.requests) == 1 and result["turns"] == 1  # refused before the second call
+    assert result["timings"]["model_s"] >= 1.0
+    assert classify(metadata=result).outcome is Outcome.BUDGET_FAILURE
+
+
+def test_time_lost_to_a_failing_endpoint_is_not_the_agents_budget(local_images, monkeypatch):
+    from swe_smith_tasks import endpoint
+
+    monkeypatch.setattr(endpoint, "RETRY_WAIT_S", (1.5, 1.5))
+    settings = AgentSettings(
+        environment="local",
+        local_images=local_images,
+        time_budget_s=2,
+        **{**FAST, "endpoint_patience_s": 30},
+    )
+    outage = [{"status": 503, "error": "the engine is restarting"}] * 3
+    quick = [{"command": c} for c in (FIX, MAKE_PATCH, SUBMIT)]
+    result, server = play(outage + quick, settings)
+    # 3 failed attempts and their waits (4.5 s, twice the budget) were the endpoint's
+    timings = result["timings"]
+    assert timings["endpoint_wait_s"] >= 4.5 > 2 > timings["model_s"] + timings.get("tool_s", 0)
+    assert (result["outcome"], result["exit_status"]) == ("solved", "Submitted")
+    assert len(server.requests) >= 3 + len(quick)
+
+
+def test_a_cancelled_trial_cancels_and_removes_its_sandbox(docker):
+    settings = AgentSettings(docker_executable=docker.shim, **FAST)
     server = ScriptedOpenAI([{"sleep": 3, "command": "ls"}])
 
     async def cancel_mid_trial():
@@ -225,10 +273,14 @@ def test_cancellation_returns_infra_no_result(local_images):
         return await task
 
     try:
-        result = asyncio.run(cancel_mid_trial())
+        with pytest.raises(asyncio.CancelledError):
+            asyncio.run(cancel_mid_trial())
     finally:
         server.close()
-    assert (result["outcome"], result["outcome_reason"]) == ("infra_no_result", "cancelled")
+    deadline = time.monotonic() + 30  # removal runs in the background
+    while live_containers(docker.root) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert live_containers(docker.root) == []
 
 
 def test_trials_run_off_the_loop_at_most_max_concurrency_at_once(monkeypatch):
@@ -301,6 +353,9 @@ def test_settings_order_the_timeouts_and_name_the_variable():
         {
             "RESCUE_SWE_STEP_LIMIT": "12",
             "RESCUE_SWE_TRIAL_TIMEOUT": "900",
+            "RESCUE_SWE_TIME_BUDGET": "600",
+            "RESCUE_SWE_REQUEST_TIMEOUT": "120",
+            "RESCUE_SWE_START_TIMEOUT": "100",
             "MSWEA_DOCKER_EXECUTABLE": "/opt/docker",
             "RESCUE_SWE_DOCKER_RUN_ARGS": "--cpus 2 --memory 8g",
             "RESCUE_SWE_HIDE_HISTORY": "0",
@@ -312,6 +367,13 @@ def test_settings_order_the_timeouts_and_name_the_variable():
     assert (s.hide_history, s.model_name) == (False, "qwen")
     d = AgentSettings()
     assert d.command_timeout_s < d.trial_timeout_s < d.outer_timeout_s and d.step_limit == 40
+    # the agent's budget and one overrun of each kind fit under the trial timeout
+    with pytest.raises(ValueError, match=r"RESCUE_SWE_TIME_BUDGET=5000.*RESCUE_SWE_TRIAL_TIMEOUT"):
+        AgentSettings(time_budget_s=5000)
+    with pytest.raises(ValueError, match="RESCUE_SWE_ENDPOINT_PATIENCE"):
+        AgentSettings.from_env({"RESCUE_SWE_ENDPOINT_PATIENCE": "0"})
+    s = AgentSettings.from_env({"RESCUE_SWE_TIME_BUDGET": "1800"})
+    assert s.time_budget_s == 1800 and d.time_budget_s == 3600
 
 
 def test_metadata_without_instance_id_is_rejected():
@@ -388,8 +450,85 @@ def test_a_container_lost_mid_trial_is_infra_not_a_turn_cap(docker):
     assert (result["outcome"], result["outcome_reason"]) == ("infra_no_result", "container_lost")
     assert result["reward"] is None and "No such container" in result["error"]
     assert len(server.requests) == 3  # stopped at the first failed command, not at the cap
-    inspects = [c for c in docker_calls(docker.root) if c[0] == "inspect"]
-    assert len(inspects) == 1
+    states = [c for c in docker_calls(docker.root) if c[0] == "inspect" and "State" in c[2]]
+    assert len(states) == 1
+
+
+def test_a_sandbox_its_memory_limit_killed_is_the_agents_failure(docker):
+    def oom(n):
+        if n == 2:  # the agent's processes exhausted the container's memory: docker stops it
+            for folder in (docker.root / "containers").iterdir():
+                (folder / "state.json").write_text('{"running": false, "oom_killed": true}')
+
+    settings = AgentSettings(docker_executable=docker.shim, step_limit=6, **FAST)
+    server = ScriptedOpenAI([{"command": "ls"}], on_request=oom)
+    try:
+        result = asyncio.run(
+            agent.run(server.base_url, PROBLEM, {}, dict(METADATA), settings=settings)
+        )
+    finally:
+        server.close()
+    assert (result["outcome"], result["outcome_reason"]) == ("submitted_failure", "sandbox_oom")
+    assert result["reward"] == 0.0 and "is not running" in result["error"]
+    assert live_containers(docker.root) == []  # the dead container is removed all the same
+    assert classify(metadata=result).outcome is Outcome.SUBMITTED_FAILURE
+
+
+def test_a_full_disk_is_an_observation_the_agent_pays_for(docker):
+    # docker exec fails with the daemon's words while the container still runs
+    full = "echo 'Error response from daemon: no space left on device' >&2; exit 126"
+    settings = AgentSettings(docker_executable=docker.shim, step_limit=3, **FAST)
+    result, _ = play([{"command": full}], settings)
+    assert (result["outcome"], result["outcome_reason"]) == ("budget_failure", "turn_cap")
+
+
+def _network_probe(port: int) -> str:
+    return (
+        'python -c "import socket; socket.create_connection('
+        f"('127.0.0.1', {port}), timeout=5)\" >/dev/null 2>&1 "
+        "&& echo NETWORK-REACHED || echo NETWORK-UNREACHABLE"
+    )
+
+
+@pytest.mark.parametrize("cut", [True, False], ids=["cut", "not-cut"])
+def test_the_sandbox_is_cut_from_the_network_after_checkout_and_grading_still_works(docker, cut):
+    from rescue.rehearsal.docker import can_isolate
+
+    if not can_isolate():
+        pytest.skip("unshare -rn is not allowed here: the stand-in cannot isolate a network")
+    upstream = ScriptedOpenAI([{"text": "the upstream fix"}])  # anything listening
+    port = upstream.server.server_address[1]
+    script = [{"command": _network_probe(port)}, *FIX_SCRIPT]
+    settings = AgentSettings(docker_executable=docker.shim, cut_network=cut, **FAST)
+    try:
+        result, server = play(script, settings)
+    finally:
+        upstream.close()
+    seen = [m["content"] for m in server.requests[1]["messages"] if m["role"] == "tool"]
+    assert len(seen) == 1  # the probe's observation
+    assert ("NETWORK-UNREACHABLE" in seen[0]) is cut and ("NETWORK-REACHED" in seen[0]) is not cut
+    assert result["outcome"] == "solved"  # the grader's fresh container kept its network
+    runs = [c for c in docker_calls(docker.root) if c[0] == "run"]
+    agent_name = runs[0][runs[0].index("--name") + 1]
+    cuts = [c for c in docker_calls(docker.root) if c[:2] == ["network", "disconnect"]]
+    assert [c[-2:] for c in cuts] == ([["bridge", c[-1]] for c in cuts] if cut else [])
+    if cut:
+        assert len(cuts) == 1 and agent_name.startswith("rescue-swe-agent-")
+
+
+def test_a_network_that_cannot_be_cut_is_infra(docker, tmp_path):
+    # a docker whose disconnect does nothing: the check afterwards finds the network
+    shim = tmp_path / "docker-no-disconnect"
+    shim.write_text(f'#!/bin/sh\n[ "$1" = network ] && exit 0\nexec "{docker.shim}" "$@"\n')
+    shim.chmod(0o755)
+    settings = AgentSettings(docker_executable=str(shim), **FAST)
+    result, server = play(FIX_SCRIPT, settings)
+    assert (result["outcome"], result["outcome_reason"]) == (
+        "infra_no_result",
+        "network_cut_failed",
+    )
+    assert "bridge" in result["error"] and server.requests == []
+    assert live_containers(docker.root) == []
 
 
 def test_a_failing_command_in_a_live_container_is_an_observation(docker):
@@ -460,25 +599,33 @@ def test_a_task_without_fail_to_pass_tests_is_refused(docker, f2p):
     assert docker_calls(docker.root) == []
 
 
-def test_task_containers_get_the_harness_limits_by_default(monkeypatch):
-    monkeypatch.setattr(os, "cpu_count", lambda: 64)
-    assert AgentSettings(max_concurrency=128).docker_limits() == (
-        "--memory",
-        "10g",
-        "--cpus",
-        "0.5",
-    )
-    assert AgentSettings(max_concurrency=16).docker_limits() == ("--memory", "10g", "--cpus", "4")
+def test_task_containers_get_the_same_fixed_limits_on_every_node(monkeypatch):
+    fixed = ("--memory", "10g", "--cpus", "2", "--pids-limit", "4096")
+    for cores, concurrency in ((64, 128), (16, 16), (224, 64)):
+        monkeypatch.setattr(os, "cpu_count", lambda cores=cores: cores)
+        assert AgentSettings(max_concurrency=concurrency).docker_limits() == fixed
     env = AgentSettings.from_env(
-        {"RESCUE_SWE_CONTAINER_MEMORY": "4g", "RESCUE_SWE_CONTAINER_CPUS": "1.5"}
+        {
+            "RESCUE_SWE_CONTAINER_MEMORY": "4g",
+            "RESCUE_SWE_CONTAINER_CPUS": "1.5",
+            "RESCUE_SWE_CONTAINER_PIDS": "512",
+        }
     )
-    assert env.docker_limits() == ("--memory", "4g", "--cpus", "1.5")
+    assert env.docker_limits() == ("--memory", "4g", "--cpus", "1.5", "--pids-limit", "512")
+    assert env.sandbox()["cpus"] == 1.5 and env.sandbox()["memory"] == "4g"
     off = AgentSettings.from_env(
-        {"RESCUE_SWE_CONTAINER_MEMORY": "0", "RESCUE_SWE_CONTAINER_CPUS": "0"}
+        {
+            "RESCUE_SWE_CONTAINER_MEMORY": "0",
+            "RESCUE_SWE_CONTAINER_CPUS": "0",
+            "RESCUE_SWE_CONTAINER_PIDS": "0",
+        }
     )
     assert off.docker_limits() == ()
     with pytest.raises(ValueError, match="RESCUE_SWE_CONTAINER_CPUS"):
         AgentSettings(container_cpus=-1)
+    with pytest.raises(ValueError, match="RESCUE_SWE_CONTAINER_PIDS"):
+        AgentSettings(container_pids=-1)
+    assert AgentSettings.from_env({"RESCUE_SWE_CUT_NETWORK": "0"}).cut_network is False
 
 
 def test_a_fault_before_the_agent_raises_instead_of_being_booked_as_infrastructure(

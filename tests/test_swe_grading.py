@@ -11,7 +11,14 @@ import pytest
 
 pytest.importorskip("swesmith")
 
-from swe_stubs import GOLD_PATCH, IMAGE, METADATA, install_fake_docker, make_task_image
+from swe_stubs import (
+    BUG_PATCH,
+    GOLD_PATCH,
+    IMAGE,
+    METADATA,
+    install_fake_docker,
+    make_task_image,
+)
 
 from rescue.outcomes import Outcome, classify_exit_status
 from swe_smith_tasks.grading import grade_from_log, grade_patch, task_instance
@@ -252,3 +259,48 @@ def test_tests_killed_before_the_timeout_are_the_graders_fault(container):
         grade_patch(container, METADATA, GOLD_PATCH + killer, timeout_s=60)
     assert err.value.reason == "eval_killed"
     assert classify_exit_status("Submitted", eval_status="error").outcome is Outcome.INFRA_NO_RESULT
+
+
+KILLER = (
+    "diff --git a/conftest.py b/conftest.py\nnew file mode 100644\n--- /dev/null\n"
+    "+++ b/conftest.py\n@@ -0,0 +1,2 @@\n+import os, signal\n"
+    "+os.kill(os.getppid(), signal.SIGKILL)\n"
+)
+
+
+def test_tests_the_containers_memory_limit_killed_are_the_patchs_failure(container):
+    """Exit 137 before the timeout, and the container's memory cgroup counts an OOM kill:
+    the tests under the patch exhausted the fixed memory (``memory.events``, cgroup v2)."""
+    folder = next(p for p in (Path(os.environ["FAKE_DOCKER_ROOT"]) / "containers").iterdir())
+    (folder / "cgroup" / "memory.events").write_text("low 0\nhigh 0\nmax 3\noom 1\noom_kill 1\n")
+    grade = grade_patch(container, METADATA, GOLD_PATCH + KILLER, timeout_s=60)
+    assert (grade.status, grade.resolved, grade.reason) == ("completed", False, "tests_oom")
+    c = classify_exit_status(
+        "Submitted", resolved=False, eval_status=grade.status, grader_reason=grade.reason
+    )
+    assert (c.outcome, c.reason) == (Outcome.SUBMITTED_FAILURE, "tests_oom")
+
+
+def test_an_eval_container_its_memory_limit_killed_is_the_patchs_failure(container, monkeypatch):
+    real_exec = container.exec
+    folder = next(p for p in (Path(os.environ["FAKE_DOCKER_ROOT"]) / "containers").iterdir())
+
+    def exec_then_oom(command, **kwargs):
+        if "eval.sh 2>&1" in command:  # docker stops the container: PID 1 was the victim
+            (folder / "state.json").write_text('{"running": false, "oom_killed": true}')
+        return real_exec(command, **kwargs)
+
+    monkeypatch.setattr(container, "exec", exec_then_oom)
+    grade = grade_patch(container, METADATA, GOLD_PATCH)
+    assert (grade.status, grade.resolved, grade.reason) == ("completed", False, "tests_oom")
+
+
+def test_the_reference_solution_is_the_bug_patch_in_reverse(container):
+    """What ``rescue swe validate`` grades: SWE-smith's ``patch`` field applied reversed."""
+    grade = grade_patch(container, METADATA, BUG_PATCH, reverse=True)
+    assert (grade.status, grade.resolved) == ("completed", True)
+
+
+def test_the_bug_patch_applied_forward_does_not_resolve(container):
+    grade = grade_patch(container, METADATA, BUG_PATCH)
+    assert not grade.resolved

@@ -17,15 +17,31 @@ from swe_smith_tasks import cli as swe_cli
 from swe_smith_tasks.pilot import (
     PilotTask,
     TrialErrors,
+    attempts,
     load_results,
     load_tasks,
     run_pilot,
     sample_tasks,
 )
 from swe_smith_tasks.prepare import prepare
-from swe_smith_tasks.subset import Window, summarize, wilson_interval, write_outputs
+from swe_smith_tasks.subset import (
+    Window,
+    render_summary,
+    summarize,
+    wilson_interval,
+    write_outputs,
+)
 
 FIXTURE = Path(__file__).parent / "fixtures" / "swe_smith_rows.jsonl"
+#: What the pilot sends by default: Miles' rollout defaults as SGLang receives them.
+DEFAULT_REQUEST = {
+    "temperature": 1.0,
+    "top_p": 1.0,
+    "top_k": -1,
+    "max_tokens": 8192,
+    "skip_special_tokens": False,
+    "no_stop_trim": False,
+}
 S, F, B, INF = (o.value for o in Outcome)  # solved, submitted_failure, budget_failure, infra
 
 
@@ -273,6 +289,13 @@ def test_retry_infra_reruns_only_trials_without_result(tmp_path):
     )
     assert sorted(retry.calls) == [("t0", 1), ("t1", 0)]
     assert records[("t0", 1)]["outcome"] == records[("t1", 0)]["outcome"] == S  # later line wins
+    # every attempt stays on record: the retried fault still counts against its task
+    tried = attempts(tmp_path / "results.jsonl")
+    assert tried[("t0", 1)] == [INF, S] and tried[("t0", 0)] == [F]
+    stats = {s.instance_id: s for s in summarize(["t0", "t1"], records, 2, attempts=tried)}
+    assert (stats["t0"].attempts, stats["t0"].infra_attempts) == (3, 1)
+    assert stats["t0"].infra_fraction == 1 / 3 and stats["t0"].decision == "infra"
+    assert summarize(["t0"], records, 2)[0].infra_fraction == 0  # the finished trials alone
 
 
 def test_sample_tasks_is_seeded_and_keeps_file_order():
@@ -321,7 +344,8 @@ SPEC = {
 
 
 def test_window_decisions():
-    stats = {s.instance_id: s for s in summarize(list(SPEC), _records(SPEC), n=8)}
+    window = Window(max_infra_fraction=0.5)  # the success window; the infra default below
+    stats = {s.instance_id: s for s in summarize(list(SPEC), _records(SPEC), 8, window)}
     assert {k: s.decision for k, s in stats.items()} == {
         "keep_quarter": "keep",
         "keep_low_edge": "keep",
@@ -338,6 +362,32 @@ def test_window_decisions():
     assert (s.wilson_low, s.wilson_high) == wilson_interval(1, 5)
     assert stats["all_infra"].success is None
     assert stats["keep_budget_counts"].counts == {S: 2, F: 3, B: 3, INF: 0}
+
+
+def test_by_default_a_task_with_more_than_five_percent_infra_faults_is_rejected():
+    assert Window().max_infra_fraction == 0.05
+    spec = {
+        "clean": [S] * 2 + [F] * 6,
+        "one_fault": [S] * 2 + [F] * 5 + [INF],  # 1/8 = 12.5 %: its success 2/7 is in the window
+    }
+    stats = {s.instance_id: s for s in summarize(list(spec), _records(spec), n=8)}
+    assert stats["clean"].decision == "keep"
+    assert stats["one_fault"].decision == "infra" and stats["one_fault"].infra_fraction == 1 / 8
+    # 1 fault in 20 attempts is 5 %, not above it
+    twenty = _records({"t": [S] * 5 + [F] * 14 + [INF]})
+    assert summarize(["t"], twenty, n=20)[0].decision == "keep"
+
+
+def test_a_task_whose_image_failed_is_reported_never_tried():
+    spec = {"ok": [S] * 2 + [F] * 6}
+    stats = summarize(["ok", "gone"], _records(spec), 8, no_image={"gone": "pull access denied"})
+    gone = stats[1]
+    assert (gone.decision, gone.done, gone.note) == ("no_image", 0, "pull access denied")
+    summary = render_summary(stats, _records(spec), n=8, window=Window())
+    assert (
+        "## Not tried: the image failed to pull" in summary
+        and "gone: pull access denied" in summary
+    )
 
 
 def test_window_settings_change_the_decisions():
@@ -389,19 +439,21 @@ def test_outputs_subset_file_feeds_prepare(tmp_path):
     assert [s.decision for s in stats] == [
         "keep",
         "too_easy",
-        "keep",
-    ]  # flask: 1/2 scored, infra 2/4
+        "infra",
+    ]  # flask: 1/2 scored, but infra 2/4
     summary = paths["summary"].read_text()
-    assert "| 3 | 2 | 0 | 1 | 0 | 0 |" in summary  # tasks, keep, too_hard, too_easy, ...
+    assert "| 3 | 1 | 0 | 1 | 1 | 0 | 0 |" in summary  # tasks, keep, too_hard, too_easy, ...
     assert oauth in summary and "Infrastructure reasons: x 2" not in summary
+    assert "## Rejected for infrastructure faults" in summary
+    assert f"| {flask} | 2/4 | 0.50 |" in summary
     assert len(_lines(paths["tasks"])) == 3
 
     report = prepare(str(FIXTURE), tmp_path / "train.jsonl", subset=paths["subset"])
-    assert report.written == 2 and report.missing_subset_ids == []
+    assert report.written == 1 and report.missing_subset_ids == []
     assert [
         json.loads(x)["metadata"]["instance_id"]
         for x in (tmp_path / "train.jsonl").read_text().splitlines()
-    ] == [oauth, flask]
+    ] == [oauth]
 
 
 def _parse(*argv: str) -> argparse.Namespace:
@@ -426,6 +478,7 @@ def test_cli_pilot_runs_resumes_and_resummarizes(tmp_path, monkeypatch, capsys):
         "--agent",
         "fake_swe_agent.run",
         "--no-progress",
+        "--skip-sampling-check",
     ]
     assert swe_cli.main(_parse(*run)) == 0
     assert len(agent.calls) == 12
@@ -454,11 +507,10 @@ def test_cli_default_agent_gets_model_name_and_concurrency(tmp_path, monkeypatch
     prepare(str(FIXTURE), tasks_file)
     argv = ["pilot", "--tasks", str(tasks_file), "--out", str(tmp_path / "p"), "--n", "1"]
     argv += ["--base-url", "http://h/v1", "--model", "qwen", "--concurrency", "2", "--no-progress"]
-    argv += ["--log-dir", str(tmp_path / "logs"), "--max-tokens", "512"]
+    argv += ["--log-dir", str(tmp_path / "logs"), "--max-tokens", "512", "--skip-sampling-check"]
     assert swe_cli.main(_parse(*argv)) == 0
-    assert (
-        seen == [("qwen", 2, str(tmp_path / "logs"), {"temperature": 1.0, "max_tokens": 512})] * 3
-    )
+    sampling = {**DEFAULT_REQUEST, "max_tokens": 512}
+    assert seen == [("qwen", 2, str(tmp_path / "logs"), sampling)] * 3
 
 
 def test_cli_window_flags_and_task_sample(tmp_path, capsys):
@@ -509,6 +561,7 @@ def test_cli_retry_infra(tmp_path, monkeypatch):
         "u",
     ]
     argv += ["--model", "m", "--agent", "fake_swe_agent.run", "--no-progress"]
+    argv += ["--skip-sampling-check"]
     assert swe_cli.main(_parse(*argv)) == 0
     second = ScriptedAgent()
     monkeypatch.setitem(sys.modules, "fake_swe_agent", types.SimpleNamespace(run=second))
@@ -527,6 +580,7 @@ def test_cli_errors_exit_nonzero_and_write_no_subset(tmp_path, monkeypatch, caps
     out = tmp_path / "p"
     argv = ["pilot", "--tasks", str(tasks_file), "--out", str(out), "--n", "1"]
     argv += ["--base-url", "u", "--model", "m", "--agent", "fake_swe_agent.run", "--no-progress"]
+    argv += ["--skip-sampling-check"]
     assert swe_cli.main(_parse(*argv)) == 1
     err = capsys.readouterr().err
     assert "3 trial(s) raised an error (a fault in the code, not infrastructure)" in err
@@ -540,6 +594,7 @@ def test_cli_rerun_says_how_to_retry_infra_trials(tmp_path, monkeypatch, capsys)
     monkeypatch.setitem(sys.modules, "fake_swe_agent", types.SimpleNamespace(run=agent))
     argv = ["pilot", "--tasks", str(tasks_file), "--out", str(tmp_path / "p"), "--n", "2"]
     argv += ["--base-url", "u", "--model", "m", "--agent", "fake_swe_agent.run", "--no-progress"]
+    argv += ["--skip-sampling-check"]
     for _ in range(2):  # the run, then a rerun that runs nothing
         assert swe_cli.main(_parse(*argv)) == 0
         err = capsys.readouterr().err
@@ -567,9 +622,10 @@ def test_cli_sends_the_chat_template_kwargs_with_every_request(tmp_path, monkeyp
     monkeypatch.setitem(sys.modules, "fake_swe_agent", types.SimpleNamespace(run=agent))
     argv = ["pilot", "--tasks", str(tasks_file), "--out", str(tmp_path / "p"), "--n", "1"]
     argv += ["--base-url", "u", "--model", "m", "--agent", "fake_swe_agent.run", "--no-progress"]
+    argv += ["--skip-sampling-check"]
     argv += ["--chat-template-kwargs", '{"clear_thinking": false}']
     assert swe_cli.main(_parse(*argv)) == 0
-    assert seen == [{"temperature": 1.0, "chat_template_kwargs": {"clear_thinking": False}}] * 3
+    assert seen == [{**DEFAULT_REQUEST, "chat_template_kwargs": {"clear_thinking": False}}] * 3
     with pytest.raises(SystemExit):
         _parse(*argv[:-1], "[1]")
 
@@ -589,3 +645,132 @@ def test_bad_input_to_rescue_swe_is_one_line(tmp_path, capsys):
     argv = ["swe", "pilot", "--tasks", str(tasks), "--out", str(tmp_path / "p"), "--summarize-only"]
     assert main(argv) == 2
     assert capsys.readouterr().err.startswith("rescue swe: error: --summarize-only: no results in")
+
+
+# ── sampling as training samples, loud failures, pulled images ─────────────────────────
+
+
+class ServerInfo:
+    """SGLang's ``GET /server_info`` on loopback: the resolved server arguments, as
+    ``entrypoints/http_server.py`` ``server_info`` returns them (0.5.23), here the two
+    fields that decide how omitted sampling parameters are filled; any other path is 404."""
+
+    def __init__(self, **fields):
+        from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+        from threading import Thread
+
+        info = {"version": "0.5.23", "tool_call_parser": "qwen25", **fields}
+
+        class Handler(BaseHTTPRequestHandler):
+            def log_message(self, *args):
+                pass
+
+            def do_GET(self):
+                body = json.dumps(info).encode()
+                self.send_response(200 if self.path == "/server_info" else 404)
+                self.send_header("Content-Type", "application/json")
+                self.end_headers()
+                self.wfile.write(body)
+
+        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        Thread(target=self.server.serve_forever, daemon=True).start()
+        self.base_url = f"http://127.0.0.1:{self.server.server_address[1]}"
+
+    def close(self):
+        self.server.shutdown()
+        self.server.server_close()
+
+
+@pytest.mark.parametrize(
+    "fields, refused",
+    [
+        ({"sampling_defaults": "openai", "preferred_sampling_params": None}, None),
+        ({"sampling_defaults": "model", "preferred_sampling_params": None}, "--sampling-defaults"),
+        (
+            {"sampling_defaults": "openai", "preferred_sampling_params": {"top_k": 20}},
+            "--preferred-sampling-params",
+        ),
+        ({}, "sampling_defaults=None"),
+    ],
+    ids=["openai", "model-defaults", "preferred", "not-said"],
+)
+def test_the_pilot_refuses_a_server_that_would_fill_sampling_parameters_otherwise(
+    tmp_path, monkeypatch, fields, refused
+):
+    tasks_file = tmp_path / "all.jsonl"
+    prepare(str(FIXTURE), tasks_file)
+    agent = ScriptedAgent()
+    monkeypatch.setitem(sys.modules, "fake_swe_agent", types.SimpleNamespace(run=agent))
+    server = ServerInfo(**fields)
+    argv = ["pilot", "--tasks", str(tasks_file), "--out", str(tmp_path / "p"), "--n", "1"]
+    argv += ["--base-url", server.base_url + "/v1", "--model", "m"]
+    argv += ["--agent", "fake_swe_agent.run", "--no-progress"]
+    try:
+        if refused is None:
+            assert swe_cli.main(_parse(*argv)) == 0 and len(agent.calls) == 3
+        else:
+            with pytest.raises(ValueError, match=f"would not sample as training does: .*{refused}"):
+                swe_cli.main(_parse(*argv))
+            assert agent.calls == []
+    finally:
+        server.close()
+
+
+def test_a_server_without_server_info_is_refused_unless_the_check_is_skipped(tmp_path):
+    from swe_smith_tasks.sampling import check_endpoint
+
+    (problem,) = check_endpoint("http://127.0.0.1:9/v1", timeout_s=5)
+    assert "cannot read the sampling defaults of http://127.0.0.1:9/v1" in problem
+
+
+def test_a_pilot_whose_trials_all_had_no_result_fails_with_the_dominant_reason(
+    tmp_path, monkeypatch, capsys
+):
+    tasks_file = tmp_path / "all.jsonl"
+    prepare(str(FIXTURE), tasks_file)
+
+    async def no_docker(**kw):
+        return {
+            "outcome": INF,
+            "outcome_reason": "container_start",
+            "exit_status": "container_start",
+            "reward": None,
+            "error": "Cannot connect to the Docker daemon at unix:///var/run/docker.sock",
+        }
+
+    monkeypatch.setitem(sys.modules, "fake_swe_agent", types.SimpleNamespace(run=no_docker))
+    argv = ["pilot", "--tasks", str(tasks_file), "--out", str(tmp_path / "p"), "--n", "2"]
+    argv += ["--base-url", "u", "--model", "m", "--agent", "fake_swe_agent.run", "--no-progress"]
+    argv += ["--skip-sampling-check"]
+    assert swe_cli.main(_parse(*argv)) == 1
+    err = capsys.readouterr().err
+    assert "no trial had a result (6 without one; most often container_start, 6" in err
+    assert "Cannot connect to the Docker daemon" in err
+    # the summary says so too, and a rerun (which runs nothing) still fails
+    assert swe_cli.main(_parse(*argv)) == 1
+
+
+def test_tasks_whose_image_failed_to_pull_are_skipped_and_reported(tmp_path, monkeypatch):
+    from swe_smith_tasks import images
+
+    tasks_file = tmp_path / "all.jsonl"
+    prepare(str(FIXTURE), tasks_file)
+    oauth, tld, flask = (t.instance_id for t in load_tasks(tasks_file))
+    out = tmp_path / "p"
+    images.write_report(
+        out / images.REPORT,
+        [
+            images.ImageStatus(oauth, "swebench/a", "present"),
+            images.ImageStatus(tld, "swebench/b", "failed", "pull access denied for swebench/b"),
+            images.ImageStatus(flask, "swebench/c", "pulled"),
+        ],
+    )
+    agent = ScriptedAgent()
+    monkeypatch.setitem(sys.modules, "fake_swe_agent", types.SimpleNamespace(run=agent))
+    argv = ["pilot", "--tasks", str(tasks_file), "--out", str(out), "--n", "1"]
+    argv += ["--base-url", "u", "--model", "m", "--agent", "fake_swe_agent.run", "--no-progress"]
+    assert swe_cli.main(_parse(*argv, "--skip-sampling-check")) == 0
+    assert {c[0] for c in agent.calls} == {oauth, flask}  # never a trial, never a fault
+    stats = {s["instance_id"]: s for s in _lines(out / "tasks.jsonl")}
+    assert stats[tld]["decision"] == "no_image" and "pull access denied" in stats[tld]["note"]
+    assert stats[tld]["counts"][INF] == 0

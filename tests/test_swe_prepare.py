@@ -70,6 +70,23 @@ def test_prompt_line_layout_is_prompt_and_metadata(tmp_path):
     }
 
 
+def test_reference_solutions_are_kept_beside_the_prompts_never_in_them(tmp_path):
+    from swe_smith_tasks.validate import load_references, reference_path
+
+    out = tmp_path / "all.jsonl"
+    report = prepare(str(FIXTURE), out, subset=[OAUTH, FLASK])
+    assert reference_path(out) == tmp_path / "all.reference.jsonl"
+    refs = load_references(reference_path(out))
+    by_id = {r["instance_id"]: r for r in ROWS}
+    assert refs == {OAUTH: by_id[OAUTH]["patch"], FLASK: by_id[FLASK]["patch"]}
+    assert report.references == 2 and "reference solutions: 2" in report.render()
+    assert all("patch" not in line["metadata"] for line in _read(out))
+    # a row without a patch writes a task without a reference
+    rows = [{**r, "patch": ""} if r["instance_id"] == OAUTH else r for r in ROWS]
+    prepare(str(_write_rows(tmp_path / "rows.jsonl", rows)), out)
+    assert OAUTH not in load_references(reference_path(out))
+
+
 def test_old_jyangballin_image_is_rewritten_to_swebench(tmp_path):
     out = tmp_path / "tasks.jsonl"
     report = prepare(str(FIXTURE), out)

@@ -37,6 +37,22 @@ group lost the coin is generated again, so it is trained 1 + (1 − a) times in
 expectation (a warning says so at construction). A kept group that is not protected has
 no ``rescue_weight`` (a leftover key is removed), so its weight is 1.
 
+The watchdog (``rescue.watchdog``; settings ``RESCUE_WATCHDOG_WINDOW``,
+``RESCUE_WATCHDOG_MAX_NO_RESULT``, ``RESCUE_WATCHDOG_IDLE_S``): every ``put`` reports the
+group to it, with its no-result reason and the first error text of its samples
+(``metadata["error"]``); ``get`` waits for the store with the idle check. When it trips (most
+of the last groups without a result, or no group for the idle limit) the census so far is
+logged first, through Miles' tracking at the step being drained (``rollout/step``,
+``rollout/census/watchdog/stopped`` = 1) and the tracking is finished so wandb has it,
+then ``WatchdogStop`` raises with its one line: from ``put`` it ends Miles' producer loop,
+whose error the drain re-raises; from ``get`` it ends the drain. A systematic fault (the
+Docker socket missing in the rollout process, a broken grader, engines down) stops the
+run instead of leaving Miles to warn "No completed rollout groups" forever.
+
+A ``get`` cancelled while it waits leaves its wait on the store running, and the next
+``get`` takes it over: a group the store hands out is never lost (it is counted as queued
+until then).
+
 ``pace`` bounds staleness by waiting rather than at the gate, and is refused unless
 ``--rollout-function-path`` is ``rescue.miles.pace.PaceRolloutFn`` (the rollout function
 that waits). The store is then ``rescue.miles.pace.PaceQueue`` instead of Miles' FIFO:
@@ -61,7 +77,9 @@ setting the reward hook normalizes with (``rescue.miles.reward.baseline_from_env
 
 from __future__ import annotations
 
+import asyncio
 import logging
+import time
 from argparse import Namespace
 from collections import Counter, deque
 from collections.abc import Callable, Mapping
@@ -72,6 +90,7 @@ from rescue.errors import InputError
 from rescue.gate import Arm, Gate
 from rescue.miles.reward import baseline_from_env
 from rescue.samples import GatedGroup, gate_group, group_id, group_records
+from rescue.watchdog import Watchdog, WatchdogSettings
 
 logger = logging.getLogger(__name__)
 
@@ -82,6 +101,8 @@ QUEUE_SIZE_KEY = "rollout/fully_async/queue_size"
 _STALE_KEY = "rollout/fully_async/stale_groups_filtered"
 _ABORTED_KEY = "rollout/fully_async/aborted_groups_filtered"
 _FILTER_PREFIX = "rollout/dynamic_filter/drop_"
+#: Logged (1.0) with the census the watchdog flushes before it stops the run.
+WATCHDOG_KEY = "rollout/census/watchdog/stopped"
 
 
 class RescueDataBuffer:
@@ -104,9 +125,12 @@ class RescueDataBuffer:
         load_function: loads ``--dynamic-sampling-filter-path`` from its dotted path
             (default: Miles' ``miles.utils.misc.load_function``, imported only when the
             path is set).
+        tracking: where the watchdog's census goes before it stops the run, a callable of
+            the metrics (default: Miles' tracking at the step being drained, then finished;
+            imported only then).
 
-    The two defaults are what import Miles; a caller that passes both runs the buffer
-    without Miles (the unit tests do).
+    The defaults are what import Miles; a caller that passes ``store`` and
+    ``load_function`` runs the buffer without Miles (the unit tests do).
     """
 
     def __init__(
@@ -116,6 +140,7 @@ class RescueDataBuffer:
         env: Mapping[str, str] | None = None,
         store: Any = None,
         load_function: Callable[[str], Any] | None = None,
+        tracking: Callable[[dict[str, float]], None] | None = None,
     ) -> None:
         args = input.args
         self._args = args
@@ -132,6 +157,7 @@ class RescueDataBuffer:
             from rescue.miles.pace import PaceQueue, pace_settings
 
             self.pace = store if store is not None else PaceQueue(pace_settings(args, env))
+            self.pace.on_abandon = self._abandoned
             store = self.pace
         elif self.gate.arm is not Arm.DROP and self._max_staleness is None:
             logger.warning(
@@ -162,22 +188,40 @@ class RescueDataBuffer:
         self._metric_aborted = 0
         self._metric_stale_dropped = 0
         self._metric_filter_drops: Counter[str] = Counter()
-        logger.info("rescue buffer: gate %s", self.gate.describe())
+        self._pending: asyncio.Future | None = None  # a store get a cancelled get left
+        self._steps = 0
+        self._tracking = tracking
+        self.watchdog = Watchdog(
+            WatchdogSettings.from_env(env), flush=self._flush, clock=_loop_clock()
+        )
+        logger.info(
+            "rescue buffer: gate %s; watchdog: %s",
+            self.gate.describe(),
+            self.watchdog.settings.describe(),
+        )
 
     async def put(self, input: Any) -> None:
         """Accept a finished group: no-result check, dynamic filter, then the FIFO store."""
+        if self.pace is not None and self.pace.abandoned(input.prompt_group):
+            # counted when pace abandoned it; its cancelled generation is done with
+            self.pace.forget(input)
+            self._unused_handler_fn(input.prompt_group)
+            return
         group = input.group
         gid = group_id(group)
         records = group_records(group, reward_key=self._reward_key)
         self.census.enter(gid, records)  # every group counts in the generated view
         if (reason := no_result(records)) is not None:
+            error = first_error(group)
             # Settle before the handler: a retry handler resets the samples in place.
             self.census.settle(gid, Bucket.ABORTED, records, reason=reason)
             self._metric_aborted += 1
             if self.pace is not None:
                 self.pace.reject(input)
             self._unused_handler_fn(input.prompt_group)
+            self.watchdog.observe(reason, error)
             return
+        self.watchdog.observe(None)
         if self._dynamic_filter is not None:
             output = self._dynamic_filter(self._args, group)
             keep = output.keep if hasattr(output, "keep") else bool(output)
@@ -198,7 +242,7 @@ class RescueDataBuffer:
     async def get(self, current_version: int | None = None, **context: Any) -> Any:
         """The next group to train on (FIFO); stale groups pass the gate first."""
         while True:
-            entry = await self._store.get(current_version=current_version, **context)
+            entry = await self._next_entry(current_version, **context)
             # No await from here on: a cancelled get() never loses a popped group.
             gated = gate_group(self.gate, entry.group, current_version)
             if gated.kept:
@@ -224,6 +268,19 @@ class RescueDataBuffer:
             self._metric_stale_dropped += 1
             self._unused_handler_fn(entry.prompt_group)
 
+    async def _next_entry(self, current_version: int | None, **context: Any) -> Any:
+        """The store's next group, checking the watchdog's idle limit while waiting."""
+        if self._pending is None:
+            self._pending = asyncio.ensure_future(
+                self._store.get(current_version=current_version, **context)
+            )
+        while True:
+            done, _ = await asyncio.wait({self._pending}, timeout=self.watchdog.seconds_to_idle())
+            if done:
+                task, self._pending = self._pending, None
+                return task.result()
+            self.watchdog.check_idle()
+
     def get_metrics(self) -> dict[str, float]:
         """Miles' buffer metrics and the census of the step (window counters reset here)."""
         while self._trained:
@@ -233,11 +290,64 @@ class RescueDataBuffer:
         metrics[_STALE_KEY] = self._metric_stale_dropped
         for reason, count in self._metric_filter_drops.items():
             metrics[f"{_FILTER_PREFIX}{reason}"] = count
-        queued = int(metrics[QUEUE_SIZE_KEY]) + self._blocked_puts
+        handed_out = self._pending is not None and self._pending.done()
+        queued = int(metrics[QUEUE_SIZE_KEY]) + self._blocked_puts + int(handed_out)
         metrics.update(self.census.step_metrics(queue_size=queued))
         self._metric_aborted = self._metric_stale_dropped = 0
         self._metric_filter_drops = Counter()
+        self._steps += 1
         return metrics
+
+    def _abandoned(self, prompt_group: Any) -> None:
+        """Pace abandoned a straggler: a group without a result, counted now."""
+        gid = group_id(prompt_group)
+        self.census.enter(gid)
+        self.census.settle(gid, Bucket.ABORTED, reason="pace_straggler")
+        self._metric_aborted += 1
+        self.watchdog.observe("pace_straggler", f"group {gid} in flight past its deadline")
+
+    def _flush(self, line: str) -> None:
+        """The watchdog's flush: the census so far to the dashboard, before the stop."""
+        logger.error(line)
+        metrics = self.get_metrics()
+        metrics[WATCHDOG_KEY] = 1.0
+        (self._tracking or _miles_tracking(self._args, self._steps - 1))(metrics)
+
+
+def _loop_clock() -> Callable[[], float]:
+    """The running event loop's clock (Miles builds the buffer on its loop), else monotonic."""
+    try:
+        return asyncio.get_running_loop().time
+    except RuntimeError:
+        return time.monotonic
+
+
+def first_error(group: Any) -> str | None:
+    """The first ``metadata["error"]`` of a group's samples (list-of-samples trajectories too)."""
+    for item in group:
+        for sample in item if isinstance(item, list) else [item]:
+            error = (getattr(sample, "metadata", None) or {}).get("error")
+            if error:
+                return str(error)
+    return None
+
+
+def _miles_tracking(args: Any, step: int) -> Callable[[dict[str, float]], None]:
+    """Log metrics with Miles' tracking at the rollout step being drained, then finish it."""
+
+    def log(metrics: dict[str, float]) -> None:
+        from miles.utils.metric_utils import compute_rollout_step
+        from miles.utils.tracking_utils import tracking
+
+        rollout_id = (getattr(args, "start_rollout_id", None) or 0) + step
+        tracking.log(
+            args,
+            {**metrics, "rollout/step": compute_rollout_step(args, rollout_id)},
+            step_key="rollout/step",
+        )
+        tracking.finish_tracking()
+
+    return log
 
 
 def _miles(name: str) -> Any:

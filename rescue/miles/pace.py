@@ -27,14 +27,26 @@ the schedule of ``rescue.pace`` (read it for the rules and why they bound stalen
   arrives stale anyway (the engines' version moved faster than one per step) is kept
   with weight 1 and counted ``trained_stale``, with a warning.
 
-Metrics (per step, with the census of ``RescueDataBuffer``):
+- a group in flight longer than the straggler deadline (``RESCUE_PACE_STRAGGLER_S``,
+  ``rescue.pace``) is abandoned while the step waits: its place is freed, its generation
+  cancelled (Miles' group task ends, the agent removes its sandbox), and the buffer counts
+  it ``aborted`` with reason ``pace_straggler`` (and reports it to the watchdog); when its
+  cancelled generation comes back it goes to the unused handler, not into the census a
+  second time. While the step waits for the schedule's sake it logs which group(s) it
+  waits for, at once and every 30 s.
 
-- ``rollout/census/pace_wait_s``: seconds the step waited for stragglers, i.e. blocked
-  on an owed group in flight while another finished group was ready (the time a
-  never-drop trainer would not have waited; waiting with nothing ready is not counted,
-  every arm does that). Measured on the event loop's clock (``loop.time()``);
-- ``rollout/census/pace_wait_groups``: groups the step blocked on (each wait ends by
-  taking one);
+Metrics (per step, with the census of ``RescueDataBuffer``), measured on the event loop's
+clock (``loop.time()``):
+
+- ``rollout/census/pace_wait_s``: every second the step waited because of the schedule:
+  while a finished group was ready but owed elsewhere (``pace_wait_s/straggler``: the step
+  blocks on an owed group in flight), or, with nothing it could take, while a generation
+  Miles had submitted waited for admission (``pace_wait_s/window``: the window held back
+  work a never-drop trainer would have started; always the case at ``K = 0`` or with the
+  window at ``B``). Waiting with nothing ready and nothing held back is every arm's wait
+  and is not counted;
+- ``rollout/census/pace_wait_groups``: the takes that waited for the schedule's sake;
+- ``rollout/census/pace_abandoned_groups``: groups abandoned at the straggler deadline;
 - ``rollout/fully_async/queue_size``, ``avg_staleness``, ``max_staleness``: Miles' keys,
   computed as Miles does, so the arms share them.
 
@@ -65,7 +77,11 @@ from rescue.samples import group_staleness
 logger = logging.getLogger(__name__)
 
 WAIT_S_KEY = f"{PREFIX}pace_wait_s"
+WAIT_CAUSES = ("straggler", "window")
 WAIT_GROUPS_KEY = f"{PREFIX}pace_wait_groups"
+ABANDONED_KEY = f"{PREFIX}pace_abandoned_groups"
+#: Seconds between the lines a waiting step logs.
+LOG_EVERY_S = 30.0
 _AVG_STALENESS_KEY = "rollout/fully_async/avg_staleness"
 _MAX_STALENESS_KEY = "rollout/fully_async/max_staleness"
 BUFFER_PATH = f"{RescueDataBuffer.__module__}.{RescueDataBuffer.__qualname__}"
@@ -128,13 +144,20 @@ class PaceQueue:
     def __init__(self, settings: PaceSettings) -> None:
         self.schedule = PaceSchedule(settings)
         self._admitted: dict[int, list[Any]] = {}
+        self._since: dict[int, float] = {}  # admission time
+        self._tasks: dict[int, asyncio.Task | None] = {}  # the generation's task
+        self._abandoned: dict[int, list[Any]] = {}
         self._ready: dict[int, Any] = {}
         self._waiters: list[asyncio.Future] = []
+        self._admission_waiters = 0
+        #: Called with the prompt group of each abandoned group (the buffer counts it).
+        self.on_abandon: Any = None
         self._reset_window()
 
     def _reset_window(self) -> None:
-        self._wait_s = 0.0
+        self._wait_s = dict.fromkeys(WAIT_CAUSES, 0.0)
         self._wait_groups = 0
+        self._abandoned_groups = 0
         self._staleness: list[int] = []
 
     # ── the rollout function's side ─────────────────────────────────────────
@@ -146,11 +169,27 @@ class PaceQueue:
 
     async def admit(self, prompt_group: list[Any]) -> None:
         """Wait until the schedule admits one more generation, then admit this one."""
-        while not self.schedule.can_admit():
-            await self._change()
+        self._admission_waiters += 1
+        if not self.schedule.can_admit():
+            self._changed()  # a waiting step now waits because of the window
+        try:
+            while not self.schedule.can_admit():
+                await self._change()
+        finally:
+            self._admission_waiters -= 1
         key = id(prompt_group)
         self.schedule.admit(key)
         self._admitted[key] = prompt_group
+        self._since[key] = asyncio.get_running_loop().time()
+        self._tasks[key] = asyncio.current_task()
+
+    def abandoned(self, prompt_group: list[Any]) -> bool:
+        """Whether this group was abandoned at the straggler deadline."""
+        return id(prompt_group) in self._abandoned
+
+    def forget(self, input: Any) -> None:
+        """An abandoned group's generation came back: it is done with (not counted again)."""
+        del self._abandoned[id(input.prompt_group)]
 
     # ── the buffer's side ───────────────────────────────────────────────────
 
@@ -165,23 +204,49 @@ class PaceQueue:
         """A finished group the buffer rejected (no result, filtered): its place is free."""
         key = self._open_key(input)
         self.schedule.reject(key)
-        del self._admitted[key]
+        self._close(key)
         self._changed()
+
+    def _close(self, key: int) -> list[Any]:
+        self._since.pop(key, None)
+        self._tasks.pop(key, None)
+        return self._admitted.pop(key)
+
+    def _cause(self) -> str | None:
+        """Why the step waits now, when it is the schedule's doing (module docstring)."""
+        if self.schedule.held_back():
+            return "straggler"
+        if self._admission_waiters:
+            return "window"
+        return None
 
     async def get(self, current_version: int | None = None, **_: Any) -> Any:
         """The group the schedule chooses; blocks while it owes its places to stragglers."""
         loop = asyncio.get_running_loop()
-        since = None
-        while (key := self.schedule.choose()) is None:
-            if since is None and self.schedule.waits_for_straggler():
-                since = loop.time()
-            await self._change()
+        waited = False
+        log_at = loop.time()
+        while True:
+            now = loop.time()
+            self._abandon_overdue(now)
+            if (key := self.schedule.choose()) is not None:
+                break
+            cause = self._cause()
+            if cause is not None:
+                waited = True
+                if now >= log_at:
+                    self._log_wait(now)
+                    log_at = now + LOG_EVERY_S
+            timeout = self._next_deadline(now)
+            if cause is not None:
+                timeout = min(timeout, log_at - now) if timeout is not None else log_at - now
+            await self._change(timeout)
+            if cause is not None:  # the state is constant until a change wakes the wait
+                self._wait_s[cause] += loop.time() - now
         # No await from here on: a cancelled get() never loses a group.
-        if since is not None:
-            self._wait_s += loop.time() - since
+        if waited:
             self._wait_groups += 1
         self.schedule.take(key)
-        del self._admitted[key]
+        self._close(key)
         entry = self._ready.pop(key)
         if (staleness := group_staleness(entry.group, current_version)) is not None:
             self._staleness.append(staleness)
@@ -191,22 +256,78 @@ class PaceQueue:
         """Queue size, the step's waits for stragglers, Miles' staleness keys; resets."""
         metrics: dict[str, float] = {
             QUEUE_SIZE_KEY: len(self._ready),
-            WAIT_S_KEY: self._wait_s,
+            WAIT_S_KEY: sum(self._wait_s.values()),
             WAIT_GROUPS_KEY: float(self._wait_groups),
+            ABANDONED_KEY: float(self._abandoned_groups),
         }
+        for cause, seconds in self._wait_s.items():
+            metrics[f"{WAIT_S_KEY}/{cause}"] = seconds
         if self._staleness:
             metrics[_AVG_STALENESS_KEY] = sum(self._staleness) / len(self._staleness)
             metrics[_MAX_STALENESS_KEY] = max(self._staleness)
         self._reset_window()
         return metrics
 
+    # ── stragglers ─────────────────────────────────────────────────────────
+
+    def _next_deadline(self, now: float) -> float | None:
+        """Seconds until the next group in flight reaches the straggler deadline."""
+        limit = self.schedule.settings.straggler_s
+        flying = self.schedule.in_flight_keys()
+        if not limit or not flying:
+            return None
+        return max(0.0, min(self._since[k] for k in flying) + limit - now)
+
+    def _abandon_overdue(self, now: float) -> None:
+        limit = self.schedule.settings.straggler_s
+        if not limit:
+            return
+        for key in self.schedule.in_flight_keys():
+            if now - self._since[key] < limit:
+                continue
+            logger.warning(
+                "pace: abandoning group %s: in flight %.0f s, past RESCUE_PACE_STRAGGLER_S=%g "
+                "(no result, reason pace_straggler); the schedule goes on",
+                _name(self._admitted[key]),
+                now - self._since[key],
+                limit,
+            )
+            task = self._tasks.get(key)
+            self.schedule.reject(key)
+            prompt_group = self._close(key)
+            self._abandoned[key] = prompt_group
+            self._abandoned_groups += 1
+            if task is not None and not task.done():
+                task.cancel()
+            if self.on_abandon is not None:
+                self.on_abandon(prompt_group)
+            self._changed()
+
+    def _log_wait(self, now: float) -> None:
+        flying = self.schedule.in_flight_keys()
+        limit = self.schedule.settings.straggler_s
+        names = ", ".join(
+            f"{_name(self._admitted[k])} ({now - self._since[k]:.0f} s"
+            + (f" of {limit:g}" if limit else "")
+            + ")"
+            for k in flying[:8]
+        )
+        logger.warning(
+            "pace: step %d waits for the schedule: group(s) in flight %s; %d finished group(s) "
+            "held back, %d generation(s) waiting for admission",
+            self.schedule.step,
+            names or "none",
+            self.schedule.held_back(),
+            self._admission_waiters,
+        )
+
     # ── waiting for a change of the schedule ─────────────────────────────────
 
-    async def _change(self) -> None:
+    async def _change(self, timeout: float | None = None) -> None:
         waiter = asyncio.get_running_loop().create_future()
         self._waiters.append(waiter)
         try:
-            await waiter
+            await asyncio.wait({waiter}, timeout=timeout)
         finally:
             if waiter in self._waiters:
                 self._waiters.remove(waiter)
@@ -227,8 +348,18 @@ class PaceQueue:
         return key
 
 
+def _name(prompt_group: list[Any]) -> str:
+    """A group's name in the log: its group id, with the task's instance id when known."""
+    first = prompt_group[0] if prompt_group else None
+    first = first[0] if isinstance(first, list) and first else first
+    iid = (getattr(first, "metadata", None) or {}).get("instance_id")
+    gid = getattr(first, "group_index", None)
+    return f"{gid}" + (f" [{iid}]" if iid else "")
+
+
 def _build_rollout_fn() -> type:
     try:
+        from miles.rollout.fully_async_data_buffer import DataBufferInput
         from miles.rollout.fully_async_rollout import FullyAsyncRolloutFn
     except ImportError as e:
         raise ImportError(
@@ -259,8 +390,18 @@ def _build_rollout_fn() -> type:
             return pace
 
         async def _generate_group(self, prompt_group: list[Any]) -> Any:
-            await self._pace().admit(prompt_group)
-            return await super()._generate_group(prompt_group)
+            pace = self._pace()
+            await pace.admit(prompt_group)
+            try:
+                return await super()._generate_group(prompt_group)
+            except asyncio.CancelledError:
+                if not pace.abandoned(prompt_group):
+                    raise  # not pace's cancellation: the run's
+                task = asyncio.current_task()
+                if task is not None and hasattr(task, "uncancel"):
+                    task.uncancel()
+                # back to the buffer, which hands it to the unused handler (counted already)
+                return DataBufferInput(prompt_group=prompt_group, group=prompt_group)
 
         async def _drain(self, input: Any) -> Any:
             # Miles built the buffer and the worker just before; the worker runs from the

@@ -45,6 +45,19 @@ GOLD_PATCH = """diff --git a/calc.py b/calc.py
  def mul(a, b):
 """
 
+#: The task's ``patch`` field as SWE-smith ships it: the bug (its reverse is the reference fix).
+BUG_PATCH = """diff --git a/calc.py b/calc.py
+--- a/calc.py
++++ b/calc.py
+@@ -1,5 +1,5 @@
+ def add(a, b):
+-    return a + b
++    return a - b
+
+
+ def mul(a, b):
+"""
+
 
 def task_metadata(
     instance_id: str = INSTANCE_ID, image: str = IMAGE, repo: str = REPO
