@@ -6,11 +6,16 @@ Every entry (one group entering the buffer; a recycled group enters again as a n
 lands in exactly one bucket, or is still buffered::
 
     entered == trained_fresh + trained_stale + trained_protected
-               + dropped_stale + aborted + filtered + buffered
+               + dropped_stale + aborted + filtered + lost + buffered
 
 ``Census`` checks this at every ``step_metrics`` call, and against the adapter's own queue
 length when it is given one. A group is never silently lost: whatever excluded it is a
-bucket with a count.
+bucket with a count. ``lost`` is the bucket of a group whose generation raised (slime's
+fully-async worker logs the exception of ``generate_and_rm_group``, e.g. a remote reward
+model after its retries, and the group is gone); ``groups/requeued`` counts the
+``aborted`` entries whose prompt group went back to be generated again (slime requeues
+every group aborted at a weight update; Miles' ``retry`` handler recycles), so
+``requeued <= aborted`` at every step.
 
 Groups without a result (``no_result``, the one rule the Miles buffer, the slime drain
 and the simulator apply when a group arrives): a group with any rollout classified
@@ -43,7 +48,10 @@ and on the cluster):
   count (``b_paid/masked_rollouts``, ``b_paid/dropped_rollouts``, always logged; the means
   only when the count is not 0); rollouts without a reward neither vote nor count;
 - ``aborted/reason/<reason>``: the groups settled ``aborted`` this step, by the reason
-  ``no_result`` gave (keys only for reasons that occurred).
+  ``no_result`` gave (keys only for reasons that occurred); ``groups/requeued`` (always
+  logged): those of them sent back to be generated again;
+- ``lost/reason/<reason>``: the groups settled ``lost`` this step, by the reason the
+  caller gave (the exception's class name; keys only for reasons that occurred).
 """
 
 from __future__ import annotations
@@ -74,6 +82,7 @@ class Bucket(str, Enum):
     DROPPED_STALE = "dropped_stale"
     ABORTED = "aborted"
     FILTERED = "filtered"  # rejected by the dynamic-sampling filter
+    LOST = "lost"  # its generation raised: the group never came back
 
     @property
     def trained(self) -> bool:
@@ -253,6 +262,8 @@ class Census:
         self._w_protected_weights: list[float] = []
         self._w_paid = {"masked": [0.0, 0], "dropped": [0.0, 0]}  # Σ baseline, rollouts
         self._w_aborted_reasons: Counter[str] = Counter()
+        self._w_lost_reasons: Counter[str] = Counter()
+        self._w_requeued = 0
 
     def enter(self, group_id: Any) -> None:
         """A group entered the buffer (Miles ``put``): one entry opens."""
@@ -269,15 +280,22 @@ class Census:
         staleness: float | None = None,
         weight: float = 1.0,
         reason: str | None = None,
+        requeued: bool = False,
     ) -> None:
         """Close the oldest open entry of ``group_id`` into ``bucket``.
 
         ``reason`` says why an ``aborted`` group had no result (``no_result``; default
-        ``"aborted"``); other buckets take none.
+        ``"aborted"``) or why a ``lost`` one was lost (default ``"exception"``); other
+        buckets take none. ``requeued``: an ``aborted`` group sent back to be generated
+        again (``groups/requeued``).
         """
         bucket = Bucket(bucket)
-        if reason is not None and bucket is not Bucket.ABORTED:
-            raise ValueError(f"census: a reason is for aborted groups, not {bucket.value}")
+        if reason is not None and bucket not in (Bucket.ABORTED, Bucket.LOST):
+            raise ValueError(
+                f"census: a reason is for aborted or lost groups, not {bucket.value}"
+            )
+        if requeued and bucket is not Bucket.ABORTED:
+            raise ValueError(f"census: only an aborted group is requeued, not {bucket.value}")
         if self._open[group_id] <= 0:
             del self._open[group_id]
             raise ValueError(
@@ -307,6 +325,9 @@ class Census:
                 paid[1] += len(scored)
         elif bucket is Bucket.ABORTED:
             self._w_aborted_reasons[reason or "aborted"] += 1
+            self._w_requeued += bool(requeued)
+        elif bucket is Bucket.LOST:
+            self._w_lost_reasons[reason or "exception"] += 1
 
     def _pay_masked(self, rollouts: Sequence[RolloutRecord]) -> None:
         """Add the group's baseline once per loss-masked rollout of a trained group."""
@@ -373,5 +394,8 @@ class Census:
                 m[f"{prefix}b_paid/{name}"] = total / n
         for reason, count in sorted(self._w_aborted_reasons.items()):
             m[f"{prefix}aborted/reason/{reason}"] = float(count)
+        m[f"{prefix}groups/requeued"] = float(self._w_requeued)
+        for reason, count in sorted(self._w_lost_reasons.items()):
+            m[f"{prefix}lost/reason/{reason}"] = float(count)
         self._reset_window()
         return m
