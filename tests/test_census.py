@@ -351,9 +351,9 @@ def test_the_buffer_the_drain_and_the_simulator_apply_the_same_rule():
     import rescue.census
     import rescue.miles.buffer
     import rescue.sim.engine
-    import rescue.slime.rollout
+    import rescue.slime.drain
 
     rule = rescue.census.no_result
     assert rescue.miles.buffer.no_result is rule
-    assert rescue.slime.rollout.no_result is rule
+    assert rescue.slime.drain.no_result is rule
     assert rescue.sim.engine.no_result is rule

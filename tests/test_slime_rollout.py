@@ -17,8 +17,10 @@ from miles_env import require_slime
 
 import filters
 from rescue.gate import Gate
+from rescue.pace import PaceSettings
 from rescue.samples import group_id, iter_samples
 from rescue.slime import rollout
+from rescue.slime.pace import SlimePace
 from rescue.slime.rollout import ENV_MAX_STALENESS, Drain, engine_version, max_staleness_from_env
 
 P = "rollout/census/"
@@ -181,11 +183,14 @@ def test_max_staleness_setting():
             max_staleness_from_env({ENV_MAX_STALENESS: bad})
 
 
-def test_the_pace_arm_is_refused_on_slime_in_one_line():
-    with pytest.raises(ValueError, match=r"^RESCUE_ARM=pace: slime's rollout has no pace") as e:
+def test_the_pace_arm_needs_its_schedule_and_the_schedule_needs_the_pace_arm():
+    with pytest.raises(ValueError, match=r"^RESCUE_ARM=pace: the drain needs the pace") as e:
         drain([], Gate(arm="pace", max_staleness=1))
     assert "\n" not in str(e.value)
-    drain([], Gate(arm="never-drop", max_staleness=1))  # the other arms are built
+    pace = SlimePace(PaceSettings(max_staleness=1, batch=2))
+    with pytest.raises(ValueError, match="a pace schedule with RESCUE_ARM=drop"):
+        drain([], Gate(arm="drop", max_staleness=1), pace=pace)
+    drain([], Gate(arm="pace", max_staleness=1), pace=pace)
 
 
 def test_evaluation_is_refused_with_the_flag_to_use():
@@ -302,7 +307,7 @@ def test_generate_rollout_with_slimes_worker(monkeypatch):
 
     monkeypatch.setattr(fa, "GenerateState", lambda args: SimpleNamespace(sampling_params={}))
     monkeypatch.setattr(fa, "generate_and_rm_group", scripted_generate)
-    monkeypatch.setattr(rollout, "engine_version", lambda args: 5)
+    monkeypatch.setattr(rollout, "EngineVersions", FixedVersion)
     monkeypatch.setattr(rollout, "_DRAIN", None)
     for k, v in {
         "RESCUE_ARM": "protect",
@@ -323,6 +328,9 @@ def test_generate_rollout_with_slimes_worker(monkeypatch):
         rollout_num_engines=1,
         rollout_sample_filter_path="filters.mask_truncated_zero_reward",
         reward_key=None,
+        custom_reward_post_process_path="rescue.miles.reward.post_process_rewards",
+        advantage_estimator="grpo",
+        custom_generate_function_path="rescue.slime.generate.generate",
     )
     gate = Gate(arm="protect", a=0.5, seed=0, max_staleness=2)
     try:
@@ -348,7 +356,9 @@ def test_generate_rollout_with_slimes_worker(monkeypatch):
     for o, (kept, popped) in zip(outputs, expected, strict=True):
         assert [g[0].group_index for g in o.samples] == kept  # sorted by index
         m = o.metrics
-        assert m[f"{P}groups/entered"] == len(popped)
+        # the aborted group 6 entered and settled aborted when slime's worker requeued it
+        assert m[f"{P}groups/entered"] == len(popped) + m[f"{P}groups/aborted"]
+        assert m[f"{P}groups/requeued"] == m[f"{P}groups/aborted"]
         assert m[f"{P}groups/dropped_stale"] == len(popped) - len(kept)
         protected = [g for g in kept if g < 6]
         assert m[f"{P}groups/trained_protected"] == len(protected)
@@ -362,6 +372,22 @@ def test_generate_rollout_with_slimes_worker(monkeypatch):
     assert any(g < 6 for kept, _ in expected for g in kept)  # the scenario protects some
     assert any(len(p) > len(k) for k, p in expected)  # and drops some
     assert [g[0].group_index for g in source.requeued] == [6]  # aborted: back to the source
+    assert sum(o.metrics[f"{P}groups/requeued"] for o in outputs) == 1
+    assert sum(o.metrics.get(f"{P}aborted/reason/aborted", 0) for o in outputs) == 1
+    assert all(o.metrics[f"{P}version_fallback"] == 0.0 for o in outputs)
+
+
+class FixedVersion:
+    """``rescue.slime.versions.EngineVersions`` for engines that all report version 5."""
+
+    def __init__(self, args):
+        self.source = "engines (/get_weight_version)"
+
+    def __call__(self):
+        return 5
+
+    def probe(self):
+        return self.source
 
 
 def test_the_fake_sample_has_slime_fields_defaults_and_statuses():
