@@ -291,9 +291,7 @@ class Census:
         """
         bucket = Bucket(bucket)
         if reason is not None and bucket not in (Bucket.ABORTED, Bucket.LOST):
-            raise ValueError(
-                f"census: a reason is for aborted or lost groups, not {bucket.value}"
-            )
+            raise ValueError(f"census: a reason is for aborted or lost groups, not {bucket.value}")
         if requeued and bucket is not Bucket.ABORTED:
             raise ValueError(f"census: only an aborted group is requeued, not {bucket.value}")
         if self._open[group_id] <= 0:

@@ -98,7 +98,9 @@ def calls(sample: Any) -> list[ModelCall] | None:
         for j in range(int(k)):
             if len(out) >= len(versions):
                 return None
-            out.append(ModelCall(versions[len(out)], int(start), int(stop), bool(resumed) and j == 0))
+            out.append(
+                ModelCall(versions[len(out)], int(start), int(stop), bool(resumed) and j == 0)
+            )
     return out if len(out) == len(versions) else None
 
 

@@ -190,7 +190,7 @@ def test_the_wrapper_passes_evaluation_only_to_a_function_that_takes_it(monkeypa
 def test_the_wrapped_function_setting():
     assert wrapper.generate_path_from_env({}) == wrapper.DEFAULT_GENERATE
     assert wrapper.generate_path_from_env({wrapper.ENV_GENERATE: "a.b"}) == "a.b"
-    with pytest.raises(ValueError, match="RESCUE_GENERATE_FUNCTION=rescue.slime.generate"):
+    with pytest.raises(ValueError, match=r"RESCUE_GENERATE_FUNCTION=rescue\.slime\.generate"):
         wrapper.generate_path_from_env({wrapper.ENV_GENERATE: wrapper.GENERATE_PATH})
 
 
@@ -220,9 +220,7 @@ def _turn_args():
 def _turn_batch(with_record):
     out = []
     for k, (r, n) in enumerate([(1.0, 6), (0.0, 4), (1.0, 3), (0.0, 5)]):
-        s = SlimeSample(
-            group_index=0, index=k, reward=r, response_length=n, status=COMPLETED
-        )
+        s = SlimeSample(group_index=0, index=k, reward=r, response_length=n, status=COMPLETED)
         s.loss_mask = [1] * n
         if k == 1:  # aborted at a weight update after 1 token, resumed
             s.weight_versions = ["4", "5"]

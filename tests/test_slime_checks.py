@@ -93,21 +93,31 @@ def test_protect_or_turn_without_the_reward_hook():
 
 
 def test_normalize_advantages_or_another_estimator_with_weights_or_turn():
-    refused(GOOD["protect"], "^RESCUE_ARM=protect with --normalize-advantages", normalize_advantages=True)
+    refused(
+        GOOD["protect"],
+        "^RESCUE_ARM=protect with --normalize-advantages",
+        normalize_advantages=True,
+    )
     refused(
         GOOD["drop"],
         "^RESCUE_ESTIMATOR=turn with --normalize-advantages",
         {"RESCUE_ESTIMATOR": "turn"},
         normalize_advantages=True,
     )
-    refused(GOOD["protect"], "--advantage-estimator ppo; allowed: grpo, gspo", advantage_estimator="ppo")
+    refused(
+        GOOD["protect"], "--advantage-estimator ppo; allowed: grpo, gspo", advantage_estimator="ppo"
+    )
     check_slime_run(args(normalize_advantages=True), GOOD["drop"], {})
 
 
 def test_turn_without_its_advantage_hook_with_opd_or_a_custom_converter():
     turn = {"RESCUE_ESTIMATOR": "turn"}
-    refused(GOOD["drop"], f"--custom-advantage-function-path {ADVANTAGE_PATH}", turn,
-            custom_advantage_function_path=None)
+    refused(
+        GOOD["drop"],
+        f"--custom-advantage-function-path {ADVANTAGE_PATH}",
+        turn,
+        custom_advantage_function_path=None,
+    )
     refused(GOOD["drop"], "--use-opd", turn, use_opd=True)
     refused(
         GOOD["drop"],

@@ -173,7 +173,10 @@ def test_the_watchdog_stops_a_drain_that_waits_too_long():
 
     dog = Watchdog(WatchdogSettings(window=0, idle_s=250), clock=lambda: now[0])
     d = Drain(
-        ScriptedWorker([tick] * 5), Gate(arm="never-drop"), poll_s=0.0, watchdog=dog,
+        ScriptedWorker([tick] * 5),
+        Gate(arm="never-drop"),
+        poll_s=0.0,
+        watchdog=dog,
         clock=lambda: now[0],
     )
     with pytest.raises(WatchdogStop, match="no group finished for 300 s"):

@@ -96,10 +96,11 @@ def test_failed_is_no_result_unless_the_agent_says_more():
     assert (c.outcome, c.reason) == (Outcome.INFRA_NO_RESULT, "failed")
     assert classify(status="failed", reward=1.0).outcome is Outcome.INFRA_NO_RESULT
     # an agent that classified the run, or wrote its exit status, is believed
-    assert classify(status="failed", reward=0.0, metadata={"outcome": "submitted_failure"}).outcome is (
-        Outcome.SUBMITTED_FAILURE
-    )
     assert classify(
-        status="failed", reward=0.0, metadata={"exit_status": "LimitsExceeded"}
-    ).outcome is Outcome.BUDGET_FAILURE
+        status="failed", reward=0.0, metadata={"outcome": "submitted_failure"}
+    ).outcome is (Outcome.SUBMITTED_FAILURE)
+    assert (
+        classify(status="failed", reward=0.0, metadata={"exit_status": "LimitsExceeded"}).outcome
+        is Outcome.BUDGET_FAILURE
+    )
     assert no_result(group_records([Sample(status=S.FAILED, reward=0.0)])) == "failed"

@@ -62,7 +62,6 @@ from rescue.census import PREFIX, Bucket, Census, no_result
 from rescue.errors import InputError
 from rescue.gate import Arm, Gate
 from rescue.miles.pace import WAIT_GROUPS_KEY, WAIT_S_KEY
-from rescue.watchdog import Watchdog
 from rescue.samples import (
     GatedGroup,
     gate_group,
@@ -71,6 +70,7 @@ from rescue.samples import (
     group_records,
     iter_samples,
 )
+from rescue.watchdog import Watchdog
 
 logger = logging.getLogger(__name__)
 

@@ -70,9 +70,7 @@ def _load(path: str) -> tuple[Any, bool]:
     return fn, "evaluation" in inspect.signature(fn).parameters
 
 
-async def generate(
-    args: Any, sample: Any, sampling_params: dict, evaluation: bool = False
-) -> Any:
+async def generate(args: Any, sample: Any, sampling_params: dict, evaluation: bool = False) -> Any:
     """slime's generate-function contract; the wrapped function's result, unchanged but
     for the record (module docstring)."""
     fn, takes_evaluation = _load(generate_path_from_env())
@@ -97,6 +95,4 @@ def record(sample: Any, start: int, versions_before: int, resumed: bool) -> None
     stop = int(getattr(sample, "response_length", 0) or 0)
     if sample.metadata is None:
         sample.metadata = {}
-    sample.metadata.setdefault(CALLS_KEY, []).append(
-        record_entry(start, stop, appended, resumed)
-    )
+    sample.metadata.setdefault(CALLS_KEY, []).append(record_entry(start, stop, appended, resumed))

@@ -94,15 +94,17 @@ class EngineVersions:
         try:
             workers = _get_json(f"http://{ip}:{port}/workers", self.timeout_s)["workers"]
             urls = [w["url"].rstrip("/") for w in workers]
-        except Exception as e:  # noqa: BLE001  (any failure: the fallback)
+        except Exception as e:  # any failure of the router: the fallback
             self.route, self.last_error = None, f"router: {e!r}"
             return None
         routes = [self.route] if self.route else []
         routes += [r for r in ROUTES if r not in routes]
         for route in routes:
             try:
-                reported = [str(_get_json(url + route, self.timeout_s)["weight_version"]) for url in urls]
-            except Exception as e:  # noqa: BLE001
+                reported = [
+                    str(_get_json(url + route, self.timeout_s)["weight_version"]) for url in urls
+                ]
+            except Exception as e:
                 self.last_error = f"{route}: {e!r}"
                 continue
             self.route = route
