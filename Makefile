@@ -150,6 +150,19 @@ ORACLE_DEPS := $(if $(RESCUE_PY),,$(VENV)/.stamp-$(if $(filter 1,$(DRY_RUN)),bas
 oracle: $(ORACLE_DEPS)
 	@launch/oracle.sh
 
+# ── The stale-handling arms on slime (GPU nodes). Their settings, with defaults, are in
+# launch/slime_config.sh (the shared ones in launch/config.sh). DRY_RUN=1 prints the commands.
+#
+#   make slime-arm ARM=drop|never-drop|protect|pace [A=0.5] [ESTIMATOR=turn] [SEED=1]
+#                  [STALENESS=2] [SLIME_DIR=/root/slime]
+#                  Ray head (NODE_RANK=0) + `ray job submit` of slime's train_async.py with
+#                  rescue's rollout function (rescue.slime.rollout) and the housekeeper; with
+#                  NNODES>1 run it on every node with NODE_RANK and MASTER_ADDR
+.PHONY: slime-arm
+
+slime-arm:
+	@launch/slime_arm.sh
+
 # ── The single-turn budget-regime arms on Miles (GPU nodes). Their settings, with defaults,
 # are in launch/rlvr_config.sh (the shared ones in launch/config.sh). DRY_RUN=1 prints the
 # commands.
