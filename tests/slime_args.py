@@ -12,7 +12,8 @@ check those against the launcher's lists instead). It also imports ``yaml`` and 
 (``slime.observability.logging_utils``), which the test environment has.
 
 ``parse_with_slime(words)`` returns ``(namespace, words slime does not define)``;
-``slime_defaults(**overrides)`` is slime's namespace for no words, with overrides.
+``slime_defaults(**overrides)`` is slime's namespace for its one required flag, with
+overrides.
 """
 
 from __future__ import annotations
@@ -84,8 +85,11 @@ def parse_with_slime(words: list[str]) -> tuple[argparse.Namespace, list[str]]:
 
 
 def slime_defaults(**overrides: Any) -> argparse.Namespace:
-    """slime's defaults for every flag it defines, with ``overrides`` set."""
-    args, _ = parse_with_slime([])
+    """slime's defaults for every flag it defines, with ``overrides`` set (slime requires
+    ``--rollout-batch-size``: 1 unless overridden)."""
+    args, _ = parse_with_slime(
+        ["--rollout-batch-size", str(overrides.get("rollout_batch_size", 1))]
+    )
     for key, value in overrides.items():
         setattr(args, key, value)
     return args

@@ -275,11 +275,7 @@ def test_every_slime_setting_is_documented_with_its_default():
 OTHER_PARSERS = {
     "--num-layers",
     "--hidden-size",
-    "--load",
-    "--save",
-    "--seed",
     "--optimizer",
-    "--lr",
     "--lr-decay-style",
     "--weight-decay",
     "--adam-beta1",

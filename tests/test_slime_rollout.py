@@ -3,9 +3,7 @@
 from __future__ import annotations
 
 import json
-import sys
 import threading
-import types
 from collections import deque
 from http.server import BaseHTTPRequestHandler, HTTPServer
 from types import SimpleNamespace
@@ -14,6 +12,7 @@ from typing import ClassVar
 import pytest
 from fake_sample import Sample, check_against
 from miles_env import require_slime
+from slime_env import slime_rollout_modules
 
 import filters
 from rescue.gate import Gate
@@ -245,31 +244,7 @@ def test_engine_version_asks_every_engine_behind_the_router():
 
 
 def _slime():
-    require_slime()
-    # slime's rollout module imports sglang_router and transformers, which a CPU test never
-    # calls; stand-ins as in slime's own tests/test_fully_async_rollout.py.
-    for name, attrs in (
-        ("sglang_router", {"__version__": "0.2.3"}),
-        (
-            "transformers",
-            {
-                n: type(n, (), {})
-                for n in (
-                    "AutoProcessor",
-                    "AutoTokenizer",
-                    "PreTrainedTokenizerBase",
-                    "ProcessorMixin",
-                )
-            },
-        ),
-    ):
-        try:
-            __import__(name)
-        except ImportError:
-            module = types.ModuleType(name)
-            for k, v in attrs.items():
-                setattr(module, k, v)
-            sys.modules[name] = module
+    slime_rollout_modules()
     import slime.rollout.fully_async_rollout as fa
     from slime.rollout.base_types import RolloutFnTrainOutput
     from slime.utils.types import Sample
