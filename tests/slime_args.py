@@ -12,8 +12,8 @@ check those against the launcher's lists instead). It also imports ``yaml`` and 
 (``slime.observability.logging_utils``), which the test environment has.
 
 ``parse_with_slime(words)`` returns ``(namespace, words slime does not define)``;
-``slime_defaults(**overrides)`` is slime's namespace for its one required flag, with
-overrides.
+``slime_defaults(**overrides)`` is slime's namespace for its one required flag (with the
+flags slime pre-parses apart, as its ``parse_args`` merges them), with overrides.
 """
 
 from __future__ import annotations
@@ -87,9 +87,18 @@ def parse_with_slime(words: list[str]) -> tuple[argparse.Namespace, list[str]]:
 def slime_defaults(**overrides: Any) -> argparse.Namespace:
     """slime's defaults for every flag it defines, with ``overrides`` set (slime requires
     ``--rollout-batch-size``: 1 unless overridden)."""
-    args, _ = parse_with_slime(
-        ["--rollout-batch-size", str(overrides.get("rollout_batch_size", 1))]
-    )
+    words = ["--rollout-batch-size", str(overrides.get("rollout_batch_size", 1))]
+    args, _ = parse_with_slime(words)
+    # the flags slime pre-parses apart (_pre_parse_mode: --train-backend, --debug-*-only,
+    # --load-debug-rollout-data), merged as slime's parse_args merges them
+    from slime.utils.arguments import _pre_parse_mode
+
+    argv, sys.argv = sys.argv, ["train.py", *words]
+    try:
+        for key, value in vars(_pre_parse_mode()).items():
+            setattr(args, key, value)
+    finally:
+        sys.argv = argv
     for key, value in overrides.items():
         setattr(args, key, value)
     return args
