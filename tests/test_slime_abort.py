@@ -12,6 +12,9 @@ What the engine logged is the ground truth: every token names the request that p
 it, and every request its weight version. So each trained sample's counted versions, its
 group's staleness and its turns are derived here from tokens and the log alone, and
 compared with what rescue recorded; without the wrapper the same run shows what was wrong.
+
+The same setting shows slime's worker losing a group whose reward model raised (the census
+counts it ``lost``), and the pace arm admitting generations through slime's worker.
 """
 
 from __future__ import annotations
@@ -38,6 +41,16 @@ CONCURRENCY = 2
 
 async def reward(args, sample, **kwargs):
     """--custom-rm-path: a scalar reward (slime's ``async_rm`` calls it)."""
+    return float(sample.index % 2)
+
+
+class RewardModelDown(RuntimeError):
+    """What a remote reward model raises once its retries are spent."""
+
+
+async def reward_down_for_group_1(args, sample, **kwargs):
+    if sample.group_index == 1:
+        raise RewardModelDown("reward model unreachable after 3 retries")
     return float(sample.index % 2)
 
 
@@ -78,45 +91,63 @@ def slime_run(monkeypatch):
     http_utils._http_client = None
 
 
+def slime_args(slime_run, engine, *, wrapper=True, partial=False, **overrides):
+    return slime_run.defaults(
+        **{
+            **dict(
+                hf_checkpoint="stand-in",
+                prompt_data=None,
+                rollout_global_dataset=True,
+                n_samples_per_prompt=N,
+                rollout_batch_size=N,
+                rollout_max_response_len=16,
+                sglang_server_concurrency=CONCURRENCY,
+                rollout_num_gpus=1,
+                rollout_num_gpus_per_engine=1,
+                sglang_router_ip=engine.server.server_address[0],
+                sglang_router_port=engine.server.server_address[1],
+                custom_rm_path=f"{__name__}.reward",
+                custom_generate_function_path=(
+                    "rescue.slime.generate.generate" if wrapper else None
+                ),
+                custom_reward_post_process_path="rescue.miles.reward.post_process_rewards",
+                custom_advantage_function_path="rescue.slime.advantages.turn_advantages",
+                partial_rollout=partial,
+                mask_offpolicy_in_partial_rollout=partial,
+                # SGLang's own flags (slime adds them with an --sglang- prefix from SGLang's
+                # ServerArgs, not installed here), at SGLang's defaults
+                sglang_dp_size=None,
+                sglang_enable_deterministic_inference=False,
+                sglang_speculative_algorithm=None,
+            ),
+            **overrides,
+        }
+    )
+
+
+def start(slime_run, args):
+    """slime's data source and HTTP client, rescue's drain around slime's worker."""
+    from slime.rollout.data_source import RolloutDataSourceWithBuffer
+
+    slime_run.http_utils._http_client = None
+    slime_run.http_utils.init_http_client(args)
+    source = RolloutDataSourceWithBuffer(args)
+    rollout = slime_run.rollout
+    rollout._DRAIN = rollout.build_drain(args, source)
+    rollout._DRAIN.worker.poll_interval = 0.02
+    return source
+
+
 def run(slime_run, engine, monkeypatch, *, hold, wrapper, arm="never-drop", partial=False):
     """Hold the requests in flight after ``hold`` tokens, update the weights to version 1
     (pause, abort, continue), then drain batches of N groups until group 0 (aborted,
     requeued, resumed) is trained or dropped; returns (outputs, args)."""
-    from slime.rollout.data_source import RolloutDataSourceWithBuffer
-
-    args = slime_run.defaults(
-        hf_checkpoint="stand-in",
-        prompt_data=None,
-        rollout_global_dataset=True,
-        n_samples_per_prompt=N,
-        rollout_batch_size=N,
-        rollout_max_response_len=16,
-        sglang_server_concurrency=CONCURRENCY,
-        rollout_num_gpus=1,
-        rollout_num_gpus_per_engine=1,
-        sglang_router_ip=engine.server.server_address[0],
-        sglang_router_port=engine.server.server_address[1],
-        custom_rm_path=f"{__name__}.reward",
-        custom_generate_function_path="rescue.slime.generate.generate" if wrapper else None,
-        custom_reward_post_process_path="rescue.miles.reward.post_process_rewards",
-        custom_advantage_function_path="rescue.slime.advantages.turn_advantages",
-        partial_rollout=partial,
-        mask_offpolicy_in_partial_rollout=partial,
-        # SGLang's own flags (slime adds them with an --sglang- prefix from SGLang's
-        # ServerArgs, not installed here), at SGLang's defaults
-        sglang_dp_size=None,
-        sglang_enable_deterministic_inference=False,
-        sglang_speculative_algorithm=None,
-    )
+    args = slime_args(slime_run, engine, wrapper=wrapper, partial=partial)
     monkeypatch.setenv("RESCUE_ARM", arm)
     monkeypatch.setenv("RESCUE_MAX_STALENESS", "0")
-    slime_run.http_utils._http_client = None
-    slime_run.http_utils.init_http_client(args)
-    source = RolloutDataSourceWithBuffer(args)
     engine.holding, engine.hold = True, (lambda serial: hold)
+    source = start(slime_run, args)
     rollout = slime_run.rollout
-    rollout._DRAIN = rollout.build_drain(args, source)
-    rollout._DRAIN.worker.poll_interval = 0.02
     engine.wait_in_flight(CONCURRENCY)
     engine.update_weights("1", _post(engine))
     outputs = []
@@ -213,3 +244,55 @@ def test_the_drop_arm_drops_a_group_for_its_trained_tokens_only(slime_run, monke
     seen = [g[0].group_index for g in trained(outputs)]
     dropped = sum(o.metrics[f"{P}groups/dropped_stale"] for o in outputs)
     assert (0 in seen, dropped) == ((True, 0) if wrapper else (False, 1))
+
+
+def test_a_group_whose_reward_model_raised_is_counted_lost(slime_run, monkeypatch):
+    """slime's worker logs the exception of generate_and_rm_group and the group is gone;
+    rescue's census counts it, with the exception's name."""
+    monkeypatch.setenv("RESCUE_ARM", "never-drop")
+    with PausingEngine(length=4) as engine:
+        args = slime_args(slime_run, engine, custom_rm_path=f"{__name__}.reward_down_for_group_1")
+        source = start(slime_run, args)
+        outputs = [slime_run.rollout.generate_rollout(args, r, source) for r in range(2)]
+        slime_run.rollout._stop()
+    seen = [g[0].group_index for o in outputs for g in o.samples]
+    assert 1 not in seen and len(seen) == 4
+    metrics = [o.metrics for o in outputs]
+    assert sum(m[f"{P}groups/lost"] for m in metrics) == 1
+    assert sum(m.get(f"{P}lost/reason/RewardModelDown", 0) for m in metrics) == 1
+    entered = sum(m[f"{P}groups/entered"] for m in metrics)
+    assert entered == 4 + 1  # the trained groups and the lost one: none went uncounted
+
+
+def test_pace_admits_generations_through_slimes_worker(slime_run, monkeypatch):
+    """K = 1, B = N = 2: the window W = 4 holds although slime's worker would start 8
+    groups; it refills when the next step begins."""
+    import time
+
+    monkeypatch.setenv("RESCUE_ARM", "pace")
+    monkeypatch.setenv("RESCUE_MAX_STALENESS", "1")
+
+    def handed_out_settles_at(source, n):
+        deadline = time.monotonic() + 30
+        while source.sample_group_index < n and time.monotonic() < deadline:
+            time.sleep(0.05)
+        time.sleep(0.5)  # several of the worker's polls: nothing more is admitted
+        return source.sample_group_index
+
+    with PausingEngine(length=4) as engine:
+        args = slime_args(slime_run, engine, sglang_server_concurrency=8)
+        source = start(slime_run, args)
+        assert handed_out_settles_at(source, 4) == 4
+        first = slime_run.rollout.generate_rollout(args, 0, source)
+        assert handed_out_settles_at(source, 4) == 4  # 2 taken + 2 open = W until step 1
+        second = slime_run.rollout.generate_rollout(args, 1, source)
+        assert handed_out_settles_at(source, 6) == 6
+        slime_run.rollout._stop()
+    first_ids = [g[0].group_index for g in first.samples]
+    second_ids = [g[0].group_index for g in second.samples]
+    # step 1 owes both its places to step 0's groups (deadline 1), not to 4 and 5 (deadline 2)
+    assert len(first_ids) == len(second_ids) == 2
+    assert sorted(first_ids + second_ids) == [0, 1, 2, 3]
+    for o in (first, second):
+        assert o.metrics[f"{P}groups/trained_fresh"] == 2
+        assert o.metrics[f"{P}groups/dropped_stale"] == 0
