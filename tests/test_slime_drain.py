@@ -299,3 +299,38 @@ def test_pace_takes_by_deadline_waits_for_stragglers_and_never_drops():
     out, m = d.collect(ARGS, target=2)
     assert [g[0].group_index for g in out] == [4, 5]
     assert m[f"{P}pace_wait_groups"] == 0.0 and m[f"{P}groups/buffered"] == 0
+
+
+# ── slime's coding-agent example ──────────────────────────────────────────────────────
+
+
+def test_groups_of_slimes_coding_agent_example_fill_the_batch():
+    """The example's samples carry instance_id and agent_exit_code, no exit_status and no
+    weight version: before, every group was a no-result and the drain never filled a batch."""
+    from test_slime_outcomes import coding_agent_sample
+
+    def group(g, rewards, codes):
+        samples = [
+            coding_agent_sample(r, c, index=2 * g + k)
+            for k, (r, c) in enumerate(zip(rewards, codes, strict=True))
+        ]
+        for s in samples:
+            s.group_index = g
+        return samples
+
+    def feed(worker):
+        worker.queue.extend(
+            [
+                group(0, [1.0, 0.0], [0, 0]),
+                group(1, [0.0, 0.0], [0, 1]),  # a CLI error: no result for the group
+                group(2, [0.0, 1.0], [-1, -1]),  # the agent's time budget ran out
+            ]
+        )
+
+    d = Drain(ScriptedWorker([feed]), Gate(arm="drop", max_staleness=1), poll_s=0.0)
+    out, m = d.collect(ARGS, target=2)
+    assert [g[0].group_index for g in out] == [0, 2]
+    assert m[f"{P}groups/aborted"] == 1 and m[f"{P}aborted/reason/agent_cli_error"] == 1
+    assert m[f"{P}outcome/solved"] == 2 and m[f"{P}outcome/submitted_failure"] == 1
+    assert m[f"{P}outcome/budget_failure"] == 1
+    assert m[f"{P}groups/trained_fresh"] == 2  # no weight version: never stale
