@@ -371,3 +371,24 @@ def test_every_arms_dry_run_parses_with_slimes_parser_and_passes_the_checks(
         if path:
             module, name = path.rsplit(".", 1)
             assert callable(getattr(__import__(module, fromlist=[name]), name))
+
+
+def test_slimes_own_model_script_when_the_checkout_has_it(slime_src, bin_dir):
+    """A git checkout of slime has scripts/models/*.sh (its package archive has not: the dry
+    runs above give MODEL_ARGS); its Qwen3-8B array reaches Megatron's parser whole."""
+    from slime_args import parse_with_slime
+
+    script = slime_src / "scripts" / "models" / "qwen3-8B.sh"
+    flags, _, _ = submitted(
+        dry_run(
+            "drop",
+            bin_dir,
+            slime_src,
+            **({} if script.exists() else {"MODEL_ARGS": "--num-layers 36"}),
+        ).stdout
+    )
+    _, rest = parse_with_slime([w for k, v in flags.items() for w in (k, *v)])
+    assert flags["--num-layers"] == ["36"] and "--num-layers" in rest
+    if script.exists():
+        assert flags["--normalization"] == ["RMSNorm"] and flags["--vocab-size"] == ["151936"]
+        assert flags["--rotary-base"] == ["1000000"]
