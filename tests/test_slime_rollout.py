@@ -389,3 +389,64 @@ def test_a_group_without_a_result_is_discarded_and_counted_by_its_reason():
         assert [g[0].group_index for g in out] == [0, 2]
         assert m[f"{P}groups/aborted"] == 1 and m[f"{P}aborted/reason/trial_timeout"] == 1
         assert m[f"{P}groups/entered"] == 3 and m[f"{P}groups/buffered"] == 0
+
+
+def test_a_stopped_worker_is_replaced_and_its_groups_in_flight_are_lost(monkeypatch):
+    _slime()
+    from rescue.slime.worker import RescueSource, WorkerEvents
+
+    events = WorkerEvents()
+    source = RescueSource(_DataSource([make_group(g, 1) for g in range(4)]), events)
+    source.get_samples(1)
+    source.get_samples(1)  # two groups in flight on the worker that stops
+    dead = SimpleNamespace(
+        worker_thread=SimpleNamespace(is_alive=lambda: False), data_buffer=source
+    )
+    d = Drain(dead, Gate(arm="never-drop"), events=events, poll_s=0.0)
+    started = []
+
+    def start_worker(args, new_source):
+        started.append(new_source)
+        worker = FakeWorker([make_group(5, 1), make_group(6, 1)])
+        worker.data_buffer = new_source
+        return worker
+
+    monkeypatch.setattr(rollout, "_DRAIN", d)
+    monkeypatch.setattr(rollout, "start_worker", start_worker)
+    out = rollout.generate_rollout(SimpleNamespace(rollout_batch_size=2, reward_key=None), 0, None)
+    (new_source,) = started
+    assert new_source.source is source.source and new_source.events is events
+    assert (
+        out.metrics[f"{P}groups/lost"] == 2 and out.metrics[f"{P}lost/reason/worker_stopped"] == 2
+    )
+    assert [g[0].group_index for g in out.samples] == [5, 6]
+
+
+def test_the_watchdogs_flush_logs_the_census_through_slimes_logging(monkeypatch):
+    _slime()
+    from slime.observability import logging_utils
+    from slime.observability.metric_utils import compute_rollout_step
+
+    from rescue.watchdog import Watchdog, WatchdogSettings, WatchdogStop
+
+    broken = [make_group(9, 1)]  # kept: still open in the census when the run stops
+    for g in range(4):
+        group = make_group(g, 1)
+        group[0].status = Sample.Status.FAILED  # an API error the generator marked FAILED
+        broken.append(group)
+    d = Drain(FakeWorker(broken), Gate(arm="never-drop"), poll_s=0.0)
+    d.watchdog = Watchdog(
+        WatchdogSettings(window=4, max_no_result=0.5, idle_s=0),
+        flush=lambda line: rollout._flush_census(d, line),
+    )
+    logged = []
+    monkeypatch.setattr(logging_utils, "log", lambda a, m, step_key: logged.append((m, step_key)))
+    args = SimpleNamespace(reward_key=None, rollout_batch_size=2, wandb_always_use_train_step=False)
+    monkeypatch.setitem(rollout._CALL, "args", args)
+    monkeypatch.setitem(rollout._CALL, "rollout_id", 3)
+    with pytest.raises(WatchdogStop, match=r"3 of the last 4 groups had no result.*census flushed$"):
+        d.collect(args, target=2)
+    ((m, step_key),) = logged
+    assert step_key == "rollout/step" and m["rollout/step"] == compute_rollout_step(args, 3)
+    assert m[f"{P}groups/aborted"] == 3 and m[f"{P}aborted/reason/failed"] == 3
+    assert m[f"{P}groups/entered"] == 4 and m[f"{P}groups/buffered"] == 1

@@ -184,15 +184,14 @@ class Drain:
         self.seen["popped"] += 1
         records = group_records(group, reward_key=getattr(args, "reward_key", None))
         reason = no_result(records)
-        if self.watchdog is not None:
-            self.watchdog.observe(reason, _first_error(group) if reason is not None else None)
         if reason is not None:
             self.census.settle(gid, Bucket.ABORTED, records, reason=reason)
             self.seen["no_result"] += 1
             if self.pace is not None:
                 self.pace.reject(gid)
-            return None
-        return gid
+        if self.watchdog is not None:  # after the census, which its flush logs
+            self.watchdog.observe(reason, _first_error(group) if reason is not None else None)
+        return None if reason is not None else gid
 
     def absorb_events(self) -> None:
         """Count what the worker requeued or lost since the last call."""

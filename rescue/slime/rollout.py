@@ -147,9 +147,10 @@ _CALL: dict[str, Any] = {}
 
 
 def _flush_census(drain: Drain, line: str) -> None:
-    """Before the watchdog stops the run: the census so far, logged as slime logs a step."""
+    """Before the watchdog stops the run: the census so far, logged as slime logs a step
+    (groups the call had kept and not yet settled count as buffered)."""
     logger.error("%s", line)
-    metrics = drain.census.step_metrics(queue_size=len(drain._ready))
+    metrics = drain.census.step_metrics()
     args, rollout_id = _CALL.get("args"), _CALL.get("rollout_id")
     if args is None:
         return
