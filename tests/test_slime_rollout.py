@@ -444,7 +444,9 @@ def test_the_watchdogs_flush_logs_the_census_through_slimes_logging(monkeypatch)
     args = SimpleNamespace(reward_key=None, rollout_batch_size=2, wandb_always_use_train_step=False)
     monkeypatch.setitem(rollout._CALL, "args", args)
     monkeypatch.setitem(rollout._CALL, "rollout_id", 3)
-    with pytest.raises(WatchdogStop, match=r"3 of the last 4 groups had no result.*census flushed$"):
+    with pytest.raises(
+        WatchdogStop, match=r"3 of the last 4 groups had no result.*census flushed$"
+    ):
         d.collect(args, target=2)
     ((m, step_key),) = logged
     assert step_key == "rollout/step" and m["rollout/step"] == compute_rollout_step(args, 3)
