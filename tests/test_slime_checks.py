@@ -10,7 +10,7 @@ import pytest
 from sglang_pause import PausingEngine
 
 from rescue.gate import Gate
-from rescue.slime.checks import REWARD_PATH, check_slime_run, warnings
+from rescue.slime.checks import REWARD_PATH, check_slime_run, start_warnings
 from rescue.slime.generate import GENERATE_PATH
 from rescue.slime.versions import FALLBACK, EngineVersions
 
@@ -138,9 +138,9 @@ def test_turn_without_the_generate_wrapper_and_a_warning_for_the_other_arms():
     )
     without = args(custom_generate_function_path="my.generate")
     check_slime_run(without, GOOD["drop"], {})
-    (line,) = warnings(without)
+    (line,) = start_warnings(without)
     assert "one version staler than its tokens" in line and "RESCUE_GENERATE_FUNCTION" in line
-    assert warnings(args()) == []
+    assert start_warnings(args()) == []
 
 
 # ── which source of versions is in use ──────────────────────────────────────────────

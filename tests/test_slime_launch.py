@@ -324,7 +324,7 @@ def test_every_arms_dry_run_parses_with_slimes_parser_and_passes_the_checks(
     from slime_args import parse_with_slime
 
     from rescue.gate import Gate
-    from rescue.slime.checks import check_slime_run, warnings
+    from rescue.slime.checks import check_slime_run, start_warnings
     from rescue.slime.rollout import max_staleness_from_env
 
     out = dry_run(
@@ -361,7 +361,7 @@ def test_every_arms_dry_run_parses_with_slimes_parser_and_passes_the_checks(
     gate = Gate.from_env(max_staleness=max_staleness_from_env())
     assert gate.arm.value == arm
     pace = check_slime_run(args, gate)
-    assert (pace is not None) == (arm == "pace") and warnings(args) == []
+    assert (pace is not None) == (arm == "pace") and start_warnings(args) == []
     for path in (
         args.rollout_function_path,
         args.custom_generate_function_path,

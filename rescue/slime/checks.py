@@ -30,7 +30,7 @@ setting for each of:
   without the record of the calls a resumed reply counts as two turns, which stops the run
   at the first update.
 
-Without the generate wrapper the other arms only warn (``warnings`` returns the lines):
+Without the generate wrapper the other arms only warn (``start_warnings`` returns the lines):
 a reply aborted before its first token then counts for staleness, so a group can look one
 version staler than its tokens.
 """
@@ -131,7 +131,7 @@ def check_slime_run(
     return pace
 
 
-def warnings(args: Any) -> list[str]:
+def start_warnings(args: Any) -> list[str]:
     """The lines logged at start for settings that are allowed but cost accuracy."""
     generate = getattr(args, "custom_generate_function_path", None)
     if generate == GENERATE_PATH:

@@ -53,7 +53,7 @@ from rescue.census import Census
 from rescue.errors import InputError
 from rescue.gate import Arm, Gate
 from rescue.miles.reward import baseline_from_env
-from rescue.slime.checks import ENV_MAX_STALENESS, check_slime_run, warnings
+from rescue.slime.checks import ENV_MAX_STALENESS, check_slime_run, start_warnings
 from rescue.slime.drain import Drain
 from rescue.slime.versions import EngineVersions, engine_version
 from rescue.slime.worker import RescueSource, WorkerEvents, rescue_worker_class
@@ -113,7 +113,7 @@ def build_drain(args: Any, data_buffer: Any) -> Drain:
     gate = Gate.from_env(max_staleness=max_staleness_from_env())
     pace_settings = check_slime_run(args, gate)
     watchdog_settings = WatchdogSettings.from_env()
-    for line in warnings(args):
+    for line in start_warnings(args):
         logger.warning("rescue: %s", line)
     pace = SlimePace(pace_settings) if pace_settings is not None else None
     path = getattr(args, "rollout_sample_filter_path", None)
