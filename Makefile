@@ -57,7 +57,9 @@ INTEGRATION_TESTS := tests/test_miles_buffer.py tests/test_miles_log.py tests/te
 	tests/test_miles_turn_e2e.py tests/test_miles_turn_reward.py tests/test_miles_drgrpo.py \
 	tests/test_miles_train_step.py tests/test_slime_turn.py tests/test_miles_matched.py \
 	tests/test_miles_matched_convert.py tests/test_miles_oracle.py tests/test_launch_oracle.py \
-	tests/test_rlvr_launch.py tests/test_rlvr_data.py tests/test_rlvr_sweep.py
+	tests/test_rlvr_launch.py tests/test_rlvr_data.py tests/test_rlvr_sweep.py \
+	tests/test_slime_abort.py tests/test_slime_launch.py tests/test_slime_worker.py \
+	tests/test_slime_train_path.py
 
 integration: $(VENV)/.stamp-dev+sim+swe+replay+rlvr+integration
 	@test -n "$(MILES_SRC)$(SLIME_SRC)" || { echo "integration: set MILES_SRC=/path/to/miles and/or SLIME_SRC=/path/to/slime"; exit 2; }
@@ -157,6 +159,19 @@ ORACLE_DEPS := $(if $(RESCUE_PY),,$(VENV)/.stamp-$(if $(filter 1,$(DRY_RUN)),bas
 
 oracle: $(ORACLE_DEPS)
 	@launch/oracle.sh
+
+# ── The stale-handling arms on slime (GPU nodes). Their settings, with defaults, are in
+# launch/slime_config.sh (the shared ones in launch/config.sh). DRY_RUN=1 prints the commands.
+#
+#   make slime-arm ARM=drop|never-drop|protect|pace [A=0.5] [ESTIMATOR=turn] [SEED=1]
+#                  [STALENESS=2] [SLIME_DIR=/root/slime]
+#                  Ray head (NODE_RANK=0) + `ray job submit` of slime's train_async.py with
+#                  rescue's rollout function (rescue.slime.rollout) and the housekeeper; with
+#                  NNODES>1 run it on every node with NODE_RANK and MASTER_ADDR
+.PHONY: slime-arm
+
+slime-arm:
+	@launch/slime_arm.sh
 
 # ── The single-turn budget-regime arms on Miles (GPU nodes). Their settings, with defaults,
 # are in launch/rlvr_config.sh (the shared ones in launch/config.sh). DRY_RUN=1 prints the

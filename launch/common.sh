@@ -252,8 +252,9 @@ rescue_check_gpus() {
 # swe-ARM[-aA][-kK][-est-turn][-drgrpo]-seedSEED. K names the stale-handling arms that drop
 # or protect; the never-drop and budget-regime arms train every group, so K only labels the
 # census. -est-turn / -drgrpo: a stale-handling arm with ESTIMATOR=turn / DRGRPO=1.
+# RUN_PREFIX (default swe) is the first word: the slime launcher's runs are slime-ARM-...
 rescue_derive_names() {
-  local name="swe-$ARM" with_k=1
+  local name="${RUN_PREFIX:-swe}-$ARM" with_k=1
   [[ $ARM == never-drop ]] || rescue_is_budget_arm && with_k=0
   [[ $ARM == protect ]] && name+="-a$A"
   [[ $with_k == 1 ]] && name+="-k$STALENESS"

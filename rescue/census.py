@@ -6,11 +6,16 @@ Every entry (one group entering the buffer; a recycled group enters again as a n
 lands in exactly one bucket, or is still buffered::
 
     entered == trained_fresh + trained_stale + trained_protected
-               + dropped_stale + aborted + filtered + buffered
+               + dropped_stale + aborted + filtered + lost + buffered
 
 ``Census`` checks this at every ``step_metrics`` call, and against the adapter's own queue
 length when it is given one. A group is never silently lost: whatever excluded it is a
-bucket with a count.
+bucket with a count. ``lost`` is the bucket of a group whose generation raised (slime's
+fully-async worker logs the exception of ``generate_and_rm_group``, e.g. a remote reward
+model after its retries, and the group is gone); ``groups/requeued`` counts the
+``aborted`` entries whose prompt group went back to be generated again (slime requeues
+every group aborted at a weight update; Miles' ``retry`` handler recycles), so
+``requeued <= aborted`` at every step.
 
 Groups without a result (``no_result``, the one rule the Miles buffer, the slime drain
 and the simulator apply when a group arrives): a group with any rollout classified
@@ -53,8 +58,11 @@ and on the cluster):
   count (``b_paid/masked_rollouts``, ``b_paid/dropped_rollouts``, always logged; the means
   only when the count is not 0); rollouts without a reward neither vote nor count;
 - ``aborted/reason/<reason>``: the groups settled ``aborted`` this step, by the reason
-  ``no_result`` gave (keys only for reasons that occurred);
-- the groups dropped for a no-result rollout (the ``aborted`` bucket) as a count and a
+  ``no_result`` gave (keys only for reasons that occurred); ``groups/requeued`` (always
+  logged): those of them sent back to be generated again;
+- ``lost/reason/<reason>``: the groups settled ``lost`` this step, by the reason the
+  caller gave (the exception's class name; keys only for reasons that occurred);
+- the groups dropped for a no-result rollout (the ``aborted`` bucket less the requeued) as a count and a
   fraction of the groups that entered this step: ``no_result/groups`` (always logged),
   ``no_result/fraction`` (when some group entered) and ``no_result/fraction/<reason>`` per
   reason. A fraction that grows is an exclusion to look at, and what the run's watchdog
@@ -91,6 +99,7 @@ class Bucket(str, Enum):
     DROPPED_STALE = "dropped_stale"
     ABORTED = "aborted"
     FILTERED = "filtered"  # rejected by the dynamic-sampling filter
+    LOST = "lost"  # its generation raised: the group never came back
 
     @property
     def trained(self) -> bool:
@@ -283,6 +292,9 @@ class Census:
         self._w_protected_weights: list[float] = []
         self._w_paid = {"masked": [0.0, 0], "dropped": [0.0, 0]}  # Σ baseline, rollouts
         self._w_aborted_reasons: Counter[str] = Counter()
+        self._w_lost_reasons: Counter[str] = Counter()
+        self._w_requeued = 0
+        self._w_no_result_reasons: Counter[str] = Counter()  # aborted and not requeued
 
     def enter(self, group_id: Any, rollouts: Iterable[RolloutRecord] = ()) -> None:
         """A group entered the buffer (Miles ``put``): one entry opens.
@@ -304,15 +316,20 @@ class Census:
         staleness: float | None = None,
         weight: float = 1.0,
         reason: str | None = None,
+        requeued: bool = False,
     ) -> None:
         """Close the oldest open entry of ``group_id`` into ``bucket``.
 
         ``reason`` says why an ``aborted`` group had no result (``no_result``; default
-        ``"aborted"``); other buckets take none.
+        ``"aborted"``) or why a ``lost`` one was lost (default ``"exception"``); other
+        buckets take none. ``requeued``: an ``aborted`` group sent back to be generated
+        again (``groups/requeued``).
         """
         bucket = Bucket(bucket)
-        if reason is not None and bucket is not Bucket.ABORTED:
-            raise ValueError(f"census: a reason is for aborted groups, not {bucket.value}")
+        if reason is not None and bucket not in (Bucket.ABORTED, Bucket.LOST):
+            raise ValueError(f"census: a reason is for aborted or lost groups, not {bucket.value}")
+        if requeued and bucket is not Bucket.ABORTED:
+            raise ValueError(f"census: only an aborted group is requeued, not {bucket.value}")
         if self._open[group_id] <= 0:
             del self._open[group_id]
             raise ValueError(
@@ -342,6 +359,11 @@ class Census:
                 paid[1] += len(scored)
         elif bucket is Bucket.ABORTED:
             self._w_aborted_reasons[reason or "aborted"] += 1
+            self._w_requeued += bool(requeued)
+            if not requeued:
+                self._w_no_result_reasons[reason or "aborted"] += 1
+        elif bucket is Bucket.LOST:
+            self._w_lost_reasons[reason or "exception"] += 1
 
     def _pay_masked(self, rollouts: Sequence[RolloutRecord]) -> None:
         """Add the group's baseline once per loss-masked rollout of a trained group."""
@@ -409,11 +431,14 @@ class Census:
                 m[f"{prefix}b_paid/{name}"] = total / n
         for reason, count in sorted(self._w_aborted_reasons.items()):
             m[f"{prefix}aborted/reason/{reason}"] = float(count)
-        dropped = self._w_buckets[Bucket.ABORTED]
+        dropped = sum(self._w_no_result_reasons.values())
         m[f"{prefix}no_result/groups"] = float(dropped)
         if self._w_entered:
             m[f"{prefix}no_result/fraction"] = dropped / self._w_entered
-            for reason, count in sorted(self._w_aborted_reasons.items()):
+            for reason, count in sorted(self._w_no_result_reasons.items()):
                 m[f"{prefix}no_result/fraction/{reason}"] = count / self._w_entered
+        m[f"{prefix}groups/requeued"] = float(self._w_requeued)
+        for reason, count in sorted(self._w_lost_reasons.items()):
+            m[f"{prefix}lost/reason/{reason}"] = float(count)
         self._reset_window()
         return m

@@ -40,11 +40,18 @@ Rules, first match wins (``classify``):
    another class is an error too).
 2. Status ``aborted`` or ``pending`` → ``infra_no_result``.
 3. ``metadata["exit_status"]`` present → ``classify_exit_status``.
-4. Agentic sample without ``exit_status`` → ``infra_no_result`` (the agent function
+4. ``metadata["agent_exit_code"]`` present (slime's coding-agent example,
+   ``examples/coding_agent_rl/generate.py``, which writes no ``exit_status``) →
+   ``classify_agent_exit_code``: the agent CLI's exit code and the graded reward.
+5. Status ``failed`` → ``infra_no_result`` (slime's ``Status.FAILED``: "a recoverable or
+   non-critical failure during generation (e.g., tool call failure, external API error,
+   parsing error)" that "can be retried": no verdict on the policy, whatever reward the
+   generator wrote; an agent that knows better says so with rules 1, 3 or 4).
+6. Agentic sample without ``exit_status`` → ``infra_no_result`` (the agent function
    returned ``None``: Miles would score it 0 and it would look like a failure).
-5. Status ``truncated`` or ``metadata["end_reason"]`` in ``{max_turns, length}`` →
+7. Status ``truncated`` or ``metadata["end_reason"]`` in ``{max_turns, length}`` →
    ``budget_failure``.
-6. Reward missing → ``infra_no_result``; reward > threshold → ``solved``; otherwise
+8. Reward missing → ``infra_no_result``; reward > threshold → ``solved``; otherwise
    ``submitted_failure``.
 
 A sample is *agentic* when its metadata carries any of ``AGENTIC_KEYS`` (the dataset row
@@ -143,7 +150,14 @@ REASONS: dict[str, Reason] = {
 
 #: Metadata keys whose presence marks a sample as produced by an agent function.
 AGENTIC_KEYS = frozenset(
-    {"instance_id", "exit_status", "agent_metrics", "eval_report", "tito_session_mismatch"}
+    {
+        "instance_id",
+        "exit_status",
+        "agent_metrics",
+        "eval_report",
+        "tito_session_mismatch",
+        "agent_exit_code",
+    }
 )
 
 #: Exit statuses (mini-swe-agent, Harbor, OpenEnv, rescue's agent) that mean the budget ran out.
@@ -227,6 +241,41 @@ def classify_exit_status(
     return because(exit_status or "unknown_exit")
 
 
+def classify_agent_exit_code(code: Any, *, resolved: bool | None) -> Classification:
+    """Class of a run of slime's coding-agent example from the agent CLI's exit code.
+
+    The example grades the agent's diff whatever the exit code
+    (``examples/coding_agent_rl/generate.py``: ``swe.run_evaluation`` after
+    ``HARNESS_CLS().run``), and ``resolved`` is that verdict (``None``: no reward).
+
+    - ``0``: the agent ended the episode itself and was graded: ``solved`` when resolved,
+      else ``submitted_failure``;
+    - negative (``slime.agent.sandbox.EXIT_TIME_BUDGET_EXCEEDED = -1``): the agent's own
+      time budget (``SWE_AGENT_TIME_BUDGET_SEC``) ran out: ``solved`` when the diff it left
+      resolves the task, else ``budget_failure`` (reason ``time_limit``);
+    - positive: the agent CLI exited with an error (an API error from the model adapter,
+      a crash): ``infra_no_result`` (reason ``agent_cli_error``), whatever the grader said;
+    - not an integer: ``infra_no_result`` (reason ``unknown_exit``).
+
+    Without a verdict (``resolved is None``) codes 0 and negative are ``infra_no_result``
+    (``no_reward``). The example's own aborts (``_abort_result``: status ``aborted``) are
+    rule 2's.
+    """
+    try:
+        code = int(code)
+    except (TypeError, ValueError):
+        return Classification(Outcome.INFRA_NO_RESULT, "unknown_exit")
+    if code > 0:
+        return Classification(Outcome.INFRA_NO_RESULT, "agent_cli_error")
+    if resolved is None:
+        return Classification(Outcome.INFRA_NO_RESULT, "no_reward")
+    if resolved:
+        return Classification(Outcome.SOLVED, "resolved")
+    if code < 0:
+        return Classification(Outcome.BUDGET_FAILURE, "time_limit")
+    return Classification(Outcome.SUBMITTED_FAILURE, "unresolved")
+
+
 def is_agentic(metadata: Mapping[str, Any]) -> bool:
     """Whether a sample's metadata marks it as produced by an agent function."""
     return not AGENTIC_KEYS.isdisjoint(metadata)
@@ -283,6 +332,15 @@ def classify(
             finish_reason=metadata.get("last_finish_reason"),
             grader_reason=report.get("reason"),
         )
+    if "agent_exit_code" in metadata:
+        resolved = metadata.get("grading_solved")
+        if resolved is None and reward is not None and _finite(reward):
+            resolved = reward > solved_threshold
+        return classify_agent_exit_code(
+            metadata["agent_exit_code"], resolved=None if resolved is None else bool(resolved)
+        )
+    if status_text == "failed":
+        return Classification(Outcome.INFRA_NO_RESULT, "failed")
     if agentic if agentic is not None else is_agentic(metadata):
         return because("no_exit_status")
     if status_text == "truncated":

@@ -208,6 +208,10 @@ class PaceSchedule:
         self._open[key] = _Open(deadline=deadline, admitted=next(self._order))
         return deadline
 
+    def is_open(self, key: Hashable) -> bool:
+        """Whether the group is admitted and neither taken nor rejected."""
+        return key in self._open
+
     def ready(self, key: Hashable) -> None:
         """The group finished and is buffered."""
         self._get(key).ready = next(self._order)

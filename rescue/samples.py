@@ -18,9 +18,14 @@ Rules (each equal to Miles' own where Miles has one):
 - group id: the first sample's ``group_index`` (stable across retries; Miles' data source
   assigns it per prompt draw); else ``"index:<index>"``; else ``"prompt:<hash>"`` of the
   prompt text, so the gate's coin is still a pure function of the group.
-- oldest weight version of a sample: the minimum of its numeric ``weight_versions``
-  (``None`` if none is numeric); of a group: the minimum over all samples and turns;
-  staleness = ``current_version - oldest`` (``None`` if either is unknown).
+- oldest weight version of a sample: the minimum of its numeric counted versions
+  (``rescue.model_calls.counted_weight_versions``: those of model calls that produced
+  trained tokens, so a reply aborted at a weight update before its first token, or a
+  segment the loss mask excludes, does not make the group look staler than its tokens;
+  every version when the sample has no record of its calls); ``None`` if none is numeric;
+  of a group: the minimum over all samples and turns; staleness = ``current_version -
+  oldest`` (``None`` if either is unknown). The newest version of a group (what the slime
+  drain's current version is bounded below by) reads every version.
 - a group without a result: ``rescue.census.no_result`` of its records (a sample with
   status ``aborted`` makes its trajectory's record ``infra_no_result``, reason
   ``aborted``).
@@ -29,7 +34,9 @@ Rules (each equal to Miles' own where Miles has one):
   reward of the last sample that has one (``reward_key`` picks a field of a dict
   reward, as ``--reward-key`` does); metadata of all samples merged, later samples
   winning; turns from ``metadata["turns"]`` / ``metadata["agent_metrics"]["turns"]``,
-  else the number of generation calls (``len(weight_versions)`` summed), else unknown;
+  else the model calls that produced tokens, a resumed call joined to the one it resumes
+  (``rescue.model_calls.turn_count`` summed; ``len(weight_versions)`` without a record of
+  the calls), else unknown;
   masked when every sample has ``remove_sample`` set (a partly masked trajectory still
   trains). The outcome comes from ``rescue.outcomes.classify``.
 - loss weight: ``metadata["rescue_weight"]`` (``WEIGHT_KEY``) on every sample of a
@@ -60,6 +67,7 @@ from typing import Any
 from rescue.census import Bucket, Census, RolloutRecord
 from rescue.errors import InputError
 from rescue.gate import Gate
+from rescue.model_calls import counted_weight_versions, turn_count
 from rescue.outcomes import status_value
 
 #: Metadata key carrying a sample's loss weight (1/a for a protected stale group).
@@ -121,9 +129,10 @@ def group_id(group: Sequence[Any]) -> int | str:
 
 
 def oldest_weight_version(sample: Any) -> int | None:
-    """Minimum numeric weight version over a sample's generation calls."""
+    """Minimum numeric weight version over the sample's counted model calls (those that
+    produced trained tokens; ``rescue.model_calls``)."""
     best = None
-    for v in field(sample, "weight_versions") or ():
+    for v in counted_weight_versions(sample):
         text = v if v.__class__ is str else str(v)
         if text.isdigit() and (best is None or int(text) < best):
             best = int(text)
@@ -206,7 +215,7 @@ def rollout_record(trajectory: Any, *, reward_key: str | None = None) -> Rollout
         metadata.update(field(s, "metadata") or {})
     turns = None
     if "turns" not in metadata and "turns" not in (metadata.get("agent_metrics") or {}):
-        turns = sum(len(field(s, "weight_versions") or ()) for s in samples) or None
+        turns = sum(turn_count(s) for s in samples) or None
     return RolloutRecord.from_sample_fields(
         status=status,
         reward=reward,

@@ -37,8 +37,12 @@ def test_conservation_under_random_aborts_staleness_and_retries():
             census.enter(gid)
             u = rng.random()
             if u < 0.1:
-                census.settle(gid, Bucket.ABORTED)
-                recycled.append(gid)  # retry handler
+                requeued = rng.random() < 0.5
+                census.settle(gid, Bucket.ABORTED, requeued=requeued)
+                if requeued:
+                    recycled.append(gid)  # retry handler
+            elif u < 0.13:
+                census.settle(gid, Bucket.LOST, reason="RuntimeError")  # generation raised
             elif u < 0.2:
                 census.settle(gid, Bucket.FILTERED)
             else:
@@ -65,6 +69,8 @@ def test_conservation_under_random_aborts_staleness_and_retries():
         version += int(rng.random() < 0.5)
         m = census.step_metrics(queue_size=len(queue))
         seen_buckets |= {b for b in Bucket if m[f"{P}groups/{b.value}"] > 0}
+        assert m[f"{P}groups/requeued"] <= m[f"{P}groups/aborted"]
+        assert m.get(f"{P}lost/reason/RuntimeError", 0.0) == m[f"{P}groups/lost"]
     t = census.totals()
     assert t["entered"] == sum(t[b.value] for b in Bucket) + t["buffered"]
     assert t["buffered"] == len(queue)
@@ -314,7 +320,7 @@ def test_aborted_groups_are_counted_by_reason():
     assert m[f"{PREFIX}aborted/reason/aborted"] == 1  # no reason given: Miles' ABORTED
     assert not any(k.startswith(f"{PREFIX}aborted/") for k in c.step_metrics())  # new window
     c.enter(9)
-    with pytest.raises(ValueError, match="a reason is for aborted groups"):
+    with pytest.raises(ValueError, match="a reason is for aborted or lost groups"):
         c.settle(9, Bucket.DROPPED_STALE, reason="trial_timeout")
 
 
@@ -340,13 +346,38 @@ def test_groups_dropped_for_no_result_are_a_count_and_a_fraction_of_the_step_by_
     assert not any(k.startswith(f"{PREFIX}no_result/fraction") for k in m)
 
 
+def test_lost_groups_and_requeues_are_counted_and_conserved():
+    c = Census()
+    for gid in range(5):
+        c.enter(gid)
+    c.settle(0, Bucket.LOST, reason="ClientResponseError")
+    c.settle(1, Bucket.LOST)
+    c.settle(2, Bucket.ABORTED, requeued=True)
+    c.settle(3, Bucket.ABORTED)
+    m = c.step_metrics()
+    assert m[f"{PREFIX}groups/lost"] == 2 and m[f"{PREFIX}groups/aborted"] == 2
+    assert m[f"{PREFIX}lost/reason/ClientResponseError"] == 1
+    assert m[f"{PREFIX}lost/reason/exception"] == 1  # no reason given
+    assert m[f"{PREFIX}groups/requeued"] == 1 and m[f"{PREFIX}groups/buffered"] == 1
+    # a requeued group is generated again, not dropped for a missing result
+    assert m[f"{PREFIX}no_result/groups"] == 1 and m[f"{PREFIX}no_result/fraction"] == 1 / 5
+    t = c.totals()
+    assert t["entered"] == 5 == t["lost"] + t["aborted"] + t["buffered"]
+    m = c.step_metrics()  # a new window: the count is logged, 0
+    assert m[f"{PREFIX}groups/requeued"] == 0 and m[f"{PREFIX}groups/lost"] == 0
+    assert not any(k.startswith(f"{PREFIX}lost/") for k in m)
+    c.enter(9)
+    with pytest.raises(ValueError, match="only an aborted group is requeued, not lost"):
+        c.settle(9, Bucket.LOST, requeued=True)
+
+
 def test_the_buffer_the_drain_and_the_simulator_apply_the_same_rule():
     import rescue.census
     import rescue.miles.buffer
     import rescue.sim.engine
-    import rescue.slime.rollout
+    import rescue.slime.drain
 
     rule = rescue.census.no_result
     assert rescue.miles.buffer.no_result is rule
-    assert rescue.slime.rollout.no_result is rule
+    assert rescue.slime.drain.no_result is rule
     assert rescue.sim.engine.no_result is rule

@@ -487,7 +487,8 @@ def test_conservation_under_random_aborts_staleness_filters_and_retries():
     t = buffer.census.totals()
     assert {b.value: t[b.value] for b in Bucket} == totals
     assert t["entered"] == sum(totals.values()) + t["buffered"]
-    for b in set(Bucket) - {Bucket.TRAINED_STALE}:  # every bucket protect (a < 1) can reach
+    # every bucket protect (a < 1) can reach; Miles' worker has no lost groups (slime's has)
+    for b in set(Bucket) - {Bucket.TRAINED_STALE, Bucket.LOST}:
         assert totals[b.value] > 0, b
 
 

@@ -3,9 +3,7 @@
 from __future__ import annotations
 
 import json
-import sys
 import threading
-import types
 from collections import deque
 from http.server import BaseHTTPRequestHandler, HTTPServer
 from types import SimpleNamespace
@@ -14,11 +12,14 @@ from typing import ClassVar
 import pytest
 from fake_sample import Sample, check_against
 from miles_env import require_slime
+from slime_env import slime_rollout_modules
 
 import filters
 from rescue.gate import Gate
+from rescue.pace import PaceSettings
 from rescue.samples import group_id, iter_samples
 from rescue.slime import rollout
+from rescue.slime.pace import SlimePace
 from rescue.slime.rollout import ENV_MAX_STALENESS, Drain, engine_version, max_staleness_from_env
 
 P = "rollout/census/"
@@ -181,11 +182,14 @@ def test_max_staleness_setting():
             max_staleness_from_env({ENV_MAX_STALENESS: bad})
 
 
-def test_the_pace_arm_is_refused_on_slime_in_one_line():
-    with pytest.raises(ValueError, match=r"^RESCUE_ARM=pace: slime's rollout has no pace") as e:
+def test_the_pace_arm_needs_its_schedule_and_the_schedule_needs_the_pace_arm():
+    with pytest.raises(ValueError, match=r"^RESCUE_ARM=pace: the drain needs the pace") as e:
         drain([], Gate(arm="pace", max_staleness=1))
     assert "\n" not in str(e.value)
-    drain([], Gate(arm="never-drop", max_staleness=1))  # the other arms are built
+    pace = SlimePace(PaceSettings(max_staleness=1, batch=2))
+    with pytest.raises(ValueError, match="a pace schedule with RESCUE_ARM=drop"):
+        drain([], Gate(arm="drop", max_staleness=1), pace=pace)
+    drain([], Gate(arm="pace", max_staleness=1), pace=pace)
 
 
 def test_evaluation_is_refused_with_the_flag_to_use():
@@ -240,31 +244,7 @@ def test_engine_version_asks_every_engine_behind_the_router():
 
 
 def _slime():
-    require_slime()
-    # slime's rollout module imports sglang_router and transformers, which a CPU test never
-    # calls; stand-ins as in slime's own tests/test_fully_async_rollout.py.
-    for name, attrs in (
-        ("sglang_router", {"__version__": "0.2.3"}),
-        (
-            "transformers",
-            {
-                n: type(n, (), {})
-                for n in (
-                    "AutoProcessor",
-                    "AutoTokenizer",
-                    "PreTrainedTokenizerBase",
-                    "ProcessorMixin",
-                )
-            },
-        ),
-    ):
-        try:
-            __import__(name)
-        except ImportError:
-            module = types.ModuleType(name)
-            for k, v in attrs.items():
-                setattr(module, k, v)
-            sys.modules[name] = module
+    slime_rollout_modules()
     import slime.rollout.fully_async_rollout as fa
     from slime.rollout.base_types import RolloutFnTrainOutput
     from slime.utils.types import Sample
@@ -302,7 +282,7 @@ def test_generate_rollout_with_slimes_worker(monkeypatch):
 
     monkeypatch.setattr(fa, "GenerateState", lambda args: SimpleNamespace(sampling_params={}))
     monkeypatch.setattr(fa, "generate_and_rm_group", scripted_generate)
-    monkeypatch.setattr(rollout, "engine_version", lambda args: 5)
+    monkeypatch.setattr(rollout, "EngineVersions", FixedVersion)
     monkeypatch.setattr(rollout, "_DRAIN", None)
     for k, v in {
         "RESCUE_ARM": "protect",
@@ -323,6 +303,9 @@ def test_generate_rollout_with_slimes_worker(monkeypatch):
         rollout_num_engines=1,
         rollout_sample_filter_path="filters.mask_truncated_zero_reward",
         reward_key=None,
+        custom_reward_post_process_path="rescue.miles.reward.post_process_rewards",
+        advantage_estimator="grpo",
+        custom_generate_function_path="rescue.slime.generate.generate",
     )
     gate = Gate(arm="protect", a=0.5, seed=0, max_staleness=2)
     try:
@@ -348,7 +331,9 @@ def test_generate_rollout_with_slimes_worker(monkeypatch):
     for o, (kept, popped) in zip(outputs, expected, strict=True):
         assert [g[0].group_index for g in o.samples] == kept  # sorted by index
         m = o.metrics
-        assert m[f"{P}groups/entered"] == len(popped)
+        # the aborted group 6 entered and settled aborted when slime's worker requeued it
+        assert m[f"{P}groups/entered"] == len(popped) + m[f"{P}groups/aborted"]
+        assert m[f"{P}groups/requeued"] == m[f"{P}groups/aborted"]
         assert m[f"{P}groups/dropped_stale"] == len(popped) - len(kept)
         protected = [g for g in kept if g < 6]
         assert m[f"{P}groups/trained_protected"] == len(protected)
@@ -362,6 +347,22 @@ def test_generate_rollout_with_slimes_worker(monkeypatch):
     assert any(g < 6 for kept, _ in expected for g in kept)  # the scenario protects some
     assert any(len(p) > len(k) for k, p in expected)  # and drops some
     assert [g[0].group_index for g in source.requeued] == [6]  # aborted: back to the source
+    assert sum(o.metrics[f"{P}groups/requeued"] for o in outputs) == 1
+    assert sum(o.metrics.get(f"{P}aborted/reason/aborted", 0) for o in outputs) == 1
+    assert all(o.metrics[f"{P}version_fallback"] == 0.0 for o in outputs)
+
+
+class FixedVersion:
+    """``rescue.slime.versions.EngineVersions`` for engines that all report version 5."""
+
+    def __init__(self, args):
+        self.source = "engines (/get_weight_version)"
+
+    def __call__(self):
+        return 5
+
+    def probe(self):
+        return self.source
 
 
 def test_the_fake_sample_has_slime_fields_defaults_and_statuses():
@@ -388,3 +389,66 @@ def test_a_group_without_a_result_is_discarded_and_counted_by_its_reason():
         assert [g[0].group_index for g in out] == [0, 2]
         assert m[f"{P}groups/aborted"] == 1 and m[f"{P}aborted/reason/trial_timeout"] == 1
         assert m[f"{P}groups/entered"] == 3 and m[f"{P}groups/buffered"] == 0
+
+
+def test_a_stopped_worker_is_replaced_and_its_groups_in_flight_are_lost(monkeypatch):
+    _slime()
+    from rescue.slime.worker import RescueSource, WorkerEvents
+
+    events = WorkerEvents()
+    source = RescueSource(_DataSource([make_group(g, 1) for g in range(4)]), events)
+    source.get_samples(1)
+    source.get_samples(1)  # two groups in flight on the worker that stops
+    dead = SimpleNamespace(
+        worker_thread=SimpleNamespace(is_alive=lambda: False), data_buffer=source
+    )
+    d = Drain(dead, Gate(arm="never-drop"), events=events, poll_s=0.0)
+    started = []
+
+    def start_worker(args, new_source):
+        started.append(new_source)
+        worker = FakeWorker([make_group(5, 1), make_group(6, 1)])
+        worker.data_buffer = new_source
+        return worker
+
+    monkeypatch.setattr(rollout, "_DRAIN", d)
+    monkeypatch.setattr(rollout, "start_worker", start_worker)
+    out = rollout.generate_rollout(SimpleNamespace(rollout_batch_size=2, reward_key=None), 0, None)
+    (new_source,) = started
+    assert new_source.source is source.source and new_source.events is events
+    assert (
+        out.metrics[f"{P}groups/lost"] == 2 and out.metrics[f"{P}lost/reason/worker_stopped"] == 2
+    )
+    assert [g[0].group_index for g in out.samples] == [5, 6]
+
+
+def test_the_watchdogs_flush_logs_the_census_through_slimes_logging(monkeypatch):
+    _slime()
+    from slime.observability import logging_utils
+    from slime.observability.metric_utils import compute_rollout_step
+
+    from rescue.watchdog import Watchdog, WatchdogSettings, WatchdogStop
+
+    broken = [make_group(9, 1)]  # kept: still open in the census when the run stops
+    for g in range(4):
+        group = make_group(g, 1)
+        group[0].status = Sample.Status.FAILED  # an API error the generator marked FAILED
+        broken.append(group)
+    d = Drain(FakeWorker(broken), Gate(arm="never-drop"), poll_s=0.0)
+    d.watchdog = Watchdog(
+        WatchdogSettings(window=4, max_no_result=0.5, idle_s=0),
+        flush=lambda line: rollout._flush_census(d, line),
+    )
+    logged = []
+    monkeypatch.setattr(logging_utils, "log", lambda a, m, step_key: logged.append((m, step_key)))
+    args = SimpleNamespace(reward_key=None, rollout_batch_size=2, wandb_always_use_train_step=False)
+    monkeypatch.setitem(rollout._CALL, "args", args)
+    monkeypatch.setitem(rollout._CALL, "rollout_id", 3)
+    with pytest.raises(
+        WatchdogStop, match=r"3 of the last 4 groups had no result.*census flushed$"
+    ):
+        d.collect(args, target=2)
+    ((m, step_key),) = logged
+    assert step_key == "rollout/step" and m["rollout/step"] == compute_rollout_step(args, 3)
+    assert m[f"{P}groups/aborted"] == 3 and m[f"{P}aborted/reason/failed"] == 3
+    assert m[f"{P}groups/entered"] == 4 and m[f"{P}groups/buffered"] == 1

@@ -25,7 +25,11 @@ the trainer's GRPO advantage is ``0 + A_t`` exactly. The consumer adds it:
 - slime: ``--custom-advantage-function-path rescue.slime.advantages.turn_advantages``.
 
 **Turns.** A rollout is the samples sharing ``(group, rollout_id)`` (else ``index``), in
-list order; its model calls ``C`` are the entries of their ``weight_versions``.
+list order; its model calls ``C`` are the entries of their ``weight_versions`` that
+produced tokens, a call that resumed an aborted sample joined to the one it resumed
+(``rescue.model_calls.turn_count``: slime aborts the requests in flight at every weight
+update and resumes them, so a single-turn reply can carry two versions; Miles' samples,
+without the record of their calls, count every entry).
 
 - A group in which some rollout made more than one model call (or, with no weight version
   recorded, has more than one run of 1s) is *multi-turn*: turn ``ℓ`` is the ``ℓ``-th run
@@ -58,6 +62,7 @@ from typing import Any
 import numpy as np
 
 from rescue.errors import InputError
+from rescue.model_calls import turn_count
 from rescue.turns import TurnSpans, mask_turn_spans
 
 #: Environment variable choosing the estimator of the reward hook.
@@ -205,19 +210,21 @@ def _rollout_spans(
         stops = np.concatenate([p.stops + o for p, o in zip(parts, offsets, strict=True)])
         span = TurnSpans(starts, stops, n)
     runs = int(span.starts.size)
-    calls = sum(len(getattr(samples[i], "weight_versions", None) or ()) for i in rows)
+    calls = sum(turn_count(samples[i]) for i in rows)
     if calls and runs != calls:
         raise InputError(
             f"{_describe(samples, rows[0])}: its rollout's loss mask has {runs} runs of 1s but "
             f"{calls} model calls (weight_versions); turns cannot be assigned (a turn without "
             "output tokens, a tool response without tokens, a masked partial-rollout segment, "
-            "or a partial rollout resumed within one turn)"
+            "or a partial rollout resumed within one turn: on slime, set "
+            "--custom-generate-function-path rescue.slime.generate.generate, which records "
+            "the calls)"
         )
     return span, runs
 
 
 def _calls_or_runs(samples: Sequence[Any], rows: list[int]) -> int:
-    calls = sum(len(getattr(samples[i], "weight_versions", None) or ()) for i in rows)
+    calls = sum(turn_count(samples[i]) for i in rows)
     if calls:
         return calls
     return sum(int(_sample_spans(samples, i).starts.size) for i in rows)

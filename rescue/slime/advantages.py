@@ -12,8 +12,10 @@ slime's own GRPO returns (``ones_like(kl[i]) * rewards[i]``, ``slime.utils.ppo_u
 plus, when the reward hook wrote them under ``RESCUE_ESTIMATOR=turn``, the per-token
 advantages it carried in ``teacher_log_probs`` (CP-local ``[C_i]``, sliced by slime's actor
 like the log-probs). Under ``RESCUE_ESTIMATOR=group`` (no channel) it is exactly slime's
-grpo/gspo path. Refused: ``--use-opd`` (it reads ``teacher_log_probs`` as a teacher), and
-an estimator other than grpo/gspo.
+grpo/gspo path. Refused: ``--use-opd`` (it reads ``teacher_log_probs`` as a teacher), an
+estimator other than grpo/gspo, and ``RESCUE_ESTIMATOR=turn`` with no channel in the rollout
+data (a custom ``--custom-convert-samples-to-train-data-path`` that did not carry it: every
+advantage would be 0; ``rescue.slime.checks`` refuses such a converter at start already).
 """
 
 from __future__ import annotations
@@ -21,6 +23,7 @@ from __future__ import annotations
 from typing import Any
 
 from rescue.errors import InputError
+from rescue.miles.turn_reward import estimator_from_env
 
 #: This function's dotted path.
 ADVANTAGE_PATH = "rescue.slime.advantages.turn_advantages"
@@ -48,6 +51,12 @@ def turn_advantages(args: Any, rollout_data: dict) -> None:
     rewards = torch.tensor(rollout_data["rewards"], dtype=torch.float32, device=kl[0].device)
     advantages = get_grpo_returns(rewards, kl)
     channel = rollout_data.get(CHANNEL)
+    if channel is None and estimator_from_env() == "turn":
+        raise InputError(
+            f"RESCUE_ESTIMATOR=turn but slime's rollout data has no {CHANNEL}: the reward hook's "
+            "per-token advantages did not reach the trainer (a --custom-convert-samples-to-"
+            "train-data-path that drops the field?), so every advantage would be 0"
+        )
     if channel is not None:
         for i, (a, c) in enumerate(zip(advantages, channel, strict=True)):
             c = c.to(device=a.device, dtype=a.dtype)
