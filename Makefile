@@ -176,3 +176,25 @@ rlvr-arm: $(RLVR_CLI_DEPS)
 
 rlvr-sweep: $(RLVR_CLI_DEPS)
 	@launch/rlvr_sweep.sh
+
+# ── The text-game arms on Miles (GPU nodes): ALFWorld and TextWorld's cooking games. Their
+# settings, with defaults, are in launch/agent_config.sh (the shared ones in rlvr_config.sh
+# and config.sh). DRY_RUN=1 prints the commands.
+#
+#   make agent-prepare ENV=cooking|alfworld
+#                        cooking: tw-make's games of five difficulty levels from GAME_SEED;
+#                        alfworld: alfworld-download's data (network once); both write the
+#                        prompt rows PROMPT_DATA
+#   make agent-arm ENV=alfworld|cooking ARM=zero|mask|matched|drgrpo-mask|survivor|turn [SEED=1]
+#                        one run of Miles' train.py --colocate on GPUS_PER_RUN GPUs, as a Ray job
+.PHONY: agent-prepare agent-arm
+
+# `rescue agent prepare` needs TextWorld and ALFWorld (the agent extra) unless RESCUE_PY
+# names another Python or DRY_RUN=1.
+AGENT_CLI_DEPS := $(if $(RESCUE_PY)$(filter 1,$(DRY_RUN)),,$(VENV)/.stamp-agent)
+
+agent-prepare: $(AGENT_CLI_DEPS)
+	@launch/agent_prepare.sh
+
+agent-arm:
+	@launch/agent_arm.sh
