@@ -31,8 +31,9 @@ and on the cluster):
 - ``protected_groups`` and ``protected_weight_mean`` (the 1/a weights);
 - ``outcome_metrics`` of the rollouts of trained groups: count and rate per outcome, turn
   count mean / p50 / p90 per outcome, cap-hit rate, masked fraction per outcome, the
-  realized baseline ``b`` (mean reward of trained, unmasked rollouts), and the rate at
-  which solved rollouts ran tests before submitting;
+  realized baseline ``b`` (mean reward of trained, unmasked rollouts), the rate at
+  which solved rollouts ran tests before submitting, and ``reason/<outcome>/<reason>``:
+  the count per classifier reason (keys only for reasons that occurred);
 - ``dropped/outcome/<outcome>``: the outcomes of the rollouts in dropped stale groups,
   which is where an outcome-dependent drop shows;
 - the baseline paid to excluded rollouts: ``b_paid/masked``, the mean over the loss-masked
@@ -185,9 +186,11 @@ def outcome_metrics(records: Sequence[RolloutRecord], prefix: str = PREFIX) -> d
     capped = 0
     reward_sum, reward_n = 0.0, 0
     ran, ran_n = 0, 0
+    reasons: Counter[tuple[str, str]] = Counter()
     for r in records:
         o = r.outcome
         count[o] += 1
+        reasons[o.value, r.reason or "unknown"] += 1
         if r.masked:
             masked[o] += 1
         elif r.reward is not None:
@@ -210,6 +213,8 @@ def outcome_metrics(records: Sequence[RolloutRecord], prefix: str = PREFIX) -> d
             out[f"{prefix}turns_mean/{o.value}"] = sum(t) / len(t)
             out[f"{prefix}turns_p50/{o.value}"] = quantile(t, 0.5)
             out[f"{prefix}turns_p90/{o.value}"] = quantile(t, 0.9)
+    for (o, why), k in sorted(reasons.items()):
+        out[f"{prefix}reason/{o}/{why}"] = float(k)
     out[f"{prefix}cap_hit_rate"] = capped / n
     out[f"{prefix}masked_frac"] = sum(masked.values()) / n
     if reward_n:
