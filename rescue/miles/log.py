@@ -29,7 +29,8 @@ not zeroed yet). This function:
    loss-masked); under ``RESCUE_ESTIMATOR=turn`` it is the group-normalized reward the
    turn-reached baseline refines without changing its expectation (the baseline is
    prefix-measurable), so the expected weight on each prompt is the same. Left out when a
-   rollout has no result (such a group never trains);
+   rollout has no result (such a group never trains) and when ``args`` has no
+   ``advantage_estimator`` (not a training run's arguments);
 6. logs them with Miles' tracking at ``rollout/step`` (``compute_rollout_step``, so the
    step matches Miles' own rollout metrics, with ``--wandb-always-use-train-step`` too);
 7. returns ``False``, so Miles' default logging, including the buffer's ``get_metrics()``
@@ -122,7 +123,11 @@ def gradient_share(args: Any, samples: Sequence[Any]) -> dict[str, float]:
     groups = group_ids(args, samples)
     rows = rollouts(groups, samples)
     records = {k: rollout_record([samples[i] for i in r], reward_key=reward_key) for k, r in rows.items()}
-    if not samples or any(r.outcome is Outcome.INFRA_NO_RESULT for r in records.values()):
+    if (
+        not samples
+        or getattr(args, "advantage_estimator", None) is None
+        or any(r.outcome is Outcome.INFRA_NO_RESULT for r in records.values())
+    ):
         return {}
     if estimator_from_env() == "turn":
         from rescue.miles.budget import zero_budget_failures
