@@ -43,7 +43,7 @@ demo: $(VENV)/.stamp-sim
 identity: $(VENV)/.stamp-base
 	$(PY) -m rescue identity
 
-test: $(VENV)/.stamp-dev+sim+swe+replay+ray+rlvr
+test: $(VENV)/.stamp-dev+sim+swe+replay+ray+rlvr+agent
 	$(PY) -m pytest $(PYTEST_ARGS)
 
 # MILES_SRC / SLIME_SRC: checkouts (or unpacked archives) of radixark/miles and THUDM/slime
@@ -56,9 +56,10 @@ INTEGRATION_TESTS := tests/test_miles_buffer.py tests/test_miles_log.py tests/te
 	tests/test_miles_turn_e2e.py tests/test_miles_turn_reward.py tests/test_miles_drgrpo.py \
 	tests/test_miles_train_step.py tests/test_slime_turn.py tests/test_miles_matched.py \
 	tests/test_miles_matched_convert.py tests/test_miles_oracle.py tests/test_launch_oracle.py \
-	tests/test_rlvr_launch.py tests/test_rlvr_data.py tests/test_rlvr_sweep.py
+	tests/test_rlvr_launch.py tests/test_rlvr_data.py tests/test_rlvr_sweep.py \
+	tests/test_miles_textgame.py tests/test_agent_launch.py tests/test_replay_textgame.py
 
-integration: $(VENV)/.stamp-dev+sim+swe+replay+rlvr+integration
+integration: $(VENV)/.stamp-dev+sim+swe+replay+rlvr+agent+integration
 	@test -n "$(MILES_SRC)$(SLIME_SRC)" || { echo "integration: set MILES_SRC=/path/to/miles and/or SLIME_SRC=/path/to/slime"; exit 2; }
 	@for v in "MILES_SRC=$(MILES_SRC)" "SLIME_SRC=$(SLIME_SRC)"; do \
 	  test -z "$${v#*=}" || test -d "$${v#*=}" || { echo "integration: $${v%%=*}=$${v#*=} is not a directory"; exit 2; }; done
