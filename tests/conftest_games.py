@@ -4,9 +4,16 @@
 ``SEED`` with ``rescue.envs.prepare.cooking_rows`` (offline: tw-make compiles them with the
 Inform 7 compiler TextWorld ships), in a session temporary folder, and returns the rows.
 Tests that need TextWorld skip without it (``pip install -e '.[agent]'``).
+
+``RESCUE_TEST_GAMES`` (default unset): a folder to keep the games in between sessions
+(tw-make takes about ten CPU-seconds a game); a game already there is reused, as
+``make agent-prepare`` reuses one.
 """
 
 from __future__ import annotations
+
+import os
+from pathlib import Path
 
 import pytest
 
@@ -21,7 +28,8 @@ def cooking_games(tmp_path_factory) -> list[dict]:
     pytest.importorskip("textworld", reason="the cooking games need TextWorld: .[agent]")
     from rescue.envs.prepare import cooking_rows
 
-    folder = tmp_path_factory.mktemp("cooking")
+    kept = os.environ.get("RESCUE_TEST_GAMES")
+    folder = Path(kept) if kept else tmp_path_factory.mktemp("cooking")
     rows, skipped = cooking_rows(folder, games=1, seed=SEED, cap=15, levels=LEVELS)
     assert skipped == 0 and len(rows) == len(LEVELS)
     return rows

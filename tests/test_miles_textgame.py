@@ -202,3 +202,50 @@ def test_the_census_reports_the_three_outcomes_with_their_reasons(miles_args):
     assert m[f"{p}rollouts"] == 16
     assert m[f"{p}outcome/solved"] == 8 and m[f"{p}outcome/submitted_failure"] == 4
     assert m[f"{p}outcome/budget_failure"] == 4 and m[f"{p}cap_hit_rate"] == 4 / 16
+
+
+def test_a_prompt_that_no_longer_fits_the_context_ends_the_episode_as_a_budget_failure(
+    miles_args, cooking_games
+):
+    from transformers import AutoTokenizer
+
+    from rescue.envs.episode import Episode
+    from rescue.envs.games import open_game
+
+    tok = AutoTokenizer.from_pretrained(miles_args.hf_checkpoint)
+    lengths = []
+    for row in cooking_games:
+        game = open_game("cooking", row["metadata"]["game"])
+        ep = Episode(game, env="cooking", cap=CAP)
+        ep.start()
+        text = tok.apply_chat_template(
+            [{"role": "user", "content": ep.prompt}], tokenize=False, add_generation_prompt=True
+        )
+        lengths.append(len(tok.encode(text, add_special_tokens=False)))
+        game.close()
+    # room for every first step and its reply, not for a second prompt (it adds history)
+    miles_args.rollout_max_context_len = max(lengths) + miles_args.rollout_max_response_len + 1
+    groups, _, _ = run_rollout(miles_args)
+    for (_, script), trajectories in by_script(groups).items():
+        for steps in trajectories:
+            record = rollout_record(steps)
+            if len(steps) == 1 and steps[0].metadata["exit_status"] == "length":
+                assert (record.outcome, record.reason) == (Outcome.BUDGET_FAILURE, "context_limit")
+                assert steps[0].reward == 0.0
+            else:  # an episode the first step ends (none here) keeps its own outcome
+                assert script in ("win", "lose") and len(steps) == 1
+    assert any(len(s) == 1 and s[0].metadata["exit_status"] == "length"
+               for ts in by_script(groups).values() for s in ts)  # fmt: skip
+
+
+def test_a_reply_cut_by_the_step_budget_is_an_invalid_action_not_an_error(miles_args):
+    miles_args.rollout_max_response_len = 8  # the reply's tags never fit
+    groups, metrics, _ = run_rollout(miles_args)
+    for (_, script), trajectories in by_script(groups).items():
+        for steps in trajectories:
+            record = rollout_record(steps)
+            assert (record.outcome, record.reason) == (Outcome.BUDGET_FAILURE, "turn_cap")
+            assert steps[-1].metadata["invalid_actions"] == CAP == len(steps)
+            assert {s.status.value for s in steps} == {"truncated"}
+            assert all(s.response_length == 8 for s in steps)
+    assert metrics == {}

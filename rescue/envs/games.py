@@ -55,11 +55,17 @@ class CookingGame:
     """A TextWorld cooking game (``tw-make tw-cooking``)."""
 
     def __init__(self, path: str) -> None:
+        import warnings
+
         import textworld
 
         self.path = path
         self.task = ""
-        self._env = textworld.start(path, request_infos=_infos())
+        with warnings.catch_warnings():
+            # Jericho warns that it cannot score TextWorld's own games; TextWorld's wrapper
+            # (TWInform7) keeps the score, won and lost itself.
+            warnings.filterwarnings("ignore", message=".*is not fully supported")
+            self._env = textworld.start(path, request_infos=_infos())
 
     def reset(self) -> Observation:
         state = self._env.reset()
