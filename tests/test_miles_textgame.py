@@ -26,15 +26,43 @@ SCRIPTS = ("win", "win", "lose", "lose", "cap", "cap", "invalid", "invalid")
 CAP = 12
 
 
-def _stub_sglang_router() -> None:
-    """Miles' synchronous rollout reads ``sglang_router.__version__`` (which API lists the
-    engines); a CPU install has no router: the pinned rehearsal's version stands in."""
+def _stub_rollout_imports() -> None:
+    """What Miles' synchronous rollout imports from GPU-side packages, where they are not
+    installed: ``sglang_router.__version__`` (which API lists the engines: the pinned
+    rehearsal's version stands in) and the names ``miles.utils.dumper_utils`` imports from
+    SGLang's dumper (used only when ``--dumper-*`` phases are on; they are off here, so
+    ``configure_sglang`` returns before touching them)."""
     try:
-        import sglang_router  # noqa: F401
+        import sglang_router
     except ImportError:
-        module = sys.modules.setdefault("sglang_router", types.ModuleType("sglang_router"))
-        module.__path__ = []
-        module.__version__ = "0.3.2"
+        sglang_router = sys.modules.setdefault("sglang_router", types.ModuleType("sglang_router"))
+        sglang_router.__path__ = []
+    if not hasattr(sglang_router, "__version__"):  # (miles_args' import-only stand-in)
+        sglang_router.__version__ = "0.3.2"
+    name = "sglang.srt.debug_utils.dumper"
+    try:
+        __import__(name)
+    except ImportError:
+        parts = name.split(".")
+        for i in range(1, len(parts) + 1):
+            sub = ".".join(parts[:i])
+            if sub not in sys.modules:
+                mod = types.ModuleType(sub)
+                mod.__path__ = []
+                sys.modules[sub] = mod
+                if i > 1:
+                    setattr(sys.modules[".".join(parts[: i - 1])], parts[i - 1], mod)
+        dumper = sys.modules[name]
+        def kv_pairs(raw):  # sglang's DumperConfig._kv_pairs_to_dict, for no pairs only
+            if raw:
+                raise AssertionError(f"the stand-in dumper has no phases; got {raw!r}")
+            return {}
+
+        dumper.DumperConfig = type(
+            "DumperConfig", (), {"_kv_pairs_to_dict": staticmethod(kv_pairs)}
+        )
+        dumper._get_rank = lambda: 0
+        dumper.dumper = None
 
 
 @pytest.fixture
@@ -56,10 +84,13 @@ def miles_args(tmp_path, cooking_games):
         "--rollout-num-gpus", "1", "--rollout-num-gpus-per-engine", "1",
     ]  # fmt: skip
     args, _ = parse_with_miles(words)
-    args.over_sampling_batch_size = args.rollout_batch_size
+    args.over_sampling_batch_size = args.rollout_batch_size  # Miles' validation default
+    # SGLang's and the router's own flags (not in the parser here: miles_args): their defaults
+    args.sglang_speculative_algorithm = None
+    args.sglang_router_policy = "cache_aware"
     args.sglang_router_ip = "127.0.0.1"
     args.num_gpus_per_node = 1
-    _stub_sglang_router()
+    _stub_rollout_imports()
     return args
 
 
@@ -133,7 +164,8 @@ def test_every_outcome_through_miles_rollout(miles_args):
             if script == "cap":
                 assert len(steps) == CAP and meta["exit_status"] == "max_turns"
             if script == "invalid":
-                assert meta["invalid_actions"] == 2 and meta["inadmissible_actions"] == 2
+                # no tags at all (inadmissible), then "look" without the think tags (admissible)
+                assert meta["invalid_actions"] == 2 and meta["inadmissible_actions"] == 1
             if script == "win":
                 assert meta["invalid_actions"] == 0 and len(steps) == meta["walkthrough"]
     assert metrics == {}  # no group dropped
@@ -187,6 +219,7 @@ def test_the_filter_names_the_fault_and_keeps_every_other_group(miles_args):
 
     ok = Sample(index=0, group_index=0, reward=0.0, metadata={"exit_status": "max_turns"})
     bad = Sample(index=1, group_index=0, reward=0.0, metadata={"exit_status": "env_error"})
+    ok.status = bad.status = Sample.Status.COMPLETED
     assert call_dynamic_filter(drop_no_result, miles_args, [ok, [ok]]).keep is True
     out = call_dynamic_filter(drop_no_result, miles_args, [ok, [bad]])
     assert (out.keep, out.reason) == (False, "no_result_env_error")
@@ -223,19 +256,21 @@ def test_a_prompt_that_no_longer_fits_the_context_ends_the_episode_as_a_budget_f
         )
         lengths.append(len(tok.encode(text, add_special_tokens=False)))
         game.close()
-    # room for every first step and its reply, not for a second prompt (it adds history)
+    # room for every first step and its reply; the history that later prompts add soon
+    # leaves no room (the reply budget shrinks first: Miles' compute_request_payload)
     miles_args.rollout_max_context_len = max(lengths) + miles_args.rollout_max_response_len + 1
-    groups, _, _ = run_rollout(miles_args)
+    groups, metrics, _ = run_rollout(miles_args)
+    ended = []
     for (_, script), trajectories in by_script(groups).items():
         for steps in trajectories:
             record = rollout_record(steps)
-            if len(steps) == 1 and steps[0].metadata["exit_status"] == "length":
+            ended.append(steps[-1].metadata["exit_status"])
+            if ended[-1] == "length":
                 assert (record.outcome, record.reason) == (Outcome.BUDGET_FAILURE, "context_limit")
-                assert steps[0].reward == 0.0
-            else:  # an episode the first step ends (none here) keeps its own outcome
-                assert script in ("win", "lose") and len(steps) == 1
-    assert any(len(s) == 1 and s[0].metadata["exit_status"] == "length"
-               for ts in by_script(groups).values() for s in ts)  # fmt: skip
+                assert {s.reward for s in steps} == {0.0} and len(steps) < CAP
+            else:  # the game ended first: a short walkthrough, or an ingredient eaten
+                assert script in ("win", "lose") and ended[-1] in ("won", "lost")
+    assert "length" in ended and "max_turns" not in ended and metrics == {}
 
 
 def test_a_reply_cut_by_the_step_budget_is_an_invalid_action_not_an_error(miles_args):
@@ -249,3 +284,21 @@ def test_a_reply_cut_by_the_step_budget_is_an_invalid_action_not_an_error(miles_
             assert {s.status.value for s in steps} == {"truncated"}
             assert all(s.response_length == 8 for s in steps)
     assert metrics == {}
+
+
+def test_a_bad_row_is_a_counted_no_result_never_an_exception_miles_would_swallow(miles_args):
+    """Miles' synchronous rollout logs an exception of a group's task and draws another
+    group, counting nothing: the generate function returns the row aborted, with a reason."""
+    from miles.rollout.base_types import GenerateFnInput
+    from miles.utils.types import Sample
+
+    from rescue.miles.textgame import drop_no_result, generate
+
+    row = Sample(index=3, group_index=1, prompt="cooking:x", metadata={"env": "webshop"})
+    state = types.SimpleNamespace(args=miles_args, tokenizer=None)
+    out = asyncio.run(generate(GenerateFnInput(state=state, sample=row, sampling_params={}, evaluation=False)))
+    assert out.samples.status == Sample.Status.ABORTED
+    record = rollout_record(out.samples)
+    assert (record.outcome, record.reason) == (Outcome.INFRA_NO_RESULT, "InputError")
+    assert "env='webshop' is not a text game" in out.samples.metadata["engine_error"]
+    assert drop_no_result(miles_args, [out.samples]).reason == "no_result_InputError"

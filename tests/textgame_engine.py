@@ -13,7 +13,11 @@ and a byte-level chat tokenizer for it.
   ``{"type": "length", "length": max_new_tokens}`` (the length is checked first, as
   ``Req.check_finished`` does). ``text`` is the reply without the stop token.
 - a request that does not fit the context (``prompt + max_new_tokens > context_length``)
-  is an HTTP 400 with SGLang's message.
+  is an HTTP 400 with SGLang's message;
+- as the router in front of it: ``GET /workers`` lists this one engine
+  (``{"workers": [{"url"}]}``, what Miles' ``get_worker_urls`` reads from sglang-router
+  0.3), ``POST /abort_request`` answers 200 (Miles aborts what is left at the end of a
+  step), ``GET /health`` 200.
 
 The player: Miles sends each rollout's routing key as ``X-SMG-Routing-Key``
 (``compute_routing_headers``); a test sets it to ``"<script>|<game file>|<n>"``, so the
@@ -115,6 +119,7 @@ class PolicyServer:
         self.tokenizer = tokenizer
         self.context_length = context_length
         self.requests: list[dict[str, Any]] = []
+        self.aborts = 0
         self.lock = threading.Lock()
         server = self
 
@@ -124,10 +129,22 @@ class PolicyServer:
             def log_message(self, *args: object) -> None:
                 pass
 
+            def do_GET(self) -> None:
+                if self.path == "/workers":
+                    self._send(200, {"workers": [{"url": f"http://127.0.0.1:{server.port}"}]})
+                else:
+                    self._send(200 if self.path == "/health" else 404, {})
+
             def do_POST(self) -> None:
                 body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
+                if self.path == "/abort_request":
+                    server.aborts += 1
+                    self._send(200, {})
+                    return
                 key = self.headers.get("X-SMG-Routing-Key") or ""
-                status, payload = server.generate(body, key)
+                self._send(*server.generate(body, key))
+
+            def _send(self, status: int, payload: Any) -> None:
                 data = json.dumps(payload).encode()
                 with contextlib.suppress(OSError):
                     self.send_response(status)

@@ -239,11 +239,13 @@ class Episode:
             return None
         return 1.0 if self.ending == "won" else 0.0
 
-    def metadata(self) -> dict[str, object]:
-        """What the samples of this episode carry (read by ``rescue.outcomes``, the census)."""
+    def metadata(self, exit_status: str | None = None) -> dict[str, object]:
+        """What the samples of this episode carry (read by ``rescue.outcomes``, the census);
+        ``exit_status`` names an end the game did not see (the engine's: the context, a
+        fault), else the episode must have ended."""
         meta: dict[str, object] = {
             "env": self.env,
-            "exit_status": self.exit_status,
+            "exit_status": exit_status or self.exit_status,
             "turns": self.steps,
             "invalid_actions": self.invalid,
             "inadmissible_actions": self.inadmissible,

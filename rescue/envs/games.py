@@ -25,6 +25,7 @@ packages are imported here, when a game is opened (the ``[agent]`` extra), never
 from __future__ import annotations
 
 import os
+import threading
 from typing import Any
 
 from rescue.envs.episode import Observation
@@ -34,6 +35,11 @@ from rescue.errors import InputError
 ENVS = ("alfworld", "cooking")
 
 _TASK_MARK = "Your task is to: "
+#: Games are opened one at a time: TextWorld parses its knowledge base and grammar into
+#: module-level caches on the first load (seconds), which concurrent episodes of a step
+#: (threads of one process) would otherwise all parse at once; later loads take
+#: milliseconds.
+_OPEN = threading.Lock()
 
 
 def _infos() -> Any:
@@ -65,7 +71,8 @@ class CookingGame:
             # Jericho warns that it cannot score TextWorld's own games; TextWorld's wrapper
             # (TWInform7) keeps the score, won and lost itself.
             warnings.filterwarnings("ignore", message=".*is not fully supported")
-            self._env = textworld.start(path, request_infos=_infos())
+            with _OPEN:
+                self._env = textworld.start(path, request_infos=_infos())
 
     def reset(self) -> Observation:
         state = self._env.reset()
@@ -92,9 +99,12 @@ class AlfworldGame:
 
         self.path = path
         self.task = ""
-        self._env = textworld.start(
-            path, request_infos=_infos(), wrappers=[AlfredDemangler(shuffle=False), AlfredInfos]
-        )
+        with _OPEN:
+            self._env = textworld.start(
+                path,
+                request_infos=_infos(),
+                wrappers=[AlfredDemangler(shuffle=False), AlfredInfos],
+            )
 
     def reset(self) -> Observation:
         obs = _observation(self._env.reset())

@@ -119,7 +119,23 @@ def _step_sample(row: Any, rollout_id: Any, messages: list[dict[str, str]]) -> A
 
 
 async def generate(input: Any) -> Any:
-    """Play one episode of the row's game (module docstring); Miles' generate protocol."""
+    """Play one episode of the row's game (module docstring); Miles' generate protocol.
+
+    Never raises for one episode's sake: Miles' synchronous rollout would log the exception
+    and lose the group without a count. A fault of this function itself (a bad row, a bug)
+    returns the row aborted with the exception's class as its reason, so the census and
+    the filter count it (``rescue.miles.textgame.drop_no_result``).
+    """
+    from miles.rollout.base_types import GenerateFnOutput
+
+    try:
+        return await _play(input)
+    except Exception as e:
+        logger.exception("text game of sample %s failed", getattr(input.sample, "index", "?"))
+        return GenerateFnOutput(samples=_aborted(input.sample, type(e).__name__, e))
+
+
+async def _play(input: Any) -> Any:
     from miles.rollout.base_types import GenerateFnOutput
     from miles.rollout.generate_utils.generate_endpoint_utils import (
         compute_prompt_ids_from_sample,
@@ -177,7 +193,7 @@ async def generate(input: Any) -> Any:
         metadata.update(episode.metadata())
         reward = episode.reward
     else:
-        metadata.update({**episode.metadata(), "exit_status": end[0]})
+        metadata.update(episode.metadata(exit_status=end[0]))
         if end[0] == "engine_error":
             metadata["engine_error"] = end[1]
         reward = 0.0
