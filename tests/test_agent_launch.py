@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 from launch_env import LAUNCH, ROOT, command_lines, flag_dict, launch, submitted
 from launch_env import bin_dir as bin_dir  # a fixture
-from launch_env import miles_dir as stand_in_miles  # a fixture
+from launch_env import miles_dir as miles_dir  # a fixture
 
 ARMS = ("zero", "mask", "matched", "drgrpo-mask", "survivor", "turn")
 MASK = {"--rollout-sample-filter-path": ["filters.mask_truncated_zero_reward"]}
@@ -47,12 +47,12 @@ NAMED_ENV = {"WANDB_TAGS"}
 
 
 @pytest.fixture
-def miles_dir(stand_in_miles: Path) -> Path:
+def agent_miles(miles_dir: Path) -> Path:
     """The stand-in Miles checkout with the recipe's model script (Miles' arguments of it)."""
-    (stand_in_miles / "scripts" / "models" / "qwen2.5-1.5B.py").write_text(
+    (miles_dir / "scripts" / "models" / "qwen2.5-1.5B.py").write_text(
         'def model_args():\n    return "--num-layers 28 --hidden-size 1536 --vocab-size 151936"\n'
     )
-    return stand_in_miles
+    return miles_dir
 
 
 def arm_run(arm: str, bin_dir: Path, miles_dir: Path, env: str = "alfworld", **more: str):
@@ -63,21 +63,21 @@ def arm_run(arm: str, bin_dir: Path, miles_dir: Path, env: str = "alfworld", **m
 
 @pytest.mark.parametrize("env", ["alfworld", "cooking"])
 @pytest.mark.parametrize("arm", ARMS)
-def test_each_arm_submits_exactly_its_own_flags_and_settings(arm, env, bin_dir, miles_dir):
-    flags, renv, _ = arm_run(arm, bin_dir, miles_dir, env)
+def test_each_arm_submits_exactly_its_own_flags_and_settings(arm, env, bin_dir, agent_miles):
+    flags, renv, _ = arm_run(arm, bin_dir, agent_miles, env)
     assert {f: v for f, v in flags.items() if f in ARM_FLAG_NAMES} == ARM_FLAGS[arm]
     assert {k: renv[k] for k in ARM_ENV[arm]} == ARM_ENV[arm]
 
 
 @pytest.mark.skipif(shutil.which("make") is None, reason="make is not installed")
 @pytest.mark.parametrize("env", ["alfworld", "cooking"])
-def test_make_agent_arm_dry_runs_differ_only_by_the_arms_own_settings(env, miles_dir):
+def test_make_agent_arm_dry_runs_differ_only_by_the_arms_own_settings(env, agent_miles):
     shared, shared_env = {}, {}
     for arm in ARMS:
         result = subprocess.run(
             ["make", "-s", "--no-print-directory", "agent-arm", f"ENV={env}", f"ARM={arm}"],
             cwd=ROOT,
-            env={**os.environ, "DRY_RUN": "1", "MILES_DIR": str(miles_dir), "JOB_PYTHON": sys.executable,
+            env={**os.environ, "DRY_RUN": "1", "MILES_DIR": str(agent_miles), "JOB_PYTHON": sys.executable,
                  "RESCUE_PY": sys.executable, "SUBMISSION_ID": "fixed", "OUTPUT_DIR": "/runs"},
             capture_output=True, text=True, timeout=120,
         )  # fmt: skip
@@ -85,7 +85,9 @@ def test_make_agent_arm_dry_runs_differ_only_by_the_arms_own_settings(env, miles
         flags, renv, _ = submitted(result.stdout, "train.py")
         shared[arm] = {f: v for f, v in flags.items() if f not in ARM_FLAG_NAMES | NAMED_FLAGS}
         shared_env[arm] = {k: v for k, v in renv.items() if k not in set(ARM_ENV[arm]) | NAMED_ENV}
-        assert flags["--wandb-group"] == [f"agent-{env}-{arm}-cap{50 if env == 'alfworld' else 15}-seed1"]
+        assert flags["--wandb-group"] == [
+            f"agent-{env}-{arm}-cap{50 if env == 'alfworld' else 15}-seed1"
+        ]
     for arm in ARMS[1:]:
         assert shared[arm] == shared["zero"], arm
         assert shared_env[arm] == shared_env["zero"], arm
@@ -118,8 +120,8 @@ RECIPE = {
 
 
 @pytest.mark.parametrize(("env", "cap"), [("alfworld", "50"), ("cooking", "15")])
-def test_every_arm_runs_the_recipe_with_its_environments_cap(env, cap, bin_dir, miles_dir):
-    flags, renv, job = arm_run("mask", bin_dir, miles_dir, env, SEED="2")
+def test_every_arm_runs_the_recipe_with_its_environments_cap(env, cap, bin_dir, agent_miles):
+    flags, renv, job = arm_run("mask", bin_dir, agent_miles, env, SEED="2")
     assert {f: flags.get(f) for f in RECIPE} == RECIPE
     assert flags["--agent-cap"] == [cap]
     assert renv["RESCUE_TRUNCATED_REWARD"] == "zero"
@@ -153,13 +155,13 @@ OVERRIDES = [
 
 
 @pytest.mark.parametrize(("env", "flag", "values"), OVERRIDES, ids=lambda x: str(x))
-def test_a_variable_changes_its_flag(env, flag, values, bin_dir, miles_dir):
-    flags, _, _ = arm_run("zero", bin_dir, miles_dir, **env)
+def test_a_variable_changes_its_flag(env, flag, values, bin_dir, agent_miles):
+    flags, _, _ = arm_run("zero", bin_dir, agent_miles, **env)
     assert flags.get(flag) == values
 
 
-def test_alfworld_data_reaches_the_runs_processes(bin_dir, miles_dir):
-    _, renv, _ = arm_run("zero", bin_dir, miles_dir, ALFWORLD_DATA="/data/alf")
+def test_alfworld_data_reaches_the_runs_processes(bin_dir, agent_miles):
+    _, renv, _ = arm_run("zero", bin_dir, agent_miles, ALFWORLD_DATA="/data/alf")
     assert renv["ALFWORLD_DATA"] == "/data/alf"
 
 
@@ -200,19 +202,19 @@ INVALID = [
 
 
 @pytest.mark.parametrize(("env", "message"), INVALID, ids=lambda x: str(x))
-def test_invalid_input_fails_with_its_message(env, message, bin_dir, miles_dir):
-    result = launch("agent_arm.sh", bin_dir, miles_dir, DRY_RUN="1", **env)
+def test_invalid_input_fails_with_its_message(env, message, bin_dir, agent_miles):
+    result = launch("agent_arm.sh", bin_dir, agent_miles, DRY_RUN="1", **env)
     assert result.returncode == 2, result.stdout
     assert result.stderr == f"agent-arm: error: {message}\n" and result.stdout == ""
 
 
-def test_a_run_without_its_rows_is_refused(bin_dir, miles_dir, tmp_path):
+def test_a_run_without_its_rows_is_refused(bin_dir, agent_miles, tmp_path):
     from launch_env import eight_gpus
 
     eight_gpus(bin_dir)
     rows = tmp_path / "none.jsonl"
     result = launch(
-        "agent_arm.sh", bin_dir, miles_dir, ENV="cooking", ARM="zero", PROMPT_DATA=str(rows)
+        "agent_arm.sh", bin_dir, agent_miles, ENV="cooking", ARM="zero", PROMPT_DATA=str(rows)
     )
     assert result.returncode == 2 and result.stdout == ""
     assert result.stderr == (
@@ -239,8 +241,12 @@ def _prepare(bin_dir, miles_dir, **env):
     return command_lines(result.stdout)
 
 
-def test_prepare_cooking_makes_the_graded_set_from_the_seed(bin_dir, miles_dir):
-    (words,) = [w for w in _prepare(bin_dir, miles_dir, ENV="cooking", GAMES="4", GAME_SEED="9") if "prepare" in w]
+def test_prepare_cooking_makes_the_graded_set_from_the_seed(bin_dir, agent_miles):
+    (words,) = [
+        w
+        for w in _prepare(bin_dir, agent_miles, ENV="cooking", GAMES="4", GAME_SEED="9")
+        if "prepare" in w
+    ]
     assert words[words.index("agent") : words.index("prepare") + 1] == ["agent", "prepare"]
     assert flag_dict(words[words.index("prepare") + 1 :]) == {
         "--env": ["cooking"],
@@ -252,8 +258,10 @@ def test_prepare_cooking_makes_the_graded_set_from_the_seed(bin_dir, miles_dir):
     }
 
 
-def test_prepare_alfworld_downloads_with_alfworlds_own_command_then_writes_rows(bin_dir, miles_dir):
-    lines = _prepare(bin_dir, miles_dir, ENV="alfworld", ALFWORLD_DATA="/alf")
+def test_prepare_alfworld_downloads_with_alfworlds_own_command_then_writes_rows(
+    bin_dir, agent_miles
+):
+    lines = _prepare(bin_dir, agent_miles, ENV="alfworld", ALFWORLD_DATA="/alf")
     (download,) = [w for w in lines if any(x.endswith("alfworld-download") for x in w)]
     assert download[:2] == ["env", "ALFWORLD_DATA=/alf"] and download[-2:] == ["--data-dir", "/alf"]
     (rows,) = [w for w in lines if "prepare" in w]

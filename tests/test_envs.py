@@ -26,7 +26,9 @@ ROOT = Path(__file__).resolve().parents[1]
 class ScriptedGame:
     """A game of fixed observations: step k answers with observation k (``raise_at`` raises)."""
 
-    def __init__(self, n: int = 5, won_at: int | None = None, lost_at: int | None = None, raise_at=None):
+    def __init__(
+        self, n: int = 5, won_at: int | None = None, lost_at: int | None = None, raise_at=None
+    ):
         self.task = "put a clean mug in the coffeemachine."
         self.n, self.won_at, self.lost_at, self.raise_at = n, won_at, lost_at, raise_at
         self.commands: list[str] = []
@@ -103,7 +105,10 @@ def test_history_zero_keeps_the_first_template():
 )
 def test_the_action_is_read_as_the_recipe_reads_it(text, command, valid):
     a = read_action(text)
-    assert (a.command, a.valid) == (command if valid or "<action>" in text else text.lower()[-30:], valid)
+    assert (a.command, a.valid) == (
+        command if valid or "<action>" in text else text.lower()[-30:],
+        valid,
+    )
 
 
 def test_admissible_text_quotes_and_leaves_help_out():
@@ -147,7 +152,10 @@ def test_each_ending_is_one_outcome_with_its_reason(game, status, outcome, reaso
 @pytest.mark.parametrize(
     ("kwargs", "message"),
     [
-        ({"env": "webshop", "cap": 15}, "env='webshop' is not a text game; allowed: alfworld, cooking"),
+        (
+            {"env": "webshop", "cap": 15},
+            "env='webshop' is not a text game; allowed: alfworld, cooking",
+        ),
         ({"env": "cooking", "cap": 0}, "cap=0 must be a positive number of actions"),
         ({"env": "cooking", "cap": 15, "history": -1}, "history=-1 must be >= 0"),
     ],
@@ -221,7 +229,9 @@ def test_the_first_observation_has_no_banner_and_the_task_is_the_objective(cooki
 def test_a_missing_game_file_is_an_error_naming_it(tmp_path):
     from rescue.envs.games import open_game
 
-    with pytest.raises(InputError, match="no game file .*none.z8 .*make agent-prepare ENV=cooking"):
+    with pytest.raises(
+        InputError, match=r"no game file .*none\.z8 .*make agent-prepare ENV=cooking"
+    ):
         open_game("cooking", str(tmp_path / "none.z8"))
 
 
@@ -232,12 +242,15 @@ def test_the_set_is_a_pure_function_of_the_seed(cooking_games, tmp_path):
     from rescue.envs.prepare import cooking_rows, seed_of
 
     again, _ = cooking_rows(tmp_path, games=1, seed=SEED, cap=15, levels=(1,))
-    assert again[0]["metadata"]["seed"] == cooking_games[0]["metadata"]["seed"] == seed_of(SEED, 1, 0)
+    assert (
+        again[0]["metadata"]["seed"] == cooking_games[0]["metadata"]["seed"] == seed_of(SEED, 1, 0)
+    )
     first = Path(cooking_games[0]["metadata"]["game"]).with_suffix(".json")
     second = Path(again[0]["metadata"]["game"]).with_suffix(".json")
-    assert json.loads(first.read_text())["metadata"]["walkthrough"] == json.loads(
-        second.read_text()
-    )["metadata"]["walkthrough"]
+    assert (
+        json.loads(first.read_text())["metadata"]["walkthrough"]
+        == json.loads(second.read_text())["metadata"]["walkthrough"]
+    )
     assert seed_of(SEED, 1, 0) != seed_of(SEED + 1, 1, 0) != seed_of(SEED, 2, 0)
 
 
@@ -255,9 +268,28 @@ def test_rescue_agent_prepare_writes_the_rows(cooking_games, tmp_path):
     out = tmp_path / "rows.jsonl"
     games = Path(cooking_games[0]["metadata"]["game"]).parent
     done = subprocess.run(
-        [sys.executable, "-m", "rescue", "agent", "prepare", "--env", "cooking", "--games-dir",
-         str(games), "--out", str(out), "--games", "1", "--seed", str(SEED), "--levels", "1,2"],
-        capture_output=True, text=True, cwd=ROOT,
+        [
+            sys.executable,
+            "-m",
+            "rescue",
+            "agent",
+            "prepare",
+            "--env",
+            "cooking",
+            "--games-dir",
+            str(games),
+            "--out",
+            str(out),
+            "--games",
+            "1",
+            "--seed",
+            str(SEED),
+            "--levels",
+            "1,2",
+        ],
+        capture_output=True,
+        text=True,
+        cwd=ROOT,
     )
     assert done.returncode == 0, done.stderr
     assert [json.loads(line) for line in out.read_text().splitlines()] == cooking_games
@@ -266,8 +298,20 @@ def test_rescue_agent_prepare_writes_the_rows(cooking_games, tmp_path):
 
 def test_rescue_agent_prepare_needs_a_games_dir(tmp_path):
     done = subprocess.run(
-        [sys.executable, "-m", "rescue", "agent", "prepare", "--env", "cooking", "--out", str(tmp_path / "r")],
-        capture_output=True, text=True, cwd=ROOT,
+        [
+            sys.executable,
+            "-m",
+            "rescue",
+            "agent",
+            "prepare",
+            "--env",
+            "cooking",
+            "--out",
+            str(tmp_path / "r"),
+        ],
+        capture_output=True,
+        text=True,
+        cwd=ROOT,
     )
     assert done.returncode == 2
     assert done.stderr == (

@@ -12,8 +12,8 @@ import pytest
 
 pytest.importorskip("alfworld", reason="the ALFWorld games need ALFWorld: .[agent]")
 
-from rescue.envs.prepare import alfworld_rows  # noqa: E402
-from rescue.errors import InputError  # noqa: E402
+from rescue.envs.prepare import alfworld_rows
+from rescue.errors import InputError
 
 #: (folder under json_2.1.1/train, task type, solvable): as alfworld-download lays them out.
 GAMES = [
@@ -54,9 +54,13 @@ def test_the_rows_are_the_games_alfworlds_environment_loads(data, monkeypatch):
 
 
 def test_missing_data_says_how_to_get_it(tmp_path):
-    with pytest.raises(InputError, match="no ALFWorld data at .*json_2.1.1/train: run alfworld-download"):
+    with pytest.raises(
+        InputError, match=r"no ALFWorld data at .*json_2\.1\.1/train: run alfworld-download"
+    ):
         alfworld_rows(str(tmp_path))
-    with pytest.raises(InputError, match="--split='test'; allowed: train, valid_seen, valid_unseen"):
+    with pytest.raises(
+        InputError, match="--split='test'; allowed: train, valid_seen, valid_unseen"
+    ):
         alfworld_rows(str(tmp_path), split="test")
 
 

@@ -11,7 +11,6 @@ import asyncio
 import json
 import sys
 import types
-from pathlib import Path
 
 import pytest
 from conftest_games import cooking_games as cooking_games  # a fixture
@@ -53,6 +52,7 @@ def _stub_rollout_imports() -> None:
                 if i > 1:
                     setattr(sys.modules[".".join(parts[: i - 1])], parts[i - 1], mod)
         dumper = sys.modules[name]
+
         def kv_pairs(raw):  # sglang's DumperConfig._kv_pairs_to_dict, for no pairs only
             if raw:
                 raise AssertionError(f"the stand-in dumper has no phases; got {raw!r}")
@@ -276,7 +276,7 @@ def test_a_prompt_that_no_longer_fits_the_context_ends_the_episode_as_a_budget_f
 def test_a_reply_cut_by_the_step_budget_is_an_invalid_action_not_an_error(miles_args):
     miles_args.rollout_max_response_len = 8  # the reply's tags never fit
     groups, metrics, _ = run_rollout(miles_args)
-    for (_, script), trajectories in by_script(groups).items():
+    for _key, trajectories in by_script(groups).items():
         for steps in trajectories:
             record = rollout_record(steps)
             assert (record.outcome, record.reason) == (Outcome.BUDGET_FAILURE, "turn_cap")
@@ -296,7 +296,9 @@ def test_a_bad_row_is_a_counted_no_result_never_an_exception_miles_would_swallow
 
     row = Sample(index=3, group_index=1, prompt="cooking:x", metadata={"env": "webshop"})
     state = types.SimpleNamespace(args=miles_args, tokenizer=None)
-    out = asyncio.run(generate(GenerateFnInput(state=state, sample=row, sampling_params={}, evaluation=False)))
+    out = asyncio.run(
+        generate(GenerateFnInput(state=state, sample=row, sampling_params={}, evaluation=False))
+    )
     assert out.samples.status == Sample.Status.ABORTED
     record = rollout_record(out.samples)
     assert (record.outcome, record.reason) == (Outcome.INFRA_NO_RESULT, "InputError")

@@ -34,7 +34,7 @@ def dump(miles_args, tmp_path, monkeypatch):
         "__call__",
         lambda self, n: _two_outcome_groups(self.source.get_samples(n)),
     )
-    miles_args.agent_cap = 6
+    miles_args.agent_cap = 10  # fewer steps to replay (every walkthrough here fits)
     groups, _, _ = tg.run_rollout(miles_args)
     mask_truncated_zero_reward(miles_args, groups)  # the mask arm's filter, as Miles calls it
     flat = [s for g in groups for t in g for s in (t if isinstance(t, list) else [t])]
@@ -52,35 +52,32 @@ def _two_outcome_groups(groups):
     return groups
 
 
+@pytest.mark.timeout(1800)  # a backward pass per step sample and arm (minutes on a loaded CPU)
 def test_p1_holds_on_the_dumped_episodes_and_the_judge_says_so(dump):
     from rescue.judge.offline import Report, p1
     from rescue.judge.stats import AS_PREDICTED
 
-    path, flat = dump
+    path, _ = dump
     census = subprocess.run(
         [sys.executable, "-m", "rescue", "replay", "census", str(path), "--json"],
         capture_output=True, text=True, cwd=ROOT,
     )  # fmt: skip
     assert census.returncode == 0, census.stderr
-    total = json.loads(census.stdout)["total"]
-    assert total["solved"] == 8 and total["budget_failure"] == 8
-    assert total.get("submitted_failure", 0) == 0 and total.get("infra_no_result", 0) == 0
+    total = json.loads(census.stdout)["total"]["metrics"]
+    assert total["outcome/solved"] == 8 and total["outcome/budget_failure"] == 8
+    assert total["outcome/submitted_failure"] == total["outcome/infra_no_result"] == 0
+    assert total["reason/solved/won"] == 8 and total["reason/budget_failure/turn_cap"] == 8
+    # the check alone: per prompt (b) == (1 - J) c g_J, (c) == 0 (the survivor variant has
+    # no gradient) and (a) == c[(1 - J) g_J - J g_C], each by its own backward pass
     done = subprocess.run(
         [sys.executable, "-m", "rescue", "replay", "gradients", str(path), "--model", "tiny-llama",
-         "--dtype", "float64", "--json"],
-        capture_output=True, text=True, cwd=ROOT, timeout=1200,
+         "--check-only", "--json"],
+        capture_output=True, text=True, cwd=ROOT, timeout=1500,
     )  # fmt: skip
     assert done.returncode == 0, done.stderr
     report = json.loads(done.stdout)
-    assert report["rollouts"] == 16 and report["check"]["prompts"] == 2
-    assert report["check"]["max_residual"] <= report["check"]["rtol"] == 1e-6
-    rows = {b["bucket"]: b for b in report["buckets"]}
-    assert {"prompts 0<J<0.5", "prompts 0.5<=J<1"} <= set(rows)
-    # the survivor variant (c) has no gradient at all; the mask (b) is smaller than (a)
-    for label in ("prompts 0<J<0.5", "prompts 0.5<=J<1"):
-        arms = rows[label]["arms"]
-        assert arms["c"]["norm"] <= 1e-9 * arms["a"]["norm"] and arms["b"]["norm"] > 0
-    [check] = p1([Report("gradients", report, str(path))])
+    assert report["prompts"] == 2 and report["max_residual"] <= report["rtol"] == 1e-4
+    [check] = p1([Report("check", report, str(path))])
     assert check.verdict == AS_PREDICTED
 
 

@@ -178,9 +178,11 @@ class PolicyServer:
         if text is None and script == "fail":
             return 500, {"error": {"message": "engine died"}}
         if text is None:  # abort: no token generated
-            meta.update(finish_reason={"type": "abort"}, completion_tokens=0, output_token_logprobs=[])
+            meta.update(
+                finish_reason={"type": "abort"}, completion_tokens=0, output_token_logprobs=[]
+            )
             return 200, {"text": "", "output_ids": [], "meta_info": meta}
-        out = self.tokenizer.encode(text, add_special_tokens=False) + [EOS]
+        out = [*self.tokenizer.encode(text, add_special_tokens=False), EOS]
         if len(out) > max_new:
             out = out[:max_new]
             finish: dict[str, Any] = {"type": "length", "length": max_new}

@@ -48,7 +48,9 @@ def configure(parser: argparse.ArgumentParser) -> None:
         default="train",
         help="alfworld: train, valid_seen or valid_unseen (default train)",
     )
-    p.add_argument("--limit", type=int, default=0, help="alfworld: at most N games (default 0: all)")
+    p.add_argument(
+        "--limit", type=int, default=0, help="alfworld: at most N games (default 0: all)"
+    )
 
 
 def main(args: argparse.Namespace) -> int:

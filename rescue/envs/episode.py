@@ -48,29 +48,33 @@ from typing import Protocol
 
 from rescue.errors import InputError
 
+#: The recipe's closing instructions, word for word (its trailing space after "tags." too).
+_INSTRUCTIONS = (
+    "Now it's your turn to take an action.\n"
+    "You should first reason step-by-step about the current situation. This reasoning "
+    "process MUST be enclosed within <think> </think> tags. \n"
+    "Once you've finished your reasoning, you should choose an admissible action for current "
+    "step and present it within <action> </action> tags.\n"
+)
 #: The recipe's prompt of the first step (no history), with ``{intro}`` naming the game.
-FIRST_TEMPLATE = """
-{intro} Your task is to: {task_description}
-Your current observation is: {current_observation}
-Your admissible actions of the current situation are: [{admissible_actions}].
-
-Now it's your turn to take an action.
-You should first reason step-by-step about the current situation. This reasoning process MUST be enclosed within <think> </think> tags. 
-Once you've finished your reasoning, you should choose an admissible action for current step and present it within <action> </action> tags.
-"""
-
+FIRST_TEMPLATE = (
+    "\n{intro} Your task is to: {task_description}\n"
+    "Your current observation is: {current_observation}\n"
+    "Your admissible actions of the current situation are: [{admissible_actions}].\n\n"
+    + _INSTRUCTIONS
+)
 #: The recipe's prompt of later steps. "observaitons" is the recipe's own spelling: the
 #: prompt is kept word for word so that a model sees what the published runs saw.
-STEP_TEMPLATE = """
-{intro} Your task is to: {task_description}
-Prior to this step, you have already taken {step_count} step(s). Below are the most recent {history_length} observaitons and the corresponding actions you took: {action_history}
-You are now at step {current_step} and your current observation is: {current_observation}
-Your admissible actions of the current situation are: [{admissible_actions}].
-
-Now it's your turn to take an action.
-You should first reason step-by-step about the current situation. This reasoning process MUST be enclosed within <think> </think> tags. 
-Once you've finished your reasoning, you should choose an admissible action for current step and present it within <action> </action> tags.
-"""
+STEP_TEMPLATE = (
+    "\n{intro} Your task is to: {task_description}\n"
+    "Prior to this step, you have already taken {step_count} step(s). Below are the most "
+    "recent {history_length} observaitons and the corresponding actions you took: "
+    "{action_history}\n"
+    "You are now at step {current_step} and your current observation is: "
+    "{current_observation}\n"
+    "Your admissible actions of the current situation are: [{admissible_actions}].\n\n"
+    + _INSTRUCTIONS
+)
 
 #: The first sentence of each game's prompt.
 INTROS = {

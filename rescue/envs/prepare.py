@@ -146,7 +146,9 @@ def alfworld_rows(data_dir: str, *, split: str = "train", limit: int = 0) -> lis
     root = Path(os.path.expandvars(data_dir))
     folder = root / "json_2.1.1" / split
     if not folder.is_dir():
-        raise InputError(f"no ALFWorld data at {folder}: run alfworld-download (make agent-prepare)")
+        raise InputError(
+            f"no ALFWorld data at {folder}: run alfworld-download (make agent-prepare)"
+        )
     config = {
         "env": {"goal_desc_human_anns_prob": 0, "task_types": list(ALFWORLD_TASK_TYPES)},
         "dataset": {

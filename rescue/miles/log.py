@@ -122,7 +122,9 @@ def gradient_share(args: Any, samples: Sequence[Any]) -> dict[str, float]:
     reward_key = getattr(args, "reward_key", None)
     groups = group_ids(args, samples)
     rows = rollouts(groups, samples)
-    records = {k: rollout_record([samples[i] for i in r], reward_key=reward_key) for k, r in rows.items()}
+    records = {
+        k: rollout_record([samples[i] for i in r], reward_key=reward_key) for k, r in rows.items()
+    }
     if (
         not samples
         or getattr(args, "advantage_estimator", None) is None
@@ -134,9 +136,16 @@ def gradient_share(args: Any, samples: Sequence[Any]) -> dict[str, float]:
 
         raw = [reward_value(s, reward_key) for s in samples]
         raw, _ = zero_budget_failures(groups, samples, raw, reward_key=reward_key)
-        std = args.advantage_estimator in STD_ESTIMATORS and getattr(args, "grpo_std_normalization", True)
+        std = args.advantage_estimator in STD_ESTIMATORS and getattr(
+            args, "grpo_std_normalization", True
+        )
         values = normalize_rewards(
-            args, samples, [float(r) for r in raw], population=baseline_from_env(), std_normalize=std, groups=groups
+            args,
+            samples,
+            [float(r) for r in raw],
+            population=baseline_from_env(),
+            std_normalize=std,
+            groups=groups,
         )
         weights = list(values * sample_weights(samples))
     else:

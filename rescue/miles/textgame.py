@@ -94,7 +94,9 @@ def _settings(args: Any, metadata: dict) -> tuple[str, str, int, int]:
             "(rows written by `rescue agent prepare`)"
         )
     if not game:
-        raise InputError("sample metadata has no 'game' (the game file): use `rescue agent prepare`")
+        raise InputError(
+            "sample metadata has no 'game' (the game file): use `rescue agent prepare`"
+        )
     cap = getattr(args, "agent_cap", None) or DEFAULT_CAPS[env]
     history = getattr(args, "agent_history", None)
     history = DEFAULT_HISTORY if history is None else history
@@ -163,7 +165,7 @@ async def _play(input: Any) -> Any:
         while not episode.done:
             step = _step_sample(row, rollout_id, [{"role": "user", "content": episode.prompt}])
             prompt_ids = compute_prompt_ids_from_sample(input.state, step)
-            payload, halt = compute_request_payload(args, prompt_ids, input.sampling_params)
+            payload, _ = compute_request_payload(args, prompt_ids, input.sampling_params)
             if payload is None:  # the prompt leaves no room for a reply: the context budget
                 end = ("length", "")
                 break
@@ -172,7 +174,9 @@ async def _play(input: Any) -> Any:
             except Exception as e:  # the engine, not the policy: no result
                 end = ("engine_error", f"{type(e).__name__}: {e}")
                 break
-            await update_sample_from_response(args, step, payload=payload, output=output, update_loss_mask=True)
+            await update_sample_from_response(
+                args, step, payload=payload, output=output, update_loss_mask=True
+            )
             steps.append(step)
             if step.status == Sample.Status.ABORTED:
                 end = ("aborted", "")
