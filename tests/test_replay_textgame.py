@@ -34,7 +34,13 @@ def dump(miles_args, tmp_path, monkeypatch):
         "__call__",
         lambda self, n: _two_outcome_groups(self.source.get_samples(n)),
     )
-    miles_args.agent_cap = 10  # fewer steps to replay (every walkthrough here fits)
+    # both groups on the level-1 game (a 5-step walkthrough) with a 6-step cap: the fewest
+    # step samples to replay, one backward pass each per arm
+    rows = json.loads(Path(miles_args.prompt_data).read_text().splitlines()[0])
+    assert rows["metadata"]["difficulty"] == 1
+    one = tmp_path / "level1.jsonl"
+    one.write_text((json.dumps(rows) + "\n") * 2)
+    miles_args.prompt_data, miles_args.agent_cap = str(one), 6
     groups, _, _ = tg.run_rollout(miles_args)
     mask_truncated_zero_reward(miles_args, groups)  # the mask arm's filter, as Miles calls it
     flat = [s for g in groups for t in g for s in (t if isinstance(t, list) else [t])]
