@@ -43,7 +43,7 @@ demo: $(VENV)/.stamp-sim
 identity: $(VENV)/.stamp-base
 	$(PY) -m rescue identity
 
-test: $(VENV)/.stamp-dev+sim+swe+replay+ray+rlvr
+test: $(VENV)/.stamp-dev+sim+swe+replay+ray+rlvr+agent
 	$(PY) -m pytest $(PYTEST_ARGS)
 
 # MILES_SRC / SLIME_SRC: checkouts (or unpacked archives) of radixark/miles and THUDM/slime
@@ -59,9 +59,10 @@ INTEGRATION_TESTS := tests/test_miles_buffer.py tests/test_miles_log.py tests/te
 	tests/test_miles_matched_convert.py tests/test_miles_oracle.py tests/test_launch_oracle.py \
 	tests/test_rlvr_launch.py tests/test_rlvr_data.py tests/test_rlvr_sweep.py \
 	tests/test_slime_abort.py tests/test_slime_launch.py tests/test_slime_worker.py \
-	tests/test_slime_train_path.py
+	tests/test_slime_train_path.py \
+	tests/test_miles_textgame.py tests/test_agent_launch.py tests/test_replay_textgame.py
 
-integration: $(VENV)/.stamp-dev+sim+swe+replay+rlvr+integration
+integration: $(VENV)/.stamp-dev+sim+swe+replay+rlvr+agent+integration
 	@test -n "$(MILES_SRC)$(SLIME_SRC)" || { echo "integration: set MILES_SRC=/path/to/miles and/or SLIME_SRC=/path/to/slime"; exit 2; }
 	@for v in "MILES_SRC=$(MILES_SRC)" "SLIME_SRC=$(SLIME_SRC)"; do \
 	  test -z "$${v#*=}" || test -d "$${v#*=}" || { echo "integration: $${v%%=*}=$${v#*=} is not a directory"; exit 2; }; done
@@ -199,3 +200,25 @@ rlvr-arm: $(RLVR_CLI_DEPS)
 
 rlvr-sweep: $(RLVR_CLI_DEPS)
 	@launch/rlvr_sweep.sh
+
+# ── The text-game arms on Miles (GPU nodes): ALFWorld and TextWorld's cooking games. Their
+# settings, with defaults, are in launch/agent_config.sh (the shared ones in rlvr_config.sh
+# and config.sh). DRY_RUN=1 prints the commands.
+#
+#   make agent-prepare ENV=cooking|alfworld
+#                        cooking: tw-make's games of five difficulty levels from GAME_SEED;
+#                        alfworld: alfworld-download's data (network once); both write the
+#                        prompt rows PROMPT_DATA
+#   make agent-arm ENV=alfworld|cooking ARM=zero|mask|matched|drgrpo-mask|survivor|turn [SEED=1]
+#                        one run of Miles' train.py --colocate on GPUS_PER_RUN GPUs, as a Ray job
+.PHONY: agent-prepare agent-arm
+
+# `rescue agent prepare` needs TextWorld and ALFWorld (the agent extra) unless RESCUE_PY
+# names another Python or DRY_RUN=1.
+AGENT_CLI_DEPS := $(if $(RESCUE_PY)$(filter 1,$(DRY_RUN)),,$(VENV)/.stamp-agent)
+
+agent-prepare: $(AGENT_CLI_DEPS)
+	@launch/agent_prepare.sh
+
+agent-arm:
+	@launch/agent_arm.sh

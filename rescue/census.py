@@ -36,8 +36,9 @@ and on the cluster):
 - ``protected_groups`` and ``protected_weight_mean`` (the 1/a weights);
 - ``outcome_metrics`` of the rollouts of trained groups: count and rate per outcome, turn
   count mean / p50 / p90 per outcome, cap-hit rate, masked fraction per outcome, the
-  realized baseline ``b`` (mean reward of trained, unmasked rollouts), and the rate at
-  which solved rollouts ran tests before submitting;
+  realized baseline ``b`` (mean reward of trained, unmasked rollouts), the rate at
+  which solved rollouts ran tests before submitting, and ``reason/<outcome>/<reason>``:
+  the count per classifier reason (keys only for reasons that occurred);
 - ``b_all``: the realized all-members baseline, the mean reward of every scored rollout
   of the trained groups, loss-masked ones included and a budget failure scored 0 (the
   plan's R = 0 convention), whatever the arm did with it: the one b every arm is compared
@@ -216,9 +217,11 @@ def outcome_metrics(
     reward_sum, reward_n = 0.0, 0
     all_sum, all_n = 0.0, 0
     ran, ran_n = 0, 0
+    reasons: Counter[tuple[str, str]] = Counter()
     for r in records:
         o = r.outcome
         count[o] += 1
+        reasons[o.value, r.reason or "unknown"] += 1
         if r.reward is not None:
             all_sum += 0.0 if o is Outcome.BUDGET_FAILURE else r.reward
             all_n += 1
@@ -245,6 +248,8 @@ def outcome_metrics(
             out[f"{prefix}turns_mean/{o.value}"] = sum(t) / len(t)
             out[f"{prefix}turns_p50/{o.value}"] = quantile(t, 0.5)
             out[f"{prefix}turns_p90/{o.value}"] = quantile(t, 0.9)
+    for (o, why), k in sorted(reasons.items()):
+        out[f"{prefix}reason/{o}/{why}"] = float(k)
     out[f"{prefix}cap_hit_rate"] = capped / n
     if trained:
         out[f"{prefix}masked_frac"] = sum(masked.values()) / n

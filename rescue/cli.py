@@ -33,6 +33,10 @@ COMMANDS: dict[str, tuple[str, str]] = {
     ),
     "swe": ("swe_smith_tasks.cli", "SWE-smith tasks: prepare data, pilot, reap containers"),
     "rlvr": ("rescue.rlvr.cli", "single-turn RLVR: prepare data, calibrate the cap, watch a sweep"),
+    "agent": (
+        "rescue.envs.cli",
+        "text games (ALFWorld, TextWorld cooking): make games, write rows",
+    ),
 }
 
 

@@ -176,6 +176,13 @@ BUDGET_EXIT_STATUSES = frozenset(
 )
 #: Exit statuses that mean the agent ended the episode itself and was graded.
 SUBMITTED_EXIT_STATUSES = frozenset({"Submitted", "task_complete", "submitted"})
+#: Exit statuses of the text games (``rescue.envs``): the game's own verdict. (Their cap is
+#: ``max_turns`` and their context limit ``length``, budget failures above; a game or
+#: engine fault, ``env_error`` / ``engine_error``, is an unknown status: no result.)
+GAME_EXIT_STATUSES = {
+    "won": (Outcome.SOLVED, "won"),
+    "lost": (Outcome.SUBMITTED_FAILURE, "lost"),
+}
 #: Grader statuses (swesmith ``run_evaluation``) that carry a verdict.
 GRADED_EVAL_STATUSES = frozenset({"completed", "timeout"})
 
@@ -219,7 +226,11 @@ def classify_exit_status(
     ``eval_status`` is swesmith's ``run_evaluation`` status (``completed`` | ``timeout`` |
     ``error``). A grader ``error`` is a scored failure only when the patch failed to apply
     (the agent's fault); otherwise the grader broke and there is no result.
+    A text game's ``won`` / ``lost`` is the game's verdict (``GAME_EXIT_STATUSES``).
     """
+    if exit_status in GAME_EXIT_STATUSES:
+        outcome, reason = GAME_EXIT_STATUSES[exit_status]
+        return Classification(outcome, reason)
     if exit_status in SUBMITTED_EXIT_STATUSES:
         if eval_status is not None and eval_status not in GRADED_EVAL_STATUSES:
             return because("patch_apply_failed" if patch_apply_failed else "grader_error")

@@ -381,3 +381,18 @@ def test_the_buffer_the_drain_and_the_simulator_apply_the_same_rule():
     assert rescue.miles.buffer.no_result is rule
     assert rescue.slime.drain.no_result is rule
     assert rescue.sim.engine.no_result is rule
+
+
+def test_outcome_metrics_count_each_reason_of_each_outcome():
+    records = [
+        RolloutRecord.from_sample_fields(status="completed", reward=r, metadata={"exit_status": e})
+        for r, e in ((1.0, "won"), (0.0, "lost"), (0.0, "max_turns"), (0.0, "max_turns"))
+    ]
+    records.append(RolloutRecord.from_sample_fields(status="aborted"))
+    m = outcome_metrics(records, prefix="")
+    assert {k: v for k, v in m.items() if k.startswith("reason/")} == {
+        "reason/solved/won": 1.0,
+        "reason/submitted_failure/lost": 1.0,
+        "reason/budget_failure/turn_cap": 2.0,
+        "reason/infra_no_result/aborted": 1.0,
+    }

@@ -126,6 +126,14 @@ def test_each_reason_lands_in_its_class(reason):
         ("TimeExceeded", {}, Outcome.INFRA_NO_RESULT, "TimeExceeded"),
         ("AgentTimeoutError", {}, Outcome.INFRA_NO_RESULT, "AgentTimeoutError"),
         ("CancelledError", {}, Outcome.INFRA_NO_RESULT, "CancelledError"),
+        # the text games (rescue.envs): the game's verdict, the cap, the context, faults
+        ("won", {}, Outcome.SOLVED, "won"),
+        ("won", {"resolved": False}, Outcome.SOLVED, "won"),
+        ("lost", {}, Outcome.SUBMITTED_FAILURE, "lost"),
+        ("max_turns", {}, Outcome.BUDGET_FAILURE, "turn_cap"),
+        ("length", {}, Outcome.BUDGET_FAILURE, "context_limit"),
+        ("env_error", {}, Outcome.INFRA_NO_RESULT, "env_error"),
+        ("engine_error", {}, Outcome.INFRA_NO_RESULT, "engine_error"),
     ],
 )
 def test_exit_status_mapping(exit_status, kwargs, expected, reason):

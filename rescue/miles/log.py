@@ -23,9 +23,17 @@ not zeroed yet). This function:
 4. under ``RESCUE_TRUNCATED_REWARD=zero``, adds ``rollout/census/samples/truncated_reward_zeroed``:
    the rollouts whose nonzero reward the reward hook scores 0 because they are budget
    failures (``rescue.miles.budget.zero_budget_failures``, the function the hook calls);
-5. logs them with Miles' tracking at ``rollout/step`` (``compute_rollout_step``, so the
+5. adds the gradient share by difficulty bucket (``rescue.share``) under
+   ``rollout/census/samples/``: each trajectory's scalar weight is what the reward hook
+   gives it (``rescue.miles.reward.post_process_rewards``, the same call; 0 when it is
+   loss-masked); under ``RESCUE_ESTIMATOR=turn`` it is the group-normalized reward the
+   turn-reached baseline refines without changing its expectation (the baseline is
+   prefix-measurable), so the expected weight on each prompt is the same. Left out when a
+   rollout has no result (such a group never trains) and when ``args`` has no
+   ``advantage_estimator`` (not a training run's arguments);
+6. logs them with Miles' tracking at ``rollout/step`` (``compute_rollout_step``, so the
    step matches Miles' own rollout metrics, with ``--wandb-always-use-train-step`` too);
-6. returns ``False``, so Miles' default logging, including the buffer's ``get_metrics()``
+7. returns ``False``, so Miles' default logging, including the buffer's ``get_metrics()``
    (``rollout/fully_async/*`` and the group census ``rollout/census/*``), still runs.
 
 Keys never collide with the buffer's: the buffer's census uses ``rollout/census/groups/*``,
@@ -96,6 +104,62 @@ def truncated_reward_census(args: Any, samples: Sequence[Any]) -> dict[str, floa
     return {f"{PREFIX}truncated_reward_zeroed": float(zeroed)}
 
 
+def gradient_share(args: Any, samples: Sequence[Any]) -> dict[str, float]:
+    """Step 5 above: ``rescue.share.difficulty_share`` of this batch, under ``PREFIX``."""
+    from rescue.miles.budget import rollouts
+    from rescue.miles.reward import (
+        STD_ESTIMATORS,
+        baseline_from_env,
+        group_ids,
+        normalize_rewards,
+        post_process_rewards,
+        sample_weights,
+    )
+    from rescue.miles.turn_reward import estimator_from_env
+    from rescue.outcomes import Outcome
+    from rescue.share import difficulty_share
+
+    reward_key = getattr(args, "reward_key", None)
+    groups = group_ids(args, samples)
+    rows = rollouts(groups, samples)
+    records = {
+        k: rollout_record([samples[i] for i in r], reward_key=reward_key) for k, r in rows.items()
+    }
+    if (
+        not samples
+        or getattr(args, "advantage_estimator", None) is None
+        or any(r.outcome is Outcome.INFRA_NO_RESULT for r in records.values())
+    ):
+        return {}
+    if estimator_from_env() == "turn":
+        from rescue.miles.budget import zero_budget_failures
+
+        raw = [reward_value(s, reward_key) for s in samples]
+        raw, _ = zero_budget_failures(groups, samples, raw, reward_key=reward_key)
+        std = args.advantage_estimator in STD_ESTIMATORS and getattr(
+            args, "grpo_std_normalization", True
+        )
+        values = normalize_rewards(
+            args,
+            samples,
+            [float(r) for r in raw],
+            population=baseline_from_env(),
+            std_normalize=std,
+            groups=groups,
+        )
+        weights = list(values * sample_weights(samples))
+    else:
+        _, weights = post_process_rewards(args, samples)
+    keys = list(rows)
+    trained = [not all(getattr(samples[i], "remove_sample", False) for i in rows[k]) for k in keys]
+    return difficulty_share(
+        [k[0] for k in keys],
+        [records[k].outcome is Outcome.SOLVED for k in keys],
+        [float(weights[rows[k][0]]) * t for k, t in zip(keys, trained, strict=True)],
+        prefix=PREFIX,
+    )
+
+
 def log_rollout(
     rollout_id: int,
     args: Any,
@@ -115,6 +179,7 @@ def log_rollout(
     metrics: dict[str, float] = sample_census(samples, reward_key=reward_key)
     metrics.update(paid_baseline(args, samples))
     metrics.update(truncated_reward_census(args, samples))
+    metrics.update(gradient_share(args, samples))
     metrics[STEP_KEY] = compute_rollout_step(args, rollout_id)
     tracking.log(args, metrics, step_key=STEP_KEY)
     return False

@@ -56,10 +56,10 @@ from rescue.replay.arms import (
 )
 from rescue.replay.dumps import Dump
 from rescue.replay.model import Scorer
+from rescue.share import DIFFICULTY, difficulty_bin
 
 REDUCTIONS = ("sum", "sample-mean")
 DEFAULT_TURN_EDGES: tuple[int, ...] = (1, 2, 4, 8, 16, 32)
-DIFFICULTY = ("J=0", "0<J<0.5", "0.5<=J<1", "J=1")
 
 
 class IdentityCheckFailed(RuntimeError):
@@ -169,11 +169,6 @@ def two_outcome_check(
 def turn_bucket(turns: np.ndarray, edges: Sequence[int]) -> np.ndarray:
     """Bucket ``k`` holds turns in ``[edges[k], edges[k+1])``; the last is open; 0-turn -> -1."""
     return np.where(turns > 0, np.searchsorted(np.asarray(edges), turns, side="right") - 1, -1)
-
-
-def difficulty_bin(J: np.ndarray) -> np.ndarray:
-    """Index into ``DIFFICULTY`` of each solved fraction ``J``."""
-    return np.select([J <= 0, J < 0.5, J < 1], [0, 1, 2], 3)
 
 
 def bucket_labels(edges: Sequence[int]) -> list[str]:
