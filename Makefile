@@ -56,7 +56,8 @@ INTEGRATION_TESTS := tests/test_miles_buffer.py tests/test_miles_log.py tests/te
 	tests/test_miles_turn_e2e.py tests/test_miles_turn_reward.py tests/test_miles_drgrpo.py \
 	tests/test_miles_train_step.py tests/test_slime_turn.py tests/test_miles_matched.py \
 	tests/test_miles_matched_convert.py tests/test_miles_oracle.py tests/test_launch_oracle.py \
-	tests/test_rlvr_launch.py tests/test_rlvr_data.py tests/test_rlvr_sweep.py
+	tests/test_rlvr_launch.py tests/test_rlvr_data.py tests/test_rlvr_sweep.py \
+	tests/test_miles_sc_loss.py tests/test_miles_topk.py
 
 integration: $(VENV)/.stamp-dev+sim+swe+replay+rlvr+integration
 	@test -n "$(MILES_SRC)$(SLIME_SRC)" || { echo "integration: set MILES_SRC=/path/to/miles and/or SLIME_SRC=/path/to/slime"; exit 2; }

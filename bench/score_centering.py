@@ -46,7 +46,9 @@ def expected_updates(theta, sampler_logits, A, k, cap):
 def main() -> None:
     rng = np.random.default_rng(0)
     print(f"V={V}, C={DEFAULT_CAP}, {PREFIXES} prefixes per row; norms are means over prefixes")
-    print(f"{'mismatch':>8} {'K':>3} {'head mass':>9} {'|drift| TIS':>12} {'|drift| TIS+SC':>15} {'ratio':>9}")
+    print(
+        f"{'mismatch':>8} {'K':>3} {'head mass':>9} {'|drift| TIS':>12} {'|drift| TIS+SC':>15} {'ratio':>9}"
+    )
     for sigma in (0.1, 0.5, 1.0):
         cases = [
             (SCALE * rng.normal(size=V), SCALE * rng.normal(size=V), rng.normal(size=V) + 0.5)

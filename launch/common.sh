@@ -84,9 +84,9 @@ rescue_check_settings() {
 }
 
 # The off-policy correction: OFFPOLICY among $2.. (this launcher's values), SC_CAP (SC_TOP_K
-# is checked with the counts), and what score centering refuses before anything runs. $1: chat (the SWE agent's requests
-# pass SGLang's router, which caps top_logprobs at 20 unless --use-miles-router replaces it)
-# or generate (the single-turn /generate path, no cap).
+# is checked with the counts), and what score centering refuses before anything runs.
+# $1: chat (the SWE agent's requests pass SGLang's router, which caps top_logprobs at 20
+# unless --use-miles-router replaces it) or generate (the single-turn /generate path, no cap).
 rescue_check_offpolicy() {
   local path=$1
   shift

@@ -98,7 +98,9 @@ def test_the_replay_trains_on_the_arms_loss_flags(bin_dir, miles_dir, recording,
     sc = offpolicy == "tis-sc"
     assert ("--use-tis" in flags) == (not sc)
     # score centering: the replay publishes the heads the dumps kept, with the arms' cap
-    assert (flags.get("--custom-rollout-log-function-path") == ["rescue.miles.log.log_rollout"]) == sc
+    assert (
+        flags.get("--custom-rollout-log-function-path") == ["rescue.miles.log.log_rollout"]
+    ) == sc
     assert (env.get("RESCUE_SC_CAP"), env.get("RESCUE_SC_TOP_K")) == (
         arm_env.get("RESCUE_SC_CAP"), arm_env.get("RESCUE_SC_TOP_K"),
     )  # fmt: skip

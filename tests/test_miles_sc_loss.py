@@ -127,26 +127,28 @@ def group_advantages(samples, std=True):
     return out
 
 
-def reference_grad(samples, advantages, theta0, *, cap, divisor=None):
-    """∇θ of Σ_i (1/D_i) Σ_t -A_t s_t over whole samples, s_t from the paper's formula."""
+def reference_grad(samples, advantages, theta0, *, cap, divisor=None, temperature=TEMPERATURE):
+    """∇θ of Σ_i (1/D_i) Σ_t -A_t s_t over whole samples, s_t from the paper's formula
+    (the logits of a position: the bigram row of its input token, over the temperature)."""
     import torch
     from test_score_centering import reference_loss
 
     theta = torch.tensor(theta0, dtype=torch.float64, requires_grad=True)
     total = 0.0
     for s, adv in zip(samples, advantages, strict=True):
+        if s.remove_sample:
+            continue
         heads = s.metadata["rescue_topk"]
         row = {int(p): j for j, p in enumerate(heads["positions"])}
         d = divisor if divisor is not None else max(1, sum(s.loss_mask))
-        if s.remove_sample:
-            continue
+        prompt = len(s.tokens) - s.response_length
         for t, m in enumerate(s.loss_mask):
             if not m:
                 continue
-            y = s.tokens[PROMPT + t]
-            logits = theta[s.tokens[PROMPT + t - 1]] / TEMPERATURE
+            y = s.tokens[prompt + t]
+            logits = theta[s.tokens[prompt + t - 1]] / temperature
             head = heads["ids"][row[t]].astype(np.int64)
-            q = np.full(V, 1e-3)
+            q = np.full(theta0.shape[0], 1e-3)
             q[head] = np.exp(heads["logprobs"][row[t]].astype(np.float64))
             q[y] = np.exp(np.float64(np.float32(s.rollout_log_probs[t])))
             total = total + reference_loss(logits, q, y, head, float(adv[t]), cap) / d
@@ -164,11 +166,13 @@ def run_pipeline(args, samples, theta0, *, dp_size, cp_size, rollout_id=5):
     from miles.backends.training_utils.loss import compute_advantages_and_returns, loss_function
     from miles.ray.rollout import train_data_conversion as tdc
 
+    from rescue.miles import topk_store
     from rescue.miles.log import publish_heads
     from rescue.miles.reward import post_process_rewards
     from rescue.miles.sc_loss import SC_STATS
     from rescue.miles.train_step import before_train_step
 
+    topk_store._LOCAL.steps.clear()  # each run publishes afresh (the registry is per process)
     published = publish_heads(rollout_id, args, samples)
     hook = post_process_rewards if args._reward_hook else None
     train_data = tdc.convert_samples_to_train_data(args, samples, {}, None, hook)
@@ -191,7 +195,9 @@ def run_pipeline(args, samples, theta0, *, dp_size, cp_size, rollout_id=5):
                         for t, r in zip(rollout_data["total_lengths"], rollout_data["response_lengths"], strict=True)
                     ]  # fmt: skip
                     compute_advantages_and_returns(args, rollout_data)
-                    iterators, num_microbatches = train_data_utils.get_data_iterator(args, None, rollout_data)
+                    iterators, num_microbatches = train_data_utils.get_data_iterator(
+                        args, None, rollout_data
+                    )
                     it = iterators[0]
                     for step, n_mb in enumerate(num_microbatches):
                         for _ in range(n_mb):
@@ -202,7 +208,7 @@ def run_pipeline(args, samples, theta0, *, dp_size, cp_size, rollout_id=5):
                             logits = theta[batch["tokens"]]
                             theta.grad = None
                             num_rollouts = rollout_data["num_rollouts"][step]
-                            loss, _, log = loss_function(
+                            loss, _, _ = loss_function(
                                 args, batch, n_mb, logits, apply_megatron_loss_scaling=True,
                                 num_rollouts=num_rollouts,
                             )  # fmt: skip
@@ -304,9 +310,13 @@ def test_a_removed_sample_needs_no_head_and_trains_nothing(env):
     samples = build_samples(Sample)
     samples[5].remove_sample = True
     del samples[5].metadata["rescue_topk"]
-    got, stats, _ = run_pipeline(make_args(_reward_hook=False), samples, theta0(), dp_size=2, cp_size=1)
+    got, stats, _ = run_pipeline(
+        make_args(_reward_hook=False), samples, theta0(), dp_size=2, cp_size=1
+    )
     adv = group_advantages(samples)
-    np.testing.assert_allclose(got, reference_grad(samples, adv, theta0(), cap=2.0), rtol=2e-4, atol=2e-5)
+    np.testing.assert_allclose(
+        got, reference_grad(samples, adv, theta0(), cap=2.0), rtol=2e-4, atol=2e-5
+    )
     assert stats[0] == sum(sum(s.loss_mask) for s in samples if not s.remove_sample)
 
 
@@ -391,7 +401,9 @@ def test_tensor_parallel_log_probs_equal_the_full_vocabulary(env):
     _miles()
     g = torch.Generator().manual_seed(0)
     full = torch.randn(5, 12, generator=g, dtype=torch.float64, requires_grad=True)
-    ids = torch.tensor([[0, 7, 11, -1], [3, 3, 5, 6], [11, 10, 9, 8], [1, -1, -1, -1], [6, 0, 2, 4]])
+    ids = torch.tensor(
+        [[0, 7, 11, -1], [3, 3, 5, 6], [11, 10, 9, 8], [1, -1, -1, -1], [6, 0, 2, 4]]
+    )
     want = torch.where(ids >= 0, torch.log_softmax(full, -1).gather(-1, ids.clamp(min=0)), 0.0)
     weights = torch.randn(ids.shape, generator=g, dtype=torch.float64)
     (want * weights).sum().backward()

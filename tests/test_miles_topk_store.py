@@ -48,7 +48,11 @@ def sample(index, mask, *, seed=0, remove=False, heads=True, tokens=None):
 
 
 def test_publish_puts_every_trained_samples_heads_under_the_rollout():
-    samples = [sample(0, [1, 1, 0, 1]), sample(1, [0, 0]), sample(2, [1, 1], remove=True, heads=False)]
+    samples = [
+        sample(0, [1, 1, 0, 1]),
+        sample(1, [0, 0]),
+        sample(2, [1, 1], remove=True, heads=False),
+    ]
     published, positions = topk_store.publish(41, samples)
     assert (published, positions) == (1, 3)  # sample 1 trains nothing, sample 2 is removed
     entries = topk_store._LOCAL.lookup(41)
@@ -149,6 +153,11 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
+#: Ray >= 2.5x turns token authentication on for ``ray start``; a local test cluster goes
+#: without it (the head and this driver both), as the Ray docs say for local development.
+RAY_ENV = {"RAY_USAGE_STATS_ENABLED": "0", "RAY_AUTH_MODE": "disabled"}
+
+
 @pytest.fixture(scope="module")
 def ray_head():
     pytest.importorskip("ray")
@@ -160,7 +169,7 @@ def ray_head():
          "--include-dashboard=false", f"--temp-dir={tmp}", "--node-ip-address=127.0.0.1",
          "--disable-usage-stats", "--block"],
         stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True,
-        env={**os.environ, "RAY_USAGE_STATS_ENABLED": "0"},
+        env={**os.environ, **RAY_ENV},
     )  # fmt: skip
     try:
         deadline = time.monotonic() + 120
@@ -201,11 +210,14 @@ def begin_as_a_train_rank(rollout_id: int) -> None:
     store.TRAINER.begin(rollout_id)
 
 
-def test_the_store_actor_carries_heads_to_another_process(ray_head):
+def test_the_store_actor_carries_heads_to_another_process(ray_head, monkeypatch):
     import ray
 
-    root = str(Path(__file__).resolve().parents[1])
-    ray.init(address=ray_head, runtime_env={"env_vars": {"PYTHONPATH": root}},
+    for key, value in RAY_ENV.items():
+        monkeypatch.setenv(key, value)
+    here = Path(__file__).resolve().parent  # the workers import rescue and this module
+    path = f"{here.parent}{os.pathsep}{here}"
+    ray.init(address=ray_head, runtime_env={"env_vars": {"PYTHONPATH": path}},
              logging_level="ERROR")  # fmt: skip
     topk_store._HANDLE.clear()
     try:

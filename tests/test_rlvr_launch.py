@@ -794,12 +794,17 @@ def test_score_centerings_commands_are_accepted_by_its_own_checks(miles_src, bin
         out = launch(script, bin_dir, miles_src, DRY_RUN="1", **settings)
         assert out.returncode == 0, out.stderr
         (submit,) = [w for w in command_lines(out.stdout) if w[:3] == ["ray", "job", "submit"]]
-        _, env, _ = submitted(out.stdout, "train.py" if script == "rlvr_arm.sh" else "train_async.py")
+        _, env, _ = submitted(
+            out.stdout, "train.py" if script == "rlvr_arm.sh" else "train_async.py"
+        )
         for key in ("RESCUE_SC_TOP_K", "RESCUE_SC_CAP"):
             monkeypatch.setenv(key, env[key])
-        args, _ = _check_with_miles_parser(submit[submit.index("--") + 3 :], miles_src)
+        args, leftover = _check_with_miles_parser(submit[submit.index("--") + 3 :], miles_src)
         assert sc_enabled(args) and args.use_tis is False
         check_sc_flags(args)
+        if script == "swe_arm.sh":  # the recorder brings the wrapped function's own flags
+            assert args.custom_agent_function_path == "swe_smith_tasks.agent.run"
+            assert "--custom-agent-function-path" not in leftover
     out = launch("swe_arm.sh", bin_dir, miles_src, DRY_RUN="1", ARM="drop", OFFPOLICY="tis")
     (submit,) = [w for w in command_lines(out.stdout) if w[:3] == ["ray", "job", "submit"]]
     args, _ = _check_with_miles_parser(submit[submit.index("--") + 3 :], miles_src)

@@ -207,7 +207,9 @@ def _setting(tags: Mapping[str, str], named: str | None) -> str | None:
     named = named or ""
     turn = tags.get("estimator", "turn" if "est-turn" in named else "group")
     drgrpo = tags.get("drgrpo", "1" if "drgrpo" in named else "0")
-    named_offpolicy = "tis-sc" if named.endswith("tis-sc") else "tis" if named.endswith("tis") else ""
+    named_offpolicy = (
+        "tis-sc" if named.endswith("tis-sc") else "tis" if named.endswith("tis") else ""
+    )
     offpolicy = tags.get("offpolicy", named_offpolicy)
     for key, value, allowed in (
         ("estimator", turn, ("group", "turn")),

@@ -111,7 +111,10 @@ def publish_heads(rollout_id: int, args: Any, samples: Sequence[Any]) -> dict[st
 
     check_sc_flags(args)
     published, positions = publish(rollout_id, samples)
-    return {"rollout/rescue/sc/published": float(published), "rollout/rescue/sc/head_positions": float(positions)}
+    return {
+        "rollout/rescue/sc/published": float(published),
+        "rollout/rescue/sc/head_positions": float(positions),
+    }
 
 
 def log_rollout(

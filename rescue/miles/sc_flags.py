@@ -185,9 +185,7 @@ def check_sc_flags(args: Any, env: Mapping[str, str] | None = None) -> None:
             "no sampling distribution to centre; use a temperature > 0"
         )
     if getattr(args, "qkv_format", "thd") != "thd":
-        raise InputError(
-            f"score centering with --qkv-format {args.qkv_format}; allowed: thd"
-        )
+        raise InputError(f"score centering with --qkv-format {args.qkv_format}; allowed: thd")
     if getattr(args, "use_session_server", None) == "v2":
         raise InputError(
             "score centering with --use-session-server v2: the recorder reads the linear "

@@ -21,7 +21,8 @@ Specification
    (``rollout_log_probs`` and the heads published by ``rescue.miles.topk_store``).
 3. Per token, ``rescue.score_centering.token_terms`` with ``C = RESCUE_SC_CAP``; the token
    loss is ``-A_t s_t`` on trained tokens (loss mask 1) and 0 elsewhere. A trained token
-   without its head is an ``InputError``.
+   without its head is an ``InputError``; a sample with no trained token on this rank (a
+   removed sample) is not looked up.
 4. Reduced like Miles' policy-gradient term: ``--custom-pg-loss-reducer-function-path``
    when set (Dr. GRPO's constant divisor, ``rescue.miles.drgrpo``), else Miles'
    ``sum_of_sample_mean``; Miles then scales by micro-batches and rollouts as for any loss.
@@ -77,7 +78,8 @@ class SCStats:
         n = values[0]
         if n <= 0:
             return {}
-        return {"sc/tokens": n, **{f"sc/{k}": v / n for k, v in zip(STAT_KEYS[1:], values[1:])}}
+        means = {f"sc/{k}": v / n for k, v in zip(STAT_KEYS[1:], values[1:], strict=True)}
+        return {"sc/tokens": n, **means}
 
 
 #: The figures of the current step, recorded by ``policy_loss``.
@@ -143,10 +145,12 @@ def policy_loss(
 ) -> tuple[Any, dict[str, Any]]:
     """The TIS + SC policy loss of the module docstring."""
     import torch
-    from miles.backends.training_utils.cp_utils import get_local_response_loss_masks
+    from miles.backends.training_utils.cp_utils import (
+        get_local_response_loss_masks,
+        slice_log_prob_with_cp,
+    )
     from miles.backends.training_utils.loss_hub.logit_processors import get_responses
     from miles.backends.training_utils.parallel import get_parallel_state
-    from miles.backends.training_utils.cp_utils import slice_log_prob_with_cp
     from miles.utils.misc import load_function
 
     from rescue.miles.loss import trained_advantages
@@ -166,7 +170,9 @@ def policy_loss(
     MOMENTS.record(batch["advantages"], advantages, masks)
     sampled = batch.get("rollout_log_probs")
     if sampled is None:
-        raise InputError("score centering needs the samples' rollout_log_probs (log q of each token)")
+        raise InputError(
+            "score centering needs the samples' rollout_log_probs (log q of each token)"
+        )
     chunk = getattr(args, "log_probs_chunk_size", -1)
 
     token_losses, stats = [], torch.zeros(5, dtype=torch.float64, device=logits.device)
@@ -176,11 +182,22 @@ def policy_loss(
         max_seq_lens=batch.get("max_seq_lens"),
     )  # fmt: skip
     for i, (logits_i, tokens_i) in enumerate(pieces):
-        rows = TRAINER.rows(batch["unconcat_tokens"][i], sampled[i], total_lengths[i], response_lengths[i])
-        ids = slice_log_prob_with_cp(torch.from_numpy(rows["ids"]), total_lengths[i], response_lengths[i])
-        logq = slice_log_prob_with_cp(torch.from_numpy(rows["logprobs"]), total_lengths[i], response_lengths[i])
-        has = slice_log_prob_with_cp(torch.from_numpy(rows["has"]), total_lengths[i], response_lengths[i])
         mask = masks[i].to(device=logits.device).bool()
+        if not bool(mask.any()):  # nothing trained here (a removed sample, another CP rank's)
+            token_losses.append(mask.new_zeros(mask.shape, dtype=torch.float32))
+            continue
+        rows = TRAINER.rows(
+            batch["unconcat_tokens"][i], sampled[i], total_lengths[i], response_lengths[i]
+        )
+        ids = slice_log_prob_with_cp(
+            torch.from_numpy(rows["ids"]), total_lengths[i], response_lengths[i]
+        )
+        logq = slice_log_prob_with_cp(
+            torch.from_numpy(rows["logprobs"]), total_lengths[i], response_lengths[i]
+        )
+        has = slice_log_prob_with_cp(
+            torch.from_numpy(rows["has"]), total_lengths[i], response_lengths[i]
+        )
         if bool((mask & ~has.to(mask.device)).any()):
             raise InputError(
                 f"score centering: sample {i} of the micro-batch trains a position without its "
@@ -199,7 +216,9 @@ def policy_loss(
             logp[:, 0], logp[:, 1:], sampled[i].to(logits.device).float(), logq, cap, ids >= 0
         )
         a = advantages[i].to(logits.device).float()
-        a = torch.where(mask, torch.nan_to_num(a, nan=0.0, posinf=0.0, neginf=0.0), torch.zeros_like(a))
+        a = torch.where(
+            mask, torch.nan_to_num(a, nan=0.0, posinf=0.0, neginf=0.0), torch.zeros_like(a)
+        )
         token_losses.append(torch.where(mask, -a * terms.surrogate, torch.zeros_like(a)))
         with torch.no_grad():
             m = mask.double()
@@ -222,6 +241,6 @@ def policy_loss(
         reducer = sum_of_sample_mean
     pg_loss = reducer(pg)
     loss = pg_loss
-    if pg.numel() == 0:
+    if not pg.requires_grad:  # no trained token in the micro-batch: still a graph to run
         loss = loss + 0 * logits.sum()
     return loss, {"loss": loss.clone().detach(), "pg_loss": pg_loss.clone().detach()}

@@ -94,9 +94,7 @@ def head_rows(
             f"for a head of {k}): the engine or a proxy dropped it"
         )
     if len(top) != n:
-        raise InputError(
-            f"{where}: {len(top)} rows of output_top_logprobs for {n} output tokens"
-        )
+        raise InputError(f"{where}: {len(top)} rows of output_top_logprobs for {n} output tokens")
     ids = np.full((n, k), -1, dtype=np.int32)
     logprobs = np.zeros((n, k), dtype=np.float32)
     for j, (row, (lp_y, y, *_)) in enumerate(zip(top, sampled, strict=True)):
@@ -158,7 +156,9 @@ def align_records(
     for (start, stop), (where, meta, sampled) in zip(runs, calls, strict=False):
         n = stop - start
         if n > len(sampled):
-            raise InputError(f"{where}: {len(sampled)} output tokens for a run of {n} trained tokens")
+            raise InputError(
+                f"{where}: {len(sampled)} output tokens for a run of {n} trained tokens"
+            )
         want = [int(t[1]) for t in sampled[:n]]
         have = [int(t) for t in tokens[prompt + start : prompt + stop]]
         if want != have:
@@ -227,7 +227,6 @@ async def generate(input: Any) -> Any:
     return GenerateFnOutput(samples=sample)
 
 
-
 @dataclasses.dataclass
 class _Recording:
     """What ``recording_agent`` hands back to ``agentic_generate`` (one per trajectory)."""
@@ -286,7 +285,9 @@ async def agentic_generate(input: Any) -> Any:
     k = top_k_from_env()
     agent = load_function(args.custom_agent_function_path)
     if agent is None:
-        raise InputError(f"--custom-agent-function-path {args.custom_agent_function_path} not found")
+        raise InputError(
+            f"--custom-agent-function-path {args.custom_agent_function_path} not found"
+        )
     state = copy.copy(input.state)
     state.args = copy.copy(args)
     state.args.custom_agent_function_path = RECORDING_AGENT_PATH
@@ -315,3 +316,15 @@ async def agentic_generate(input: Any) -> Any:
             recording.records, sample.tokens, sample.response_length, sample.loss_mask, k, args
         )
     return output
+
+
+def _add_agentic_arguments(parser: Any) -> None:
+    """The flags of the generate function wrapped (``--custom-agent-function-path``,
+    ``--max-seq-len``): Miles adds a custom generate function's flags to its parser
+    (``arguments.py`` ``add_user_provided_function_arguments``)."""
+    from miles.rollout.generate_hub import agentic_tool_call
+
+    agentic_tool_call.generate.add_arguments(parser)
+
+
+agentic_generate.add_arguments = _add_agentic_arguments  # type: ignore[attr-defined]

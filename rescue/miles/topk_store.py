@@ -18,7 +18,8 @@ naming the sample. Each sample's entry (``positions``, ``ids``, ``logprobs`` and
 ``rollout_log_probs``) is put under ``(rollout_id, token digest)``.
 
 Train side (``Trainer``, one per process): ``begin(rollout_id)`` (the before-train-step
-hook) names the rollout being trained and releases older ones; ``rows(tokens,
+hook, every optimizer step) names the rollout being trained, and the first step of a new
+rollout releases the older ones; ``rows(tokens,
 sampled, total_length, response_length)`` returns one sample's heads aligned to its
 response, ``ids`` ``[R, K]`` (``-1`` where there is none), ``logprobs`` ``[R, K]`` and
 ``has`` ``[R]``. Samples with the same tokens are told apart by their recorded sampled
@@ -185,10 +186,12 @@ class Trainer:
         self._entries: dict[str, list[Any]] | None = None
 
     def begin(self, rollout_id: int) -> None:
-        """The rollout the next loss calls train; releases the rollouts before it."""
+        """The rollout the next loss calls train (its entries are looked up again at the next
+        loss call); a new rollout releases the rollouts before it."""
+        self._entries = None
         if rollout_id == self.rollout_id:
             return
-        self.rollout_id, self._entries = int(rollout_id), None
+        self.rollout_id = int(rollout_id)
         ray = _ray()
         if ray is None:
             _LOCAL.release(self.rollout_id)

@@ -160,9 +160,7 @@ class Model:
             "e2e_latency": 0.0,
         }
         if top_logprobs_num > 0:
-            meta["output_top_logprobs"] = [
-                self._head(i, top_logprobs_num, with_text) for i in ids
-            ]
+            meta["output_top_logprobs"] = [self._head(i, top_logprobs_num, with_text) for i in ids]
         return {"text": text, "output_ids": ids, "meta_info": meta}
 
     def _head(self, token: int, k: int, with_text: bool) -> list[list[Any]]:
