@@ -60,7 +60,8 @@ INTEGRATION_TESTS := tests/test_miles_buffer.py tests/test_miles_log.py tests/te
 	tests/test_rlvr_launch.py tests/test_rlvr_data.py tests/test_rlvr_sweep.py \
 	tests/test_slime_abort.py tests/test_slime_launch.py tests/test_slime_worker.py \
 	tests/test_slime_train_path.py \
-	tests/test_miles_textgame.py tests/test_agent_launch.py tests/test_replay_textgame.py
+	tests/test_miles_textgame.py tests/test_agent_launch.py tests/test_replay_textgame.py \
+	tests/test_miles_sc_loss.py tests/test_miles_topk.py
 
 integration: $(VENV)/.stamp-dev+sim+swe+replay+rlvr+agent+integration
 	@test -n "$(MILES_SRC)$(SLIME_SRC)" || { echo "integration: set MILES_SRC=/path/to/miles and/or SLIME_SRC=/path/to/slime"; exit 2; }

@@ -65,7 +65,7 @@ rescue_note() {
 RESCUE_POSITIVE=(NNODES GPUS_PER_NODE RAY_PORT RAY_DASHBOARD_PORT ACTOR_NUM_NODES
   ROLLOUT_GPUS_PER_ENGINE MAX_TURNS MAX_SEQ_LEN MAX_RESPONSE_LEN ROLLOUT_BATCH_SIZE N_SAMPLES
   NUM_ROLLOUT TP CP MAX_TOKENS_PER_GPU SAVE_INTERVAL CKPT_GB DUMP_MB_PER_STEP HOUSEKEEP_S
-  PILOT_PORT PILOT_WAIT_S PILOT_N PILOT_CONCURRENCY TIME_BUDGET TRIAL_TIMEOUT)
+  PILOT_PORT PILOT_WAIT_S PILOT_N PILOT_CONCURRENCY TIME_BUDGET TRIAL_TIMEOUT SC_TOP_K)
 RESCUE_NON_NEGATIVE=(STALENESS NODE_RANK RAY_WAIT_S CKPT_KEEP SANDBOX_PIDS WATCHDOG_WINDOW)
 # Empty means derived (rescue_derive_layout, rescue_derive_swe) or unset.
 RESCUE_OPTIONAL_POSITIVE=(ACTOR_GPUS_PER_NODE ROLLOUT_NUM_GPUS GLOBAL_BATCH_SIZE AGENT_CONCURRENCY
@@ -81,6 +81,7 @@ RESCUE_AGENT_OWN=(RESCUE_SWE_STEP_LIMIT RESCUE_SWE_MAX_CONCURRENCY RESCUE_SWE_CO
 # Every setting every launcher reads: one line naming the first bad one, never a shell error.
 rescue_check_settings() {
   rescue_check_values
+  rescue_check_offpolicy chat tis tis-sc
   rescue_family
   rescue_derive_layout
   rescue_derive_swe
@@ -101,6 +102,42 @@ rescue_check_number() {
     ! awk -v x="$value" -v lo="$low" -v hi="$high" 'BEGIN { exit !(x + 0 >= lo + 0 && (hi == "" || x + 0 <= hi + 0)) }'; then
     rescue_die "$name='$value' is not a number in [$low, ${high:-inf}]: set $name"
   fi
+}
+
+# The off-policy correction: OFFPOLICY among $2.. (this launcher's values), SC_CAP (SC_TOP_K
+# is checked with the counts), and what score centering refuses before anything runs.
+# $1: chat (the SWE agent's requests pass SGLang's router, which caps top_logprobs at 20
+# unless --use-miles-router replaces it) or generate (the single-turn /generate path, no cap).
+rescue_check_offpolicy() {
+  local path=$1
+  shift
+  [[ " $* " == *" $OFFPOLICY "* ]] ||
+    rescue_die "OFFPOLICY='$OFFPOLICY' is not an off-policy correction of these arms: set OFFPOLICY to one of: $*"
+  if ! [[ $SC_CAP =~ ^([0-9]+\.?[0-9]*|\.[0-9]+)([eE][-+]?[0-9]+)?$ ]] ||
+    ! awk -v c="$SC_CAP" 'BEGIN { exit !(c + 0 > 0) }'; then
+    rescue_die "SC_CAP='$SC_CAP' is not a number > 0: set SC_CAP=C"
+  fi
+  [[ $OFFPOLICY == tis-sc ]] || return 0
+  awk -v p="${TOP_P:-1}" 'BEGIN { exit !(p + 0 == 1) }' ||
+    rescue_die "TOP_P=$TOP_P truncates the sampler's distribution, which score centering cannot use: set TOP_P=1 or OFFPOLICY=tis"
+  [[ ${TOP_K:--1} == -1 || ${TOP_K:--1} == 0 ]] ||
+    rescue_die "TOP_K=$TOP_K truncates the sampler's distribution, which score centering cannot use: set TOP_K=-1 or OFFPOLICY=tis"
+  if [[ $path == chat ]] && ((SC_TOP_K > 20)) && [[ " $EXTRA_ARGS " != *" --use-miles-router "* ]]; then
+    rescue_die "SC_TOP_K=$SC_TOP_K on the SWE agent's chat requests: SGLang's router refuses top_logprobs above 20; set SC_TOP_K<=20 or add --use-miles-router to EXTRA_ARGS"
+  fi
+  case ${SGLANG_RETURN_ORIGINAL_LOGPROB:-} in
+    "" | 0 | false | False) ;;
+    *) rescue_die "SGLANG_RETURN_ORIGINAL_LOGPROB=$SGLANG_RETURN_ORIGINAL_LOGPROB makes SGLang return log-probs before the temperature, which score centering cannot use: unset it or set OFFPOLICY=tis" ;;
+  esac
+  local word
+  local -a extra=()
+  read -ra extra <<<"$EXTRA_ARGS"
+  for word in "${extra[@]}"; do
+    case $word in
+      --use-tis | --custom-tis-function-path | --rollout-top-p | --rollout-top-k | --sglang-speculative-algorithm | --partial-rollout)
+        rescue_die "EXTRA_ARGS has $word, which OFFPOLICY=tis-sc refuses (rescue.miles.sc_flags): remove it or set OFFPOLICY=tis" ;;
+    esac
+  done
 }
 
 # The values themselves (numbers, switches, seed, dump window, nodes, pause mode, pace
@@ -249,9 +286,10 @@ rescue_check_gpus() {
 # ── Names derived from the arm ──────────────────────────────────────────────────────────
 
 # RUN_NAME, WANDB_GROUP, SAVE_DIR, DUMP_DIR (each unless set) and WANDB_TAGS of the arm:
-# swe-ARM[-aA][-kK][-est-turn][-drgrpo]-seedSEED. K names the stale-handling arms that drop
-# or protect; the never-drop and budget-regime arms train every group, so K only labels the
-# census. -est-turn / -drgrpo: a stale-handling arm with ESTIMATOR=turn / DRGRPO=1.
+# swe-ARM[-aA][-kK][-est-turn][-drgrpo][-tis]-seedSEED. K names the stale-handling arms that
+# drop or protect; the never-drop and budget-regime arms train every group, so K only labels
+# the census. -est-turn / -drgrpo: a stale-handling arm with ESTIMATOR=turn / DRGRPO=1; -tis:
+# any arm with OFFPOLICY=tis (TIS without score centering).
 # RUN_PREFIX (default swe) is the first word: the slime launcher's runs are slime-ARM-...
 rescue_derive_names() {
   local name="${RUN_PREFIX:-swe}-$ARM" with_k=1
@@ -265,6 +303,8 @@ rescue_derive_names() {
     [[ $ESTIMATOR == turn ]] && setting+="-est-turn"
     [[ $DRGRPO == 1 ]] && setting+="-drgrpo"
   fi
+  # every SWE arm: TIS without score centering is another cohort
+  [[ $OFFPOLICY == tis ]] && setting+="-tis"
   name+="$setting-seed$SEED"
   RUN_NAME=${RUN_NAME:-$name}
   WANDB_GROUP=${WANDB_GROUP:-$RUN_NAME}
@@ -275,6 +315,7 @@ rescue_derive_names() {
   [[ $with_k == 1 ]] && WANDB_TAGS+=",k:$STALENESS"
   [[ $setting == *est-turn* ]] && WANDB_TAGS+=",estimator:turn"
   [[ $setting == *drgrpo* ]] && WANDB_TAGS+=",drgrpo:1"
+  [[ $OFFPOLICY == tis ]] && WANDB_TAGS+=",offpolicy:tis"
   return 0
 }
 
@@ -344,7 +385,8 @@ rescue_arm_env() {
 
 # SHARED_FLAGS: identical in every arm except for the names derived from the arm.
 rescue_shared_flags() {
-  local model_args
+  local model_args generate=rescue.miles.generate.generate
+  [[ $OFFPOLICY == tis-sc ]] && generate=rescue.miles.topk.agentic_generate
   model_args=$(rescue_model_args)
   local -a model=()
   read -ra model <<<"$model_args"
@@ -366,9 +408,10 @@ rescue_shared_flags() {
     --max-seq-len "$MAX_SEQ_LEN" --rollout-max-context-len "$MAX_SEQ_LEN"
     # weights update while generation goes on (the rollout function is the arm's)
     --pause-generation-mode "$PAUSE_MODE"
-    # the SWE-smith agent behind Miles' session server (Miles' agentic generate function,
-    # with a refused sample assembly turned into a no-result: rescue.miles.generate)
-    --custom-generate-function-path rescue.miles.generate.generate
+    # the SWE-smith agent behind Miles' session server: Miles' agentic generate function with
+    # a refused sample assembly turned into a no-result (rescue.miles.generate), under
+    # OFFPOLICY=tis-sc through rescue's recorder of every call's top-K head (rescue.miles.topk)
+    --custom-generate-function-path "$generate"
     --custom-agent-function-path swe_smith_tasks.agent.run
     --custom-rm-path swe_smith_tasks.agent.reward_func
     --use-session-server --tito-model "$TITO_MODEL"
@@ -398,7 +441,7 @@ rescue_shared_flags() {
     --attention-dropout 0.0 --hidden-dropout 0.0 --accumulate-allreduce-grads-in-fp32
     --attention-softmax-in-fp32 --attention-backend flash
   )
-  rescue_loss_flags tis
+  rescue_loss_flags "$OFFPOLICY"
   SHARED_FLAGS+=("${LOSS_FLAGS[@]}")
   # every arm's rewards take one path: rescue's hook (its normalization, and the weights of
   # protect; with ESTIMATOR=turn LOSS_FLAGS has it)
@@ -413,14 +456,19 @@ rescue_shared_flags() {
 }
 
 # LOSS_FLAGS: how a batch becomes a gradient, identical in every arm (SWE and single-turn)
-# and in the gradient oracle's replay: GRPO, the estimator, Dr. GRPO, and the train-side
-# logging contract (update norm, trained advantages). $1 = tis adds the asynchronous arms'
-# off-policy correction (--use-tis); the single-turn arms train on-policy without it.
+# and in the gradient oracle's replay: GRPO, the estimator, Dr. GRPO, the off-policy
+# correction $1 (OFFPOLICY) and the train-side logging contract (update norm, trained
+# advantages). none: Miles' PPO loss on-policy; tis: Miles' PPO loss with --use-tis; tis-sc:
+# rescue's TIS + score-centering loss (rescue.miles.sc_loss), never with --use-tis.
 rescue_loss_flags() {
+  local loss=rescue.miles.loss.policy_loss
   LOSS_FLAGS=(--advantage-estimator grpo --eps-clip "$EPS_CLIP" --eps-clip-high "$EPS_CLIP_HIGH")
-  [[ ${1:-} != tis ]] || LOSS_FLAGS+=(--use-tis)
+  case ${1:-none} in
+    tis) LOSS_FLAGS+=(--use-tis) ;;
+    tis-sc) loss=rescue.miles.sc_loss.policy_loss ;;
+  esac
   LOSS_FLAGS+=(
-    --loss-type custom_loss --custom-loss-function-path rescue.miles.loss.policy_loss
+    --loss-type custom_loss --custom-loss-function-path "$loss"
     --custom-megatron-before-train-step-hook-path rescue.miles.train_step.before_train_step
   )
   if [[ $ESTIMATOR == turn ]]; then
@@ -489,6 +537,8 @@ rescue_runtime_env() {
   env+=("RESCUE_WATCHDOG_WINDOW=$WATCHDOG_WINDOW" "RESCUE_WATCHDOG_MAX_NO_RESULT=$WATCHDOG_MAX_NO_RESULT"
     "RESCUE_WATCHDOG_IDLE_S=$WATCHDOG_IDLE_S")
   [[ -n $DRGRPO_DIVISOR ]] && env+=("RESCUE_DRGRPO_DIVISOR=$DRGRPO_DIVISOR")
+  rescue_offpolicy_env
+  env+=("${OFFPOLICY_ENV[@]}")
   [[ $EXTEND_CONTEXT == 1 ]] && env+=(SGLANG_ALLOW_OVERWRITE_LONGER_CONTEXT_LEN=1)
   rescue_agent_vars "$AGENT_CONCURRENCY"
   env+=("${AGENT_VARS[@]}")
@@ -531,6 +581,17 @@ rescue_check_versions() {
     versions --miles-dir "$MILES_DIR" --python "$JOB_PYTHON" 2>&1)
 }
 
+# OFFPOLICY_ENV: score centering's settings for every process (rescue.miles.sc_flags), or none.
+rescue_offpolicy_env() {
+  OFFPOLICY_ENV=()
+  [[ $OFFPOLICY == tis-sc ]] || return 0
+  awk -v p="${TOP_P:-1}" 'BEGIN { exit !(p + 0 == 1) }' ||
+    rescue_die "TOP_P=$TOP_P truncates the sampler's distribution, which score centering cannot use: set TOP_P=1 or OFFPOLICY=tis"
+  [[ ${TOP_K:--1} == -1 || ${TOP_K:--1} == 0 ]] ||
+    rescue_die "TOP_K=$TOP_K truncates the sampler's distribution, which score centering cannot use: set TOP_K=-1 or OFFPOLICY=tis"
+  OFFPOLICY_ENV=("RESCUE_SC_TOP_K=$SC_TOP_K" "RESCUE_SC_CAP=$SC_CAP")
+}
+
 # RUNTIME_ENV_JSON from NAME=VALUE words: Ray's runtime env with these variables.
 rescue_env_json() {
   RUNTIME_ENV_JSON=$("$JOB_PYTHON" -c '
@@ -555,6 +616,7 @@ rescue_check_oracle() {
   fi
   [[ -n $DUMPS ]] || rescue_die "DUMPS is not set: set DUMPS to the recording run's dump directory"
   rescue_check_estimator
+  rescue_check_offpolicy chat tis tis-sc
 }
 
 # ORACLE_ROLLOUTS: replay rollouts `rescue oracle build` writes (dumped steps x arms), asked of
@@ -589,7 +651,7 @@ rescue_oracle_flags() {
   model_args=$(rescue_model_args)
   local -a model=()
   read -ra model <<<"$model_args"
-  rescue_loss_flags tis
+  rescue_loss_flags "$OFFPOLICY"
   ORACLE_FLAGS=(
     "${model[@]}"
     --hf-checkpoint "$HF_CHECKPOINT" --ref-load "$REF_LOAD" --load "$CKPT"
@@ -604,10 +666,15 @@ rescue_oracle_flags() {
     --global-batch-size "$((ROLLOUT_BATCH_SIZE * N_SAMPLES))"
     --rollout-max-response-len "$MAX_RESPONSE_LEN" --max-seq-len "$MAX_SEQ_LEN"
     --rollout-max-context-len "$MAX_SEQ_LEN"
+    # the temperature the recording sampled at: the loss divides the logits by it
+    --rollout-temperature "$TEMPERATURE"
     "${LOSS_FLAGS[@]}"
   )
   [[ $ESTIMATOR == turn ]] ||
     ORACLE_FLAGS+=(--custom-reward-post-process-path rescue.miles.reward.post_process_rewards)
+  # score centering: the replay publishes the heads its dumps kept (rescue.miles.log)
+  [[ $OFFPOLICY != tis-sc ]] ||
+    ORACLE_FLAGS+=(--custom-rollout-log-function-path rescue.miles.log.log_rollout)
   ORACLE_FLAGS+=(
     # one node, every GPU trains
     --actor-num-nodes 1 --actor-num-gpus-per-node "$GPUS_PER_NODE" --num-gpus-per-node "$GPUS_PER_NODE"

@@ -80,7 +80,7 @@
 #                      arm's full gradient (4 bytes per parameter per arm and step).
 #   ORACLE_FORCE       0. 1: rebuild ORACLE_DIR when it already holds oracle.json.
 #   The replay uses this file's model, batch (ROLLOUT_BATCH_SIZE*N_SAMPLES rollouts per step,
-#   one optimizer step each), parallelism (TP, CP, MAX_TOKENS_PER_GPU), ESTIMATOR, DRGRPO,
+#   one optimizer step each), parallelism (TP, CP, MAX_TOKENS_PER_GPU), ESTIMATOR, DRGRPO, OFFPOLICY,
 #   BASELINE and loss settings: set them as the recording run had them. All GPUS_PER_NODE
 #   GPUs of node 0 train (no rollout engines).
 #
@@ -198,9 +198,18 @@
 #
 # ── Training ────────────────────────────────────────────────────────────────────────────
 #   LR                 1e-6. Adam learning rate (constant).
-#   EPS_CLIP           0.2.  EPS_CLIP_HIGH 0.28. PPO clip range.
+#   EPS_CLIP           0.2.  EPS_CLIP_HIGH 0.28. PPO clip range (OFFPOLICY=tis).
 #                      No KL or entropy term: the 1/A weight scales the whole loss.
-#                      Off-policy correction: --use-tis in every arm.
+#   OFFPOLICY          tis-sc. The off-policy correction, the same in every arm: tis-sc
+#                      (the plan's: truncated importance weights plus score centering,
+#                      rescue.miles.sc_loss, no PPO clip; each model call records its top
+#                      SC_TOP_K log-probs through rescue.miles.topk.agentic_generate) | tis
+#                      (Miles' PPO loss with --use-tis; RUN_NAME gets -tis, tags offpolicy:tis).
+#   SC_TOP_K           20. tis-sc: K, the head recorded per generated token
+#                      (RESCUE_SC_TOP_K); SGLang's router caps chat requests at 20, more
+#                      needs --use-miles-router in EXTRA_ARGS. Cost: 8 bytes per position
+#                      and head entry in memory (K=20: 160 B), ~30 bytes of JSON in replies.
+#   SC_CAP             2.0. tis-sc: C, the truncation cap of the importance weights (RESCUE_SC_CAP).
 #   TP                 2. Tensor parallel size.   CP 2. Context parallel size.
 #   MAX_TOKENS_PER_GPU 32768. Dynamic batch size budget.
 #   SGLANG_MEM_FRACTION 0.8. --sglang-mem-fraction-static.
@@ -212,7 +221,7 @@
 #   EXTRA_ARGS         (empty) Appended verbatim to train_async.py's flags (word-split).
 #
 # ── Logging and dumps ───────────────────────────────────────────────────────────────────
-#   RUN_NAME           swe-ARM[-aA][-kK][-est-turn][-drgrpo]-seedSEED, e.g.
+#   RUN_NAME           swe-ARM[-aA][-kK][-est-turn][-drgrpo][-tis]-seedSEED, e.g.
 #                      swe-protect-a0.5-k2-seed1, swe-drop-k2-est-turn-seed1.
 #   WANDB_PROJECT      rescue-swe.
 #   WANDB_GROUP        RUN_NAME. Miles names the run after its group (random suffix off), so
@@ -297,6 +306,10 @@
 #   SEED='x' is not an integer: set SEED to an integer
 #   BASELINE='x' is not a baseline population: set BASELINE=all or BASELINE=survivors
 #   ESTIMATOR='x' is not an estimator: set ESTIMATOR=group or ESTIMATOR=turn
+#   OFFPOLICY='x' is not an off-policy correction of these arms: set OFFPOLICY to one of: ...
+#   SC_TOP_K=k on the SWE agent's chat requests: SGLang's router refuses top_logprobs above 20
+#   SC_CAP='x' is not a number > 0: set SC_CAP=C
+#   SGLANG_RETURN_ORIGINAL_LOGPROB=1 ... / EXTRA_ARGS has --use-tis, which OFFPOLICY=tis-sc refuses
 #   DRGRPO='x': set DRGRPO=0 or DRGRPO=1
 #   DRGRPO_DIVISOR='x' is not a number > 0: set DRGRPO_DIVISOR=D or leave it empty
 #   DRGRPO_DIVISOR applies only to DRGRPO=1: unset DRGRPO_DIVISOR or set DRGRPO=1
@@ -388,6 +401,9 @@ WATCHDOG_IDLE_S=${WATCHDOG_IDLE_S:-}
 PAUSE_MODE=${PAUSE_MODE:-in_place}
 
 LR=${LR:-1e-6}
+OFFPOLICY=${OFFPOLICY:-tis-sc}
+SC_TOP_K=${SC_TOP_K:-20}
+SC_CAP=${SC_CAP:-2.0}
 EPS_CLIP=${EPS_CLIP:-0.2}
 EPS_CLIP_HIGH=${EPS_CLIP_HIGH:-0.28}
 TP=${TP:-2}

@@ -38,6 +38,8 @@ env=(
   "RESCUE_ESTIMATOR=$ESTIMATOR"
 )
 [[ -n $DRGRPO_DIVISOR ]] && env+=("RESCUE_DRGRPO_DIVISOR=$DRGRPO_DIVISOR")
+rescue_offpolicy_env
+env+=("${OFFPOLICY_ENV[@]}")
 rescue_env_json "${env[@]}"
 
 rescue_note "oracle: $ORACLE_ROLLOUTS replay rollouts (dumped steps x arms $ORACLE_ARMS, a=$ORACLE_A) at $CKPT"

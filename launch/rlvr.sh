@@ -49,6 +49,7 @@ rescue_rlvr_check() {
     rescue_die "GPUS_PER_RUN=$GPUS_PER_RUN exceeds GPUS_PER_NODE=$GPUS_PER_NODE: a run is placed on one node"
   ((GPUS_PER_RUN % (TP * CP) == 0)) ||
     rescue_die "TP=$TP x CP=$CP = $((TP * CP)) does not divide GPUS_PER_RUN=$GPUS_PER_RUN: set TP, CP or GPUS_PER_RUN"
+  rescue_check_offpolicy generate none tis tis-sc
   GLOBAL_BATCH_SIZE=${GLOBAL_BATCH_SIZE:-$((ROLLOUT_BATCH_SIZE * N_SAMPLES))}
   local -a extra=()
   read -ra extra <<<"$EXTRA_ARGS"
@@ -100,14 +101,17 @@ rescue_rlvr_check_miles() {
 }
 
 # RUN_NAME, WANDB_GROUP, SAVE_DIR, DUMP_DIR, SUBMISSION_ID (each unless set) and WANDB_TAGS:
-# rlvr-ARM-capCAP-seedSEED.
+# rlvr-ARM-capCAP[-OFFPOLICY]-seedSEED (OFFPOLICY named unless none: another cohort).
 rescue_rlvr_names() {
-  RUN_NAME=${RUN_NAME:-rlvr-$ARM-cap$CAP-seed$SEED}
+  local setting=""
+  [[ $OFFPOLICY == none ]] || setting="-$OFFPOLICY"
+  RUN_NAME=${RUN_NAME:-rlvr-$ARM-cap$CAP$setting-seed$SEED}
   WANDB_GROUP=${WANDB_GROUP:-$RUN_NAME}
   SAVE_DIR=${SAVE_DIR:-$OUTPUT_DIR/$RUN_NAME/checkpoints}
   DUMP_DIR=${DUMP_DIR:-$OUTPUT_DIR/$RUN_NAME/dumps}
   SUBMISSION_ID=${SUBMISSION_ID:-$RUN_NAME-$(date +%Y%m%d-%H%M%S)}
   WANDB_TAGS="arm:$ARM,seed:$SEED,cap:$CAP"
+  [[ $OFFPOLICY == none ]] || WANDB_TAGS+=",offpolicy:$OFFPOLICY"
 }
 
 # Ray on node 0 (head) or another node (joins MASTER_ADDR), with the run slots; the head gets
@@ -165,11 +169,13 @@ rescue_rlvr_flags() {
     --attention-dropout 0.0 --hidden-dropout 0.0 --accumulate-allreduce-grads-in-fp32
     --attention-softmax-in-fp32 --attention-backend flash
   )
-  # GRPO, the estimator, Dr. GRPO and the train-side logging contract, as in the SWE arms
-  # (no --use-tis: on-policy). The reward hook scores truncated responses 0 in every arm
-  # (under ESTIMATOR=turn the loss flags carry it).
-  rescue_loss_flags
+  # GRPO, the estimator, Dr. GRPO, the off-policy correction (OFFPOLICY, none by default:
+  # on-policy) and the train-side logging contract, as in the SWE arms. The reward hook
+  # scores truncated responses 0 in every arm (under ESTIMATOR=turn the loss flags carry it).
+  rescue_loss_flags "$OFFPOLICY"
   RLVR_FLAGS+=("${LOSS_FLAGS[@]}")
+  [[ $OFFPOLICY != tis-sc ]] ||
+    RLVR_FLAGS+=(--custom-generate-function-path rescue.miles.topk.generate)
   [[ $ESTIMATOR == turn ]] ||
     RLVR_FLAGS+=(--custom-reward-post-process-path rescue.miles.reward.post_process_rewards)
   rescue_budget_flags
@@ -196,6 +202,8 @@ rescue_rlvr_runtime_env() {
   env+=("${BUDGET_ENV[@]}")
   [[ $ARM == turn ]] && env+=("RESCUE_TURN_TOKENS=$TURN_TOKENS")
   [[ -n $DRGRPO_DIVISOR ]] && env+=("RESCUE_DRGRPO_DIVISOR=$DRGRPO_DIVISOR")
+  rescue_offpolicy_env
+  env+=("${OFFPOLICY_ENV[@]}")
   RUNTIME_ENV_JSON=$("$JOB_PYTHON" -c '
 import json, sys
 print(json.dumps({"env_vars": dict(kv.split("=", 1) for kv in sys.argv[1:])}, separators=(",", ":")))

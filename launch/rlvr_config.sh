@@ -41,6 +41,13 @@
 #                empty = --rollout-max-response-len, i.e. CAP.
 #   RM_TYPE      math. Miles' grader (--rm-type): math (the grader of Miles' GSM8K recipes:
 #                the last \boxed{} of the response), deepscaler (after </think>) or dapo.
+#   OFFPOLICY    none. The off-policy correction, the same in every arm: none (Miles'
+#                synchronous trainer is on-policy: each step trains on the rollouts of the
+#                weights it just synced) | tis (--use-tis against the engine's numerics) |
+#                tis-sc (TIS + score centering as the SWE arms: rescue.miles.sc_loss, each
+#                /generate call records its top SC_TOP_K log-probs through
+#                rescue.miles.topk.generate; /generate has no cap on K). RUN_NAME gets
+#                -OFFPOLICY unless none. SC_TOP_K and SC_CAP as in config.sh.
 #
 # ── Runs on Ray ─────────────────────────────────────────────────────────────────────────
 #   GPUS_PER_RUN 1. GPUs of one run: Miles' synchronous trainer with --colocate (training
@@ -84,7 +91,8 @@
 #   /root/models/Qwen3-1.7B, REF_LOAD /root/models/Qwen3-1.7B_torch_dist, ROLLOUT_BATCH_SIZE
 #   32, NUM_ROLLOUT 200, TP 1, CP 1, MAX_TOKENS_PER_GPU 16384 (above prompt + CAP),
 #   SGLANG_MEM_FRACTION 0.7 (colocated), SAVE_INTERVAL 50, CKPT_KEEP 1, WANDB_PROJECT
-#   rescue-rlvr. RUN_NAME rlvr-ARM-capCAP-seedSEED, tags arm:ARM,seed:SEED,cap:CAP.
+#   rescue-rlvr. RUN_NAME rlvr-ARM-capCAP[-OFFPOLICY]-seedSEED, tags arm:ARM,seed:SEED,cap:CAP
+#   (and offpolicy:OFFPOLICY unless none).
 #
 # Errors (one line on stderr, exit status 2), besides config.sh's:
 #   ARM='x' is not a single-turn arm: set ARM=zero, mask, matched, drgrpo-mask, survivor or turn
@@ -100,6 +108,7 @@ ARM=${ARM:-}
 CAP=${CAP:-}
 TURN_TOKENS=${TURN_TOKENS:-256}
 RM_TYPE=${RM_TYPE:-math}
+OFFPOLICY=${OFFPOLICY:-none}
 GPUS_PER_RUN=${GPUS_PER_RUN:-1}
 RAY_START=${RAY_START:-1}
 JOB_START_TIMEOUT_S=${JOB_START_TIMEOUT_S:-31536000}

@@ -74,6 +74,7 @@ def test_each_arm_submits_exactly_its_own_flags(arm, bin_dir, miles_dir):
         **ARM_ENV[arm],
         "RESCUE_SEED": "1",
         "RESCUE_ESTIMATOR": "group",
+        **SC_ENV,
     }
 
 
@@ -123,11 +124,24 @@ def test_make_swe_arm_dry_runs_of_the_arms_differ_only_by_the_arms_own_settings(
         assert rest[arm] == rest["drop"], arm
 
 
-#: The train-side logging contract, in every arm.
+#: The train-side logging contract, in every arm (with the default OFFPOLICY=tis-sc loss).
 LOGGING_FLAGS = {
     "--loss-type": ["custom_loss"],
-    "--custom-loss-function-path": ["rescue.miles.loss.policy_loss"],
+    "--custom-loss-function-path": ["rescue.miles.sc_loss.policy_loss"],
     "--custom-megatron-before-train-step-hook-path": ["rescue.miles.train_step.before_train_step"],
+}
+#: Score centering's own flags (OFFPOLICY=tis-sc, the default) and settings.
+SC_FLAGS = {
+    "--custom-loss-function-path": ["rescue.miles.sc_loss.policy_loss"],
+    "--custom-generate-function-path": ["rescue.miles.topk.agentic_generate"],
+}
+SC_ENV = {"RESCUE_SC_TOP_K": "20", "RESCUE_SC_CAP": "2.0"}
+#: OFFPOLICY=tis instead: Miles' PPO loss with --use-tis, Miles' own agentic generate function
+#: (through rescue.miles.generate: a refused sample assembly is a no-result).
+TIS_FLAGS = {
+    "--custom-loss-function-path": ["rescue.miles.loss.policy_loss"],
+    "--custom-generate-function-path": ["rescue.miles.generate.generate"],
+    "--use-tis": [],
 }
 REWARD_HOOK = {"--custom-reward-post-process-path": ["rescue.miles.reward.post_process_rewards"]}
 DRGRPO_FLAGS = {
@@ -168,6 +182,33 @@ def test_estimator_turn_and_drgrpo_are_applied_identically_to_every_arm(bin_dir,
     assert all(shared[arm] == shared["drop"] for arm in ARMS)
 
 
+def test_offpolicy_tis_is_applied_identically_to_every_arm(bin_dir, miles_dir):
+    shared = {}
+    for arm in ARMS:
+        flags, env, _ = submitted(dry_run(arm, bin_dir, miles_dir, OFFPOLICY="tis").stdout)
+        assert {f: flags.get(f) for f in TIS_FLAGS} == TIS_FLAGS
+        assert not set(SC_ENV) & set(env)
+        own = {f: v for f, v in flags.items() if f in ARM_FLAG_NAMES}
+        assert own == ARM_FLAGS[arm]
+        shared[arm] = {f: v for f, v in flags.items() if f not in ARM_FLAG_NAMES | NAMED_FLAGS}
+    assert all(shared[arm] == shared["drop"] for arm in ARMS)
+    # and the default differs from it by exactly the correction's flags and settings
+    tis, _, _ = submitted(dry_run("drop", bin_dir, miles_dir, OFFPOLICY="tis").stdout)
+    sc, sc_env, _ = submitted(dry_run("drop", bin_dir, miles_dir).stdout)
+    changed = {f for f in {*tis, *sc} if tis.get(f) != sc.get(f)} - NAMED_FLAGS
+    assert changed == set(TIS_FLAGS)
+    assert {k: sc_env[k] for k in SC_ENV} == SC_ENV
+
+
+def test_the_score_centering_settings_reach_every_process(bin_dir, miles_dir):
+    _, env, _ = submitted(dry_run("drop", bin_dir, miles_dir, SC_TOP_K="8", SC_CAP="1.5").stdout)
+    assert env["RESCUE_SC_TOP_K"] == "8" and env["RESCUE_SC_CAP"] == "1.5"
+    flags, env, _ = submitted(
+        dry_run("drop", bin_dir, miles_dir, SC_TOP_K="64", EXTRA_ARGS="--use-miles-router").stdout
+    )
+    assert env["RESCUE_SC_TOP_K"] == "64" and flags["--use-miles-router"] == []
+
+
 def test_drgrpo_without_a_divisor_leaves_the_reducers_default(bin_dir, miles_dir):
     flags, env, _ = submitted(dry_run("drop", bin_dir, miles_dir, DRGRPO="1").stdout)
     assert {f: flags.get(f) for f in DRGRPO_FLAGS} == DRGRPO_FLAGS
@@ -178,8 +219,10 @@ def test_shared_settings_of_the_swe_arms(bin_dir, miles_dir):
     flags, env, job = submitted(dry_run("protect", bin_dir, miles_dir).stdout)
     expected = {
         "--fully-async": [],
-        "--use-tis": [],
-        "--custom-generate-function-path": ["rescue.miles.generate.generate"],
+        # the off-policy correction: TIS + score centering, its recorder of every call's head
+        # (around Miles' agentic generate with a refused sample assembly as a no-result)
+        "--custom-loss-function-path": ["rescue.miles.sc_loss.policy_loss"],
+        "--custom-generate-function-path": ["rescue.miles.topk.agentic_generate"],
         # the pilot's sampling settings; omitted ones are SGLang's OpenAI defaults
         "--rollout-temperature": ["1.0"],
         "--rollout-top-p": ["1.0"],
@@ -219,6 +262,8 @@ def test_shared_settings_of_the_swe_arms(bin_dir, miles_dir):
     }
     assert {f: flags.get(f) for f in expected} == expected
     assert "--colocate" not in flags and "--rollout-function-path" not in flags
+    assert "--use-tis" not in flags  # score centering applies its own truncated weights
+    assert {k: env[k] for k in SC_ENV} == SC_ENV
     assert env["RESCUE_SWE_STEP_LIMIT"] == "40"
     assert env["RESCUE_SWE_MAX_CONCURRENCY"] == "128"
     assert "SGLANG_ALLOW_OVERWRITE_LONGER_CONTEXT_LEN" not in env
@@ -360,6 +405,8 @@ def test_pace_runs_rescues_rollout_function_with_its_window_and_its_names(bin_di
          "swe-protect-a0.5-k2-est-turn-drgrpo-seed1", ",a:0.5,k:2,estimator:turn,drgrpo:1",
          "est-turn-drgrpo"),
         ("turn", {}, "swe-turn-seed1", "", None),  # the budget arms' settings are their own
+        ("drop", {"OFFPOLICY": "tis"}, "swe-drop-k2-tis-seed1", ",k:2,offpolicy:tis", "tis"),
+        ("turn", {"OFFPOLICY": "tis"}, "swe-turn-tis-seed1", ",offpolicy:tis", "tis"),
     ],
 )  # fmt: skip
 def test_another_estimator_or_drgrpo_is_named_so_runs_never_share_checkpoints(
@@ -494,6 +541,38 @@ INVALID = [
     (
         {"ARM": "drop", "EXTEND_CONTEXT": "yes"},
         "EXTEND_CONTEXT='yes': set EXTEND_CONTEXT=0 or EXTEND_CONTEXT=1",
+    ),
+    (
+        {"ARM": "drop", "OFFPOLICY": "none"},
+        "OFFPOLICY='none' is not an off-policy correction of these arms: set OFFPOLICY to one "
+        "of: tis tis-sc",
+    ),
+    ({"ARM": "drop", "SC_TOP_K": "0"}, "SC_TOP_K='0' is not a positive integer: set SC_TOP_K=N"),
+    ({"ARM": "drop", "SC_CAP": "-1"}, "SC_CAP='-1' is not a number > 0: set SC_CAP=C"),
+    (
+        {"ARM": "drop", "SC_TOP_K": "32"},
+        "SC_TOP_K=32 on the SWE agent's chat requests: SGLang's router refuses top_logprobs "
+        "above 20; set SC_TOP_K<=20 or add --use-miles-router to EXTRA_ARGS",
+    ),
+    (
+        {"ARM": "drop", "EXTRA_ARGS": "--use-tis"},
+        "EXTRA_ARGS has --use-tis, which OFFPOLICY=tis-sc refuses (rescue.miles.sc_flags): "
+        "remove it or set OFFPOLICY=tis",
+    ),
+    (
+        {"ARM": "drop", "TOP_P": "0.95"},
+        "TOP_P=0.95 truncates the sampler's distribution, which score centering cannot use: "
+        "set TOP_P=1 or OFFPOLICY=tis",
+    ),
+    (
+        {"ARM": "drop", "TOP_K": "20"},
+        "TOP_K=20 truncates the sampler's distribution, which score centering cannot use: "
+        "set TOP_K=-1 or OFFPOLICY=tis",
+    ),
+    (
+        {"ARM": "drop", "SGLANG_RETURN_ORIGINAL_LOGPROB": "1"},
+        "SGLANG_RETURN_ORIGINAL_LOGPROB=1 makes SGLang return log-probs before the temperature, "
+        "which score centering cannot use: unset it or set OFFPOLICY=tis",
     ),
 ]
 
@@ -661,12 +740,21 @@ def test_every_flag_is_one_miles_reads(miles_src, bin_dir):
 
 
 def test_the_generate_function_and_model_script_exist_in_miles(miles_src, bin_dir):
-    flags, _, _ = submitted(dry_run("drop", bin_dir, miles_src).stdout)
+    import importlib
+
+    flags, _, _ = submitted(dry_run("drop", bin_dir, miles_src, OFFPOLICY="tis").stdout)
     (generate,) = flags["--custom-generate-function-path"]
     assert generate == "rescue.miles.generate.generate"  # wraps Miles' agentic function
     source = (miles_src / "miles/rollout/generate_hub/agentic_tool_call.py").read_text()
     assert "async def generate(" in source
     assert flags["--num-layers"] == ["36"] and flags["--hidden-size"] == ["4096"]  # Qwen3-8B
+    # the default (tis-sc) runs rescue's recorder, which wraps that same Miles function
+    flags, _, _ = submitted(dry_run("drop", bin_dir, miles_src).stdout)
+    (recorder,) = flags["--custom-generate-function-path"]
+    module, name = recorder.rsplit(".", 1)
+    assert callable(getattr(importlib.import_module(module), name))
+    topk = (ROOT / "rescue/miles/topk.py").read_text()
+    assert "from rescue.miles.generate import generate as generate_agentic" in topk
 
 
 def _family(tito_model: str, miles: Path) -> tuple[str, str, str, dict]:

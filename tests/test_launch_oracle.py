@@ -86,20 +86,32 @@ def test_dry_run_builds_replays_and_compares(bin_dir, miles_dir, recording):
     assert env["RESCUE_ORACLE_DIR"] == oracle_dir and env["RESCUE_ORACLE_STREAM"] == "0"
 
 
-def test_the_replay_trains_on_the_arms_loss_flags(bin_dir, miles_dir, recording):
-    """The loss, estimator and Dr. GRPO flags are those of the training arms (one function)."""
-    settings = {"ESTIMATOR": "turn", "DRGRPO": "1"}
+@pytest.mark.parametrize("offpolicy", ["tis-sc", "tis"])
+def test_the_replay_trains_on_the_arms_loss_flags(bin_dir, miles_dir, recording, offpolicy):
+    """The loss, estimator, Dr. GRPO and off-policy flags are those of the training arms
+    (one function)."""
+    settings = {"ESTIMATOR": "turn", "DRGRPO": "1", "OFFPOLICY": offpolicy}
     flags, env = replay(oracle_dry_run(bin_dir, miles_dir, **recording, **settings).stdout)
-    arm, _, _ = submitted(dry_run("never-drop", bin_dir, miles_dir, **settings).stdout)
+    arm, arm_env, _ = submitted(dry_run("never-drop", bin_dir, miles_dir, **settings).stdout)
     for flag in (
         "--advantage-estimator", "--eps-clip", "--eps-clip-high", "--use-tis", "--loss-type",
         "--custom-loss-function-path", "--custom-reward-post-process-path",
         "--disable-grpo-std-normalization", "--custom-pg-loss-reducer-function-path",
         "--tensor-model-parallel-size", "--context-parallel-size", "--max-tokens-per-gpu",
-        "--num-layers", "--hf-checkpoint",
+        "--num-layers", "--hf-checkpoint", "--custom-megatron-before-train-step-hook-path",
+        "--rollout-temperature",
     ):  # fmt: skip
-        assert flags[flag] == arm[flag], flag
+        assert flags.get(flag) == arm.get(flag), flag
     assert env["RESCUE_ESTIMATOR"] == "turn"
+    sc = offpolicy == "tis-sc"
+    assert ("--use-tis" in flags) == (not sc)
+    # score centering: the replay publishes the heads the dumps kept, with the arms' cap
+    assert (
+        flags.get("--custom-rollout-log-function-path") == ["rescue.miles.log.log_rollout"]
+    ) == sc
+    assert (env.get("RESCUE_SC_CAP"), env.get("RESCUE_SC_TOP_K")) == (
+        arm_env.get("RESCUE_SC_CAP"), arm_env.get("RESCUE_SC_TOP_K"),
+    )  # fmt: skip
 
 
 OVERRIDES = [

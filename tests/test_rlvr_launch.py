@@ -168,6 +168,49 @@ def test_every_arm_scores_truncation_zero_logs_the_census_and_dumps(arm, bin_dir
     assert job[1].endswith("/train.py") and "--fully-async" not in flags
 
 
+#: OFFPOLICY's flags in the single-turn arms: none (the default, on-policy), tis, tis-sc.
+OFFPOLICY_FLAGS = {
+    "none": {"--custom-loss-function-path": ["rescue.miles.loss.policy_loss"]},
+    "tis": {"--custom-loss-function-path": ["rescue.miles.loss.policy_loss"], "--use-tis": []},
+    "tis-sc": {
+        "--custom-loss-function-path": ["rescue.miles.sc_loss.policy_loss"],
+        "--custom-generate-function-path": ["rescue.miles.topk.generate"],
+    },
+}
+
+
+@pytest.mark.parametrize("offpolicy", ["none", "tis", "tis-sc"])
+def test_offpolicy_is_the_same_in_every_arm_and_names_its_cohort(offpolicy, bin_dir, miles_dir):
+    shared = {}
+    for arm in ARMS:
+        env = {} if offpolicy == "none" else {"OFFPOLICY": offpolicy}
+        flags, run_env, _ = arm_run(arm, bin_dir, miles_dir, SEED="2", **env)
+        wanted = {**OFFPOLICY_FLAGS["none"], "--use-tis": None,
+                  "--custom-generate-function-path": None, **OFFPOLICY_FLAGS[offpolicy]}  # fmt: skip
+        assert {f: flags.get(f) for f in wanted} == wanted
+        sc = {k: run_env.get(k) for k in ("RESCUE_SC_TOP_K", "RESCUE_SC_CAP")}
+        assert sc == ({"RESCUE_SC_TOP_K": "20", "RESCUE_SC_CAP": "2.0"} if offpolicy == "tis-sc"
+                      else {"RESCUE_SC_TOP_K": None, "RESCUE_SC_CAP": None})  # fmt: skip
+        suffix = "" if offpolicy == "none" else f"-{offpolicy}"
+        assert flags["--wandb-group"] == [f"rlvr-{arm}-cap1024{suffix}-seed2"]
+        tag = "" if offpolicy == "none" else f",offpolicy:{offpolicy}"
+        assert run_env["WANDB_TAGS"] == f"arm:{arm},seed:2,cap:1024{tag}"
+        shared[arm] = {f: v for f, v in flags.items() if f not in ARM_FLAG_NAMES | NAMED_FLAGS}
+    assert all(shared[arm] == shared[ARMS[0]] for arm in ARMS)
+
+
+def test_the_judge_reads_each_offpolicy_as_its_own_cohort(bin_dir, miles_dir):
+    from rescue.judge.runs import identify
+
+    for offpolicy, setting in (("none", None), ("tis", "tis"), ("tis-sc", "tis-sc")):
+        flags, env, _ = arm_run("mask", bin_dir, miles_dir, OFFPOLICY=offpolicy)
+        for where in ({"group": flags["--wandb-group"][0]}, {"tags": env["WANDB_TAGS"]}):
+            cond, seed = identify(**where)
+            assert (cond.family if "group" in where else "rlvr", cond.arm, seed, cond.setting) == (
+                "rlvr", "mask", 1, setting,
+            ), where  # fmt: skip
+
+
 @pytest.mark.parametrize("arm", ARMS)
 def test_no_arm_has_an_outcome_dependent_group_filter(arm, bin_dir, miles_dir):
     """Miles' non-zero-std dynamic filter (and over-sampling, sample-level submission and
@@ -436,6 +479,16 @@ INVALID = [
         "CAL_HIGH='1.5' is not a rate in [0, 1]: set CAL_HIGH to a number between 0 and 1",
     ),
     ({"ARM": "mask", "SEED": "x"}, "SEED='x' is not an integer: set SEED to an integer"),
+    (
+        {"ARM": "mask", "OFFPOLICY": "sc"},
+        "OFFPOLICY='sc' is not an off-policy correction of these arms: set OFFPOLICY to one of: "
+        "none tis tis-sc",
+    ),
+    (
+        {"ARM": "mask", "OFFPOLICY": "tis-sc", "EXTRA_ARGS": "--rollout-top-p 0.9"},
+        "EXTRA_ARGS has --rollout-top-p, which OFFPOLICY=tis-sc refuses (rescue.miles.sc_flags): "
+        "remove it or set OFFPOLICY=tis",
+    ),
 ]
 
 
@@ -734,6 +787,37 @@ def test_the_sweeps_flags_parse_with_miles_own_parser(miles_src, bin_dir):
     for submit in submits:
         args, _ = _check_with_miles_parser(submit[submit.index("--") + 3 :], miles_src)
         assert args.rollout_max_response_len == 768 and args.dynamic_sampling_filter_path is None
+
+
+def test_score_centerings_commands_are_accepted_by_its_own_checks(miles_src, bin_dir, monkeypatch):
+    """The tis-sc commands, parsed by Miles' parser, pass the checks the loss, the recorder
+    and the publication make (rescue.miles.sc_flags); tis does not (it is not the SC loss)."""
+    from rescue.miles.sc_flags import check_sc_flags, sc_enabled
+
+    commands = [
+        ("rlvr_arm.sh", {"ARM": "mask", "CAP": "1024", "OFFPOLICY": "tis-sc"}),
+        ("swe_arm.sh", {"ARM": "protect", "A": "0.5"}),
+        ("swe_arm.sh", {"ARM": "turn"}),
+    ]
+    for script, settings in commands:
+        out = launch(script, bin_dir, miles_src, DRY_RUN="1", **settings)
+        assert out.returncode == 0, out.stderr
+        (submit,) = [w for w in command_lines(out.stdout) if w[:3] == ["ray", "job", "submit"]]
+        _, env, _ = submitted(
+            out.stdout, "train.py" if script == "rlvr_arm.sh" else "train_async.py"
+        )
+        for key in ("RESCUE_SC_TOP_K", "RESCUE_SC_CAP"):
+            monkeypatch.setenv(key, env[key])
+        args, leftover = _check_with_miles_parser(submit[submit.index("--") + 3 :], miles_src)
+        assert sc_enabled(args) and args.use_tis is False
+        check_sc_flags(args)
+        if script == "swe_arm.sh":  # the recorder brings the wrapped function's own flags
+            assert args.custom_agent_function_path == "swe_smith_tasks.agent.run"
+            assert "--custom-agent-function-path" not in leftover
+    out = launch("swe_arm.sh", bin_dir, miles_src, DRY_RUN="1", ARM="drop", OFFPOLICY="tis")
+    (submit,) = [w for w in command_lines(out.stdout) if w[:3] == ["ray", "job", "submit"]]
+    args, _ = _check_with_miles_parser(submit[submit.index("--") + 3 :], miles_src)
+    assert not sc_enabled(args) and args.use_tis is True
 
 
 @pytest.mark.parametrize("arm", ARMS)

@@ -29,6 +29,7 @@ NEW = {
     "kappa": 0.5,
     "tis": False,
     "tis_clip": 1.1,
+    "score_centering": False,
     "episodes": "table",
     "max_turns": 13,
     "infra_rate": 0.2,
@@ -93,6 +94,7 @@ CONTEXT = {
     "kappa": ["--arm", "turn-baseline"],
     "tis": ["--lr", "3"],
     "tis_clip": ["--lr", "3"],
+    "score_centering": ["--lr", "3"],
     "episodes": ["--max-turns", "40"],
     **{n: ["--episodes", "table", "--max-turns", "40"] for n in NEW if n.startswith("table_")},
 }

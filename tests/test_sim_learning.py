@@ -20,7 +20,13 @@ from rescue.sim import ArmSpec, SimConfig, Simulation, update
 from rescue.sim import policy as P
 
 CFG = SimConfig(
-    max_turns=2, group_size=2, groups_per_step=2, std_normalize=False, tis=False, lr=1.0
+    max_turns=2,
+    group_size=2,
+    groups_per_step=2,
+    std_normalize=False,
+    tis=False,
+    lr=1.0,
+    score_centering=False,
 )
 ROWS = [[[0, 1, 2], [0, 7, 8]], [[0, 1, -1], [0, 7, -1]]]
 CHOICES = [[[0, 0, 2], [1, 0, 1]], [[0, 2, -1], [1, 2, -1]]]

@@ -32,7 +32,14 @@ os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
 SESSION_ONLY = {"logprobs", "return_meta_info"}
 SETTINGS = [
     {},
-    {"TEMPERATURE": "0.7", "TOP_P": "0.95", "TOP_K": "20", "MAX_RESPONSE_LEN": "4096"},
+    # a truncated distribution: TIS alone (score centering refuses top_p < 1 and top_k > 0)
+    {
+        "TEMPERATURE": "0.7",
+        "TOP_P": "0.95",
+        "TOP_K": "20",
+        "MAX_RESPONSE_LEN": "4096",
+        "OFFPOLICY": "tis",
+    },
 ]
 
 

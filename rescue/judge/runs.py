@@ -6,12 +6,13 @@ A run is identified by its *condition* (family, arm, and the arm's settings a, k
 and its seed. Real runs carry them the way the launchers write them:
 
 - wandb group / run name
-  ``<family>-<arm>[-a<A>][-k<K>][-cap<CAP>][-est-turn][-drgrpo]-seed<SEED>`` (family
-  ``swe`` or ``rlvr``), e.g. ``swe-protect-a0.5-k2-seed1``; ``-est-turn`` and ``-drgrpo``
-  name a stale-handling arm run with the turn-reached estimator or Dr. GRPO (the launchers'
-  ``ESTIMATOR=turn``, ``DRGRPO=1``);
-- wandb tags ``arm:<arm>,seed:<seed>[,a:..][,k:..][,cap:..][,estimator:turn][,drgrpo:1]``
-  (tags win over the name).
+  ``<family>-<arm>[-a<A>][-k<K>][-cap<CAP>][-est-turn][-drgrpo][-tis|-tis-sc]-seed<SEED>``
+  (family ``swe`` or ``rlvr``), e.g. ``swe-protect-a0.5-k2-seed1``; ``-est-turn`` and
+  ``-drgrpo`` name a stale-handling arm run with the turn-reached estimator or Dr. GRPO
+  (the launchers' ``ESTIMATOR=turn``, ``DRGRPO=1``); ``-tis`` / ``-tis-sc`` an off-policy
+  correction other than the family's default (``OFFPOLICY``);
+- wandb tags ``arm:<arm>,seed:<seed>[,a:..][,k:..][,cap:..][,estimator:turn][,drgrpo:1]
+  [,offpolicy:..]`` (tags win over the name).
 
 The simulator also runs variants of an arm (``VARIANTS``: ``wnorm``, protect with its
 loss divided by the sum of its weights), named ``<arm>[-a<A>]-<variant>`` (tag
@@ -73,7 +74,7 @@ _NUM = r"[0-9]+(?:\.[0-9]+)?(?:e-?[0-9]+)?"
 VARIANTS: tuple[str, ...] = ("wnorm",)
 _TAIL = (
     rf"(?P<arm>{_ARM_RE})(?:-a(?P<a>{_NUM}))?(?:-k(?P<k>[0-9]+))?"
-    r"(?:-cap(?P<cap>[0-9]+))?(?P<setting>(?:-est-turn)?(?:-drgrpo)?)"
+    r"(?:-cap(?P<cap>[0-9]+))?(?P<setting>(?:-est-turn)?(?:-drgrpo)?(?:-tis-sc|-tis)?)"
     rf"(?:-(?P<variant>{'|'.join(VARIANTS)}))?(?:-seed(?P<seed>[0-9]+))?$"
 )
 #: A name without a family (the simulator's labels), then one with a family prefix.
@@ -194,7 +195,7 @@ def identify(
             variant=t.get("variant") or arm.variant or (cond.variant if same else None),
             setting=cond.setting if cond else None,
         )
-    if cond is not None and ("estimator" in t or "drgrpo" in t):
+    if cond is not None and ("estimator" in t or "drgrpo" in t or "offpolicy" in t):
         cond = replace(cond, setting=_setting(t, cond.setting))
     scenario = t.get("scenario") or config.get("scenario")
     if cond is not None and scenario:
@@ -204,25 +205,32 @@ def identify(
         raise InputError(
             f"{where}: cannot tell the arm and seed (group {group!r}, name {name!r}, tags "
             f"{sorted(t)}); allowed: a group or name "
-            "<family>-<arm>[-a<A>][-k<K>][-cap<CAP>][-est-turn][-drgrpo]-seed<SEED>, "
+            "<family>-<arm>[-a<A>][-k<K>][-cap<CAP>][-est-turn][-drgrpo][-tis|-tis-sc]-seed<SEED>, "
             "or tags arm:<arm>,seed:<seed>"
         )
     return cond, int(seed)
 
 
 def _setting(tags: Mapping[str, str], named: str | None) -> str | None:
-    """The setting from the tags ``estimator:group|turn`` and ``drgrpo:0|1``, each falling
-    back to the name's."""
+    """The setting from the tags ``estimator:group|turn``, ``drgrpo:0|1`` and
+    ``offpolicy:tis|tis-sc`` (the launchers tag a correction other than their family's
+    default), each falling back to the name's."""
     named = named or ""
     turn = tags.get("estimator", "turn" if "est-turn" in named else "group")
     drgrpo = tags.get("drgrpo", "1" if "drgrpo" in named else "0")
+    named_offpolicy = (
+        "tis-sc" if named.endswith("tis-sc") else "tis" if named.endswith("tis") else ""
+    )
+    offpolicy = tags.get("offpolicy", named_offpolicy)
     for key, value, allowed in (
         ("estimator", turn, ("group", "turn")),
         ("drgrpo", drgrpo, ("0", "1")),
+        ("offpolicy", offpolicy, ("", "tis", "tis-sc")),
     ):
         if value not in allowed:
-            raise InputError(f"tag {key}:{value}; allowed: {', '.join(allowed)}")
+            raise InputError(f"tag {key}:{value}; allowed: {', '.join(a for a in allowed if a)}")
     parts = (["est-turn"] if turn == "turn" else []) + (["drgrpo"] if drgrpo == "1" else [])
+    parts += [offpolicy] if offpolicy else []
     return "-".join(parts) or None
 
 

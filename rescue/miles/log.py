@@ -31,9 +31,14 @@ not zeroed yet). This function:
    prefix-measurable), so the expected weight on each prompt is the same. Left out when a
    rollout has no result (such a group never trains) and when ``args`` has no
    ``advantage_estimator`` (not a training run's arguments);
-6. logs them with Miles' tracking at ``rollout/step`` (``compute_rollout_step``, so the
+6. under score centering (``rescue.miles.sc_flags.sc_enabled``: the run's loss is
+   ``rescue.miles.sc_loss.policy_loss``), publishes every trained sample's recorded top-K
+   heads for the trainer (``rescue.miles.topk_store.publish``; a trained sample without
+   them stops the run) and logs ``rollout/rescue/sc/published`` (entries) and
+   ``rollout/rescue/sc/head_positions`` (positions with a head);
+7. logs them with Miles' tracking at ``rollout/step`` (``compute_rollout_step``, so the
    step matches Miles' own rollout metrics, with ``--wandb-always-use-train-step`` too);
-7. returns ``False``, so Miles' default logging, including the buffer's ``get_metrics()``
+8. returns ``False``, so Miles' default logging, including the buffer's ``get_metrics()``
    (``rollout/fully_async/*`` and the group census ``rollout/census/*``), still runs.
 
 Keys never collide with the buffer's: the buffer's census uses ``rollout/census/groups/*``,
@@ -160,6 +165,22 @@ def gradient_share(args: Any, samples: Sequence[Any]) -> dict[str, float]:
     )
 
 
+def publish_heads(rollout_id: int, args: Any, samples: Sequence[Any]) -> dict[str, float]:
+    """Step 6 above: ``{}`` unless the run trains with score centering."""
+    from rescue.miles.sc_flags import check_sc_flags, sc_enabled
+
+    if not sc_enabled(args):
+        return {}
+    from rescue.miles.topk_store import publish
+
+    check_sc_flags(args)
+    published, positions = publish(rollout_id, samples)
+    return {
+        "rollout/rescue/sc/published": float(published),
+        "rollout/rescue/sc/head_positions": float(positions),
+    }
+
+
 def log_rollout(
     rollout_id: int,
     args: Any,
@@ -180,6 +201,7 @@ def log_rollout(
     metrics.update(paid_baseline(args, samples))
     metrics.update(truncated_reward_census(args, samples))
     metrics.update(gradient_share(args, samples))
+    metrics.update(publish_heads(rollout_id, args, samples))
     metrics[STEP_KEY] = compute_rollout_step(args, rollout_id)
     tracking.log(args, metrics, step_key=STEP_KEY)
     return False

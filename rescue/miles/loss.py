@@ -104,7 +104,7 @@ def policy_loss(
         args.qkv_format,
         batch.get("max_seq_lens"),
     )
-    MOMENTS.record(id(batch["advantages"]), advantages, masks)
+    MOMENTS.record(batch["advantages"], advantages, masks)
     if batch.get(CHANNEL) is not None:
         batch = {**batch, "advantages": advantages, CHANNEL: None}
     return losses.policy_loss_function(args, batch, logits, sum_of_sample_mean)

@@ -9,7 +9,9 @@ Miles calls ``before_train_step(args, rollout_id, step_id, model, optimizer,
 opt_param_scheduler)`` before every optimizer step (after the gradients are zeroed). It
 
 1. clears the advantage moments ``MOMENTS`` that ``rescue.miles.loss.policy_loss`` records
-   for this step's micro-batches;
+   for this step's micro-batches; under score centering (``rescue.miles.sc_loss``) also
+   clears its figures ``SC_STATS`` and names the rollout being trained to the heads'
+   transport (``rescue.miles.topk_store.TRAINER.begin``);
 2. installs, once per optimizer, the step wrapper (``rescue.miles.step``) with its layers:
    ``TrainLog`` (outermost); unless ``RESCUE_UPDATE_NORM=0``, ``UpdateNorm``; and, when
    the run converts with ``rescue.miles.matched.convert_samples_to_train_data`` (the
@@ -28,6 +30,9 @@ initialized (last pipeline stage, DP x CP rank 0, TP rank 0: Miles'
 ``train/rescue/adv_mean``      mean advantage over the tokens trained this step (loss mask 1);
 ``train/rescue/adv_var``       their variance (population variance over those tokens);
 ``train/rescue/adv_tokens``    how many tokens that is;
+``train/rescue/sc/*``          under score centering: ``tokens``, ``head_mass_sampler``,
+                               ``head_mass_trainer``, ``truncated_frac``, ``correction_l1``
+                               (``rescue.miles.sc_loss``; means over the trained tokens);
 
 and, under the matched-update control, ``train/rescue/matched_copy``,
 ``train/rescue/update_norm_ref``, ``train/rescue/update_norm_mask`` and
@@ -51,6 +56,7 @@ from typing import Any
 
 from rescue.errors import InputError
 from rescue.miles.matched import MatchedUpdate, ReferenceStepHold, matched_enabled
+from rescue.miles.sc_flags import sc_enabled
 from rescue.miles.step import StepContext, StepWrapper, UpdateNorm
 
 #: Prefix of every key this module logs.
@@ -157,7 +163,12 @@ class TrainLog:
     def __call__(self, ctx: StepContext, optimizer: Any, step: Any) -> Any:
         result = step()
         groups, logs = _parallel()
-        metrics = {PREFIX + k: v for k, v in {**ctx.metrics, **MOMENTS.reduce(groups)}.items()}
+        reduced = {**ctx.metrics, **MOMENTS.reduce(groups)}
+        if sc_enabled(ctx.args):
+            from rescue.miles.sc_loss import SC_STATS
+
+            reduced.update(SC_STATS.reduce(groups))
+        metrics = {PREFIX + k: v for k, v in reduced.items()}
         ctx.metrics.clear()
         if logs and metrics:
             from miles.utils.tracking_utils import tracking
@@ -179,6 +190,12 @@ def before_train_step(
     from rescue.miles.oracle import install_capture, oracle_dir_from_env
 
     MOMENTS.reset()
+    if sc_enabled(args):
+        from rescue.miles.sc_loss import SC_STATS
+        from rescue.miles.topk_store import TRAINER
+
+        SC_STATS.reset()
+        TRAINER.begin(rollout_id)
     if oracle_dir_from_env() is not None:
         install_capture(args, rollout_id, step_id, model, optimizer)
     if optimizer is None:

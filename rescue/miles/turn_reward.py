@@ -20,7 +20,8 @@ the trainer's GRPO advantage is ``0 + A_t`` exactly. The consumer adds it:
 
 - Miles: ``--loss-type custom_loss --custom-loss-function-path
   rescue.miles.loss.policy_loss`` (adds the channel to ``batch["advantages"]`` and calls
-  Miles' own ``policy_loss_function``). Not ``--use-opd``: OPD would *subtract* the field,
+  Miles' own ``policy_loss_function``), or ``rescue.miles.sc_loss.policy_loss`` (the same
+  advantages under TIS + score centering). Not ``--use-opd``: OPD would *subtract* the field,
   so the combination is refused.
 - slime: ``--custom-advantage-function-path rescue.slime.advantages.turn_advantages``.
 
@@ -76,8 +77,10 @@ DEFAULT_KAPPA = 2.0
 ENV_TURN_TOKENS = "RESCUE_TURN_TOKENS"
 DEFAULT_TURN_TOKENS = 512
 
-#: The Miles loss that consumes the channel, and slime's advantage function.
+#: The Miles losses that consume the channel (Miles' PPO loss, and TIS + score centering),
+#: and slime's advantage function.
 MILES_LOSS_PATH = "rescue.miles.loss.policy_loss"
+MILES_LOSS_PATHS = (MILES_LOSS_PATH, "rescue.miles.sc_loss.policy_loss")
 SLIME_ADVANTAGE_PATH = "rescue.slime.advantages.turn_advantages"
 #: The per-token channel field in Miles and in slime.
 MILES_CHANNEL = "opd_reverse_kl"
@@ -159,11 +162,12 @@ def check_turn_supported(args: Any, *, slime: bool = False) -> None:
         return
     loss_type = getattr(args, "loss_type", None)
     path = getattr(args, "custom_loss_function_path", None)
-    if loss_type != "custom_loss" or path != MILES_LOSS_PATH:
+    if loss_type != "custom_loss" or path not in MILES_LOSS_PATHS:
         raise InputError(
             f"{ENV_ESTIMATOR}=turn needs --loss-type custom_loss --custom-loss-function-path "
-            f"{MILES_LOSS_PATH} (got --loss-type {loss_type}, --custom-loss-function-path "
-            f"{path}): that loss adds the per-token advantages to Miles' advantages"
+            f"{' or '.join(MILES_LOSS_PATHS)} (got --loss-type {loss_type}, "
+            f"--custom-loss-function-path {path}): those losses add the per-token advantages "
+            "to Miles' advantages"
         )
 
 

@@ -12,8 +12,8 @@ SGLang 0.5.x fails:
 | ``GET /get_server_info``, ``/server_info`` | the server arguments Miles checks (host, port, nnodes, node_rank, gpu_id_step, base_gpu_id, tp/dp/pp/ep size, enable_memory_saver) plus context_length, tool_call_parser, reasoning_parser, weight_version |
 | ``GET /model_info``, ``/get_weight_version`` | model path, ``weight_version`` |
 | ``POST /update_weight_version`` ``{new_version}`` | the version every later reply reports in ``meta_info.weight_version`` |
-| ``POST /generate`` | ``{text, output_ids, meta_info}``; ``finish_reason`` ``length`` at ``max_new_tokens`` |
-| ``POST /v1/chat/completions`` | one choice with ``meta_info.output_token_logprobs`` of exactly ``completion_tokens`` entries |
+| ``POST /generate`` | ``{text, output_ids, meta_info}``; ``finish_reason`` ``length`` at ``max_new_tokens``; with ``return_logprob`` and ``top_logprobs_num`` K, ``meta_info.output_top_logprobs`` (K entries per position) |
+| ``POST /v1/chat/completions`` | one choice with ``meta_info.output_token_logprobs`` of exactly ``completion_tokens`` entries; with ``logprobs`` and ``top_logprobs`` K, ``meta_info.output_top_logprobs`` too |
 | ``POST /abort_request``, ``/pause_generation``, ``/continue_generation`` | 200 |
 
 As SGLang does (``serving_chat.py``, ``tokenizer_manager.py``, ``qwen25_detector.py``,
@@ -164,7 +164,11 @@ class Engine:
             if error := m.context_error(len(ids), max_new):
                 return 400, error_body(error, 400)
             budget = max_new if max_new is not None else m.context_length - len(ids)
-            return 200, m.generate(m.raw_reply("solve", 0, budget), len(ids), budget)
+            top = int(body.get("top_logprobs_num") or 0) if body.get("return_logprob") else 0
+            return 200, m.generate(
+                m.raw_reply("solve", 0, budget), len(ids), budget, top,
+                with_text=bool(body.get("return_text_in_logprobs")),
+            )  # fmt: skip
         if path in ("/v1/chat/completions", "/chat/completions"):
             status, response, record = m.chat(body)
             self._note(record)

@@ -34,6 +34,8 @@ TOOL_CALL_PARSERS = ("qwen25",)
 REASONING_PARSERS = ("qwen3",)
 _PLAN = re.compile(r"\[plan (\w+)\]")
 _FILLER = "Let me reread every line of the code and the tests once more before I decide. "
+#: The log-prob the model gives each token it emits.
+SAMPLED_LOGPROB = -0.5
 
 
 class Model:
@@ -128,8 +130,17 @@ class Model:
             )
         return None
 
-    def generate(self, text: str, n_input: int, max_new_tokens: int) -> dict[str, Any]:
-        """Output ids, decoded text and ``meta_info`` of one generation of ``text``."""
+    def generate(
+        self, text: str, n_input: int, max_new_tokens: int, top_logprobs_num: int = 0,
+        with_text: bool = False,
+    ) -> dict[str, Any]:  # fmt: skip
+        """Output ids, decoded text and ``meta_info`` of one generation of ``text``.
+
+        With ``top_logprobs_num`` > 0, ``meta_info.output_top_logprobs`` holds, per output
+        position, the ``top_logprobs_num`` most likely ``[logprob, id, text]`` in decreasing
+        order, of one distribution with the sampled token's own log-prob (SGLang's
+        ``detokenize_top_logprobs_tokens``; ``text`` None unless ``with_text``, as chat asks).
+        """
         ids = [*self.tokenizer.encode(text, add_special_tokens=False).ids, self._eos]
         if len(ids) > max_new_tokens:
             ids = ids[:max_new_tokens]
@@ -137,7 +148,7 @@ class Model:
             text = self.tokenizer.decode(ids, skip_special_tokens=False)
         else:
             finish = {"type": "stop", "matched": self._eos}
-        logprobs = [[-0.5, i, None] for i in ids]
+        logprobs = [[SAMPLED_LOGPROB, i, None] for i in ids]
         meta = {
             "id": uuid.uuid4().hex,
             "finish_reason": finish,
@@ -148,7 +159,21 @@ class Model:
             "weight_version": self.weight_version,
             "e2e_latency": 0.0,
         }
+        if top_logprobs_num > 0:
+            meta["output_top_logprobs"] = [self._head(i, top_logprobs_num, with_text) for i in ids]
         return {"text": text, "output_ids": ids, "meta_info": meta}
+
+    def _head(self, token: int, k: int, with_text: bool) -> list[list[Any]]:
+        """The top ``k`` of a distribution giving ``token`` the sampled log-prob and the
+        rest of the head equal shares of half the remaining mass (so the tail holds mass)."""
+        vocab = self.tokenizer.get_vocab_size()
+        others = [(token + j) % vocab for j in range(1, min(k, vocab))]
+        rest = math.log((1 - math.exp(SAMPLED_LOGPROB)) / 2 / max(1, len(others)))
+        entries = [[SAMPLED_LOGPROB, token]] + [[rest, t] for t in others]
+        return [
+            [lp, t, self.tokenizer.decode([t], skip_special_tokens=False) if with_text else None]
+            for lp, t in entries
+        ]
 
     def chat(self, body: dict[str, Any]) -> tuple[int, dict[str, Any], dict[str, Any]]:
         """(status, response, record) of one ``/v1/chat/completions`` request."""
@@ -165,7 +190,12 @@ class Model:
             record.update(status=400, error=error)
             return 400, error_body(error, 400), record
         budget = max_new if max_new is not None else self.context_length - len(input_ids)
-        out = self.generate(self.raw_reply(behaviour, turn, budget), len(input_ids), budget)
+        # SGLang's chat: top_logprobs_num=request.top_logprobs, return_text_in_logprobs=True;
+        # nothing of it without logprobs (return_logprob=request.logprobs)
+        top = int(body.get("top_logprobs") or 0) if body.get("logprobs") else 0
+        out = self.generate(
+            self.raw_reply(behaviour, turn, budget), len(input_ids), budget, top, with_text=True
+        )
         meta = out["meta_info"]
         text = out["text"]
         if text.endswith("<|im_end|>"):
@@ -249,17 +279,17 @@ def _parse_tool_calls(text: str) -> tuple[list[dict[str, Any]] | None, str]:
 
 
 def _openai_logprobs(tokenizer: Any, meta: dict[str, Any]) -> dict[str, Any]:
-    content = []
-    for logprob, token_id, _ in meta["output_token_logprobs"]:
+    """``choices[0].logprobs``: token strings, not ids (``_build_token_logprobs_from_raw``)."""
+
+    def entry(logprob: float, token_id: int) -> dict[str, Any]:
         token = tokenizer.decode([token_id], skip_special_tokens=False)
-        content.append(
-            {
-                "token": token,
-                "logprob": logprob,
-                "bytes": list(token.encode()),
-                "top_logprobs": [],
-            }
-        )
+        return {"token": token, "logprob": logprob, "bytes": list(token.encode())}
+
+    tops = meta.get("output_top_logprobs") or [None] * len(meta["output_token_logprobs"])
+    content = []
+    for (logprob, token_id, _), top in zip(meta["output_token_logprobs"], tops, strict=True):
+        heads = [entry(lp, t) for lp, t, *_ in top] if top else []
+        content.append({**entry(logprob, token_id), "top_logprobs": heads})
     return {"content": content}
 
 

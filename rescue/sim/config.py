@@ -244,6 +244,14 @@ class SimConfig:
         T,
     )
     tis_clip: float = _s(2.0, "upper clip of the importance ratio (Miles' --tis-clip)", FLOAT, T)
+    score_centering: bool = _s(
+        True,
+        "score centering (rescue.score_centering): subtract each decision's launching-policy "
+        "expected (tis-weighted) score; with tis, the plan's TIS + SC (cap tis-clip), the "
+        "cluster's default (OFFPOLICY=tis-sc)",
+        BOOL,
+        T,
+    )
     # environment
     episodes: str = _s(
         "agent",

@@ -74,7 +74,8 @@ class Episodes:
     ``rows`` / ``choices`` are ``[n, max_turns + 1]`` decisions: column 0 is the strategy
     choice (taken with turn 1), column ``ℓ`` the action at turn ``ℓ``; padding rows are −1.
     ``prob`` is the probability the launching policy gave each decision (1 on padding): the
-    denominator of the importance ratio.
+    denominator of the importance ratio; ``behaviour`` is the launching policy's whole
+    distribution over the decision's row (0 on padding), what score centering centres by.
     """
 
     task_k: np.ndarray  # [n] correct edits the task needs
@@ -86,6 +87,7 @@ class Episodes:
     rows: np.ndarray  # [n, T + 1]
     choices: np.ndarray  # [n, T + 1]
     prob: np.ndarray  # [n, T + 1] behaviour probability of each decision
+    behaviour: np.ndarray  # [n, T + 1, CHOICES] the launching policy's row of each decision
 
     @property
     def reward(self) -> np.ndarray:
@@ -138,7 +140,13 @@ def run_table(
     kind[rng.random(n) < cfg.infra_rate] = LOST
     ran_tests = strategy == P.THOROUGH
     return Episodes(task_k.astype(np.int64), strategy, kind, turns, ran_tests, duration, rows,
-                    choices, prob)  # fmt: skip
+                    choices, prob, behaviour_rows(probs, rows))  # fmt: skip
+
+
+def behaviour_rows(probs: np.ndarray, rows: np.ndarray) -> np.ndarray:
+    """``[n, T + 1, CHOICES]``: the row of ``probs`` each decision was drawn from (0 on padding)."""
+    real = rows >= 0
+    return np.where(real[..., None], probs[np.where(real, rows, 0)], 0.0)
 
 
 def run_episodes(
@@ -205,4 +213,7 @@ def run_episodes(
         alive[ended] = False
     lost = rng.random(n) < cfg.infra_rate
     kind[lost] = LOST
-    return Episodes(k, strategy, kind, turns, ran_tests, duration, rows, choices, prob)
+    return Episodes(
+        k, strategy, kind, turns, ran_tests, duration, rows, choices, prob,
+        behaviour_rows(probs, rows),
+    )  # fmt: skip

@@ -18,6 +18,13 @@ A batch is B groups of G rollouts (``Batch``). Rollout ``i`` of group ``g`` made
 - ``m_gi``: 0 for a loss-masked rollout (the mask arms' capped rollouts), else 1.
 - ``ρ``: with ``tis``, the truncated importance ratio ``min(π_θ(a_d) / π_launch(a_d), C)``
   of the decision (Miles' ``--use-tis``, lower clip 0, ``C = tis_clip``), else 1.
+- ``score_centering``: each decision also gets ``- m_gi w_g A_gi(d) Σ_v c_dv ∇log π_θ(v |
+  row_d)`` (divided by ``N``), ``c`` the centering coefficients of
+  ``rescue.score_centering.head_terms`` with the launching policy's whole row as the head
+  (``f(r) = min(r, C)`` with ``tis``, ``f ≡ 1`` without): the decision's score minus its
+  launching-policy expectation, so the staleness drift ``E[A] E_launch[ρ ∇log π]`` is gone.
+  The sampler/trainer mismatch here is staleness alone (the launching weights against
+  the current ones); the simulator has no numerical mismatch.
 - ``matched`` (the matched-update control): the step is the mask arm's gradient times
   ``rescue.mask.matched_scale(‖g_0‖, ‖g_mask‖)``, ``g_0`` the gradient of the same batch with
   nothing masked (the R = 0 arm's) at the same θ, so the update keeps the mask's direction
@@ -46,6 +53,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from rescue.advantages import group_advantages, per_token_advantages
+from rescue.errors import InputError
 from rescue.mask import matched_scale
 from rescue.sim import policy as P
 from rescue.sim.arms import ArmSpec
@@ -61,7 +69,8 @@ class Batch:
 
     ``rows``, ``choices``, ``prob``: ``[B, G, T + 1]`` decisions (padding rows −1) and the
     probability the launching policy gave each; ``reward``, ``lengths``, ``masked``:
-    ``[B, G]``; ``weight``: ``[B]`` the gate's loss weight of each group.
+    ``[B, G]``; ``weight``: ``[B]`` the gate's loss weight of each group; ``behaviour``:
+    ``[B, G, T + 1, CHOICES]`` the launching policy's row of each decision (score centering).
     """
 
     rows: np.ndarray
@@ -71,6 +80,7 @@ class Batch:
     lengths: np.ndarray
     masked: np.ndarray
     weight: np.ndarray
+    behaviour: np.ndarray | None = None
 
     @classmethod
     def of(cls, episodes: Sequence, masked: Sequence, weights: Sequence[float]) -> Batch:
@@ -83,6 +93,7 @@ class Batch:
             lengths=np.stack([e.turns for e in episodes]),
             masked=np.asarray(masked, dtype=bool).reshape(len(episodes), -1),
             weight=np.asarray(weights, dtype=np.float64),
+            behaviour=np.stack([e.behaviour for e in episodes]),
         )
 
     @property
@@ -140,7 +151,19 @@ def coefficients(
     batch: Batch, arm: ArmSpec, cfg: SimConfig, probs: np.ndarray
 ) -> tuple[np.ndarray, dict[str, float]]:
     """``c / N [B, G, T + 1]`` of the module docstring, and the step's TIS figures."""
+    return _weighted(batch, cfg, probs, _scaled_advantages(batch, arm, cfg))
+
+
+def _scaled_advantages(batch: Batch, arm: ArmSpec, cfg: SimConfig) -> np.ndarray:
+    """``m w A / N`` per decision (the coefficient without the ratio)."""
     coef = np.where(batch.masked[:, :, None], 0.0, advantages(batch, arm, cfg))
+    return coef / normalizer(batch, arm)
+
+
+def _weighted(
+    batch: Batch, cfg: SimConfig, probs: np.ndarray, coef: np.ndarray
+) -> tuple[np.ndarray, dict[str, float]]:
+    """``coef`` times the truncated ratio (with ``tis``), and the step's TIS figures."""
     info: dict[str, float] = {}
     if cfg.tis:
         real = batch.rows >= 0
@@ -151,7 +174,45 @@ def coefficients(
             "tis_mean": float(raw[real].mean()),
             "tis_clipfrac": float((raw[real] > cfg.tis_clip).mean()),
         }
-    return coef / normalizer(batch, arm), info
+    return coef, info
+
+
+def centering(
+    batch: Batch, coef: np.ndarray, cfg: SimConfig, probs: np.ndarray
+) -> tuple[np.ndarray, np.ndarray, np.ndarray, dict[str, float]]:
+    """Score centering's decisions ``(rows, choices, coefficients)`` ``[B, G, T + 1, CHOICES]``
+    for ``Policy.gradient``, from the per-decision ``coef`` (``A`` over ``N``, masked and
+    weighted, without the ratio), and the step's mean ``Σ_v |c_dv|`` over the decisions."""
+    from rescue.score_centering import head_terms
+
+    if batch.behaviour is None:
+        raise InputError("score centering needs each decision's launching row (Batch.behaviour)")
+    real = batch.rows >= 0
+    rows = np.where(real, batch.rows, 0)
+    valid = P.available()[rows] & real[..., None]
+    p, q = probs[rows], batch.behaviour
+    with np.errstate(divide="ignore"):
+        logp = np.log(np.where(valid, p, 1.0))
+        logq = np.log(np.where(valid, q, 1.0))
+    head = head_terms(logp, logq, cfg.tis_clip if cfg.tis else None, valid)
+    choices = np.broadcast_to(np.arange(P.CHOICES), head.coef.shape)
+    rows_v = np.where(valid, rows[..., None], -1)
+    info = {"sc_correction_l1": float(np.abs(head.coef).sum(-1)[real].mean())} if real.any() else {}
+    return rows_v, choices, -coef[..., None] * head.coef, info
+
+
+def gradient(
+    policy: P.Policy, batch: Batch, arm: ArmSpec, cfg: SimConfig, probs: np.ndarray
+) -> tuple[np.ndarray, dict[str, float]]:
+    """The batch's gradient under the arm's rule (module docstring), and the step's figures."""
+    scaled = _scaled_advantages(batch, arm, cfg)
+    coef, info = _weighted(batch, cfg, probs, scaled)
+    grad = policy.gradient(batch.rows, batch.choices, coef)
+    if cfg.score_centering:
+        rows, choices, c, sc_info = centering(batch, scaled, cfg, probs)
+        grad = grad + policy.gradient(rows, choices, c)
+        info = {**info, **sc_info}
+    return grad, info
 
 
 def step(policy: P.Policy, batch: Batch, arm: ArmSpec, cfg: SimConfig) -> dict[str, float]:
@@ -163,12 +224,10 @@ def step(policy: P.Policy, batch: Batch, arm: ArmSpec, cfg: SimConfig) -> dict[s
     step's), ``update_norm_mask`` (its own, unscaled) and ``update_scale``.
     """
     probs = policy.probs()
-    coef, info = coefficients(batch, arm, cfg, probs)
-    grad = policy.gradient(batch.rows, batch.choices, coef)
+    grad, info = gradient(policy, batch, arm, cfg, probs)
     if arm.matched:
         unmasked = dataclasses.replace(batch, masked=np.zeros_like(batch.masked))
-        ref_coef, _ = coefficients(unmasked, arm, cfg, probs)
-        ref = cfg.lr * float(np.linalg.norm(policy.gradient(batch.rows, batch.choices, ref_coef)))
+        ref = cfg.lr * float(np.linalg.norm(gradient(policy, unmasked, arm, cfg, probs)[0]))
         own = cfg.lr * float(np.linalg.norm(grad))
         scale = matched_scale(ref, own)
         grad = grad * (scale if math.isfinite(scale) else 1.0)
