@@ -112,6 +112,15 @@ def slime_train_modules() -> None:
         sys.meta_path.append(_ImportOnlyFinder)
 
 
+def remove_import_only() -> None:
+    """Undo ``slime_train_modules``' stand-ins: the finder leaves ``sys.meta_path`` and every
+    stand-in module leaves ``sys.modules``, so that a later test importing one of those
+    packages meets what is installed (or its own stand-in), never a module that raises."""
+    sys.meta_path[:] = [f for f in sys.meta_path if f is not _ImportOnlyFinder]
+    for name in [n for n, m in sys.modules.items() if isinstance(m, _ImportOnly)]:
+        del sys.modules[name]
+
+
 def rollout_manager_class():
     """slime's ``RolloutManager`` class itself (``@ray.remote`` wraps it in an actor class)."""
     slime_train_modules()

@@ -207,7 +207,10 @@ def test_a_game_without_a_result_drops_its_group_counted_and_another_is_drawn(
     monkeypatch.setattr(http_utils, "post", post)
     groups, metrics, _ = run_rollout(miles_args, fault=fault)
     assert metrics == {f"rollout/dynamic_filter/drop_no_result_{reason}": 1}
-    assert len(groups) == 2 and {g[0][0].group_index for g in groups} == {1, 2}
+    # the faulted group 0 is replaced by another drawn group; which two of the groups in
+    # flight finish first is the engine's timing (Miles keeps the first that pass)
+    kept = {g[0][0].group_index for g in groups}
+    assert len(groups) == 2 == len(kept) and 0 not in kept
     assert all(rollout_record(t).outcome is not Outcome.INFRA_NO_RESULT for g in groups for t in g)
 
 

@@ -21,7 +21,13 @@ from types import SimpleNamespace
 
 import numpy as np
 import pytest
-from slime_env import cpu_accelerator, megatron_ranks, rollout_manager_class, slime_train_modules
+from slime_env import (
+    cpu_accelerator,
+    megatron_ranks,
+    remove_import_only,
+    rollout_manager_class,
+    slime_train_modules,
+)
 
 from rescue.advantages import per_token_advantages
 from rescue.model_calls import CALLS_KEY
@@ -31,6 +37,14 @@ CHUNK = 5  # RESCUE_TURN_TOKENS of the single-turn group
 PROMPT = 3
 REWARD_PATH = "rescue.miles.reward.post_process_rewards"
 TURN_PATH = "rescue.slime.advantages.turn_advantages"
+
+
+@pytest.fixture(scope="module", autouse=True)
+def _no_stand_ins_after_this_module():
+    """The import-only stand-ins serve this module alone (later tests import the same
+    package names: Megatron's training package, SGLang's dumper)."""
+    yield
+    remove_import_only()
 
 
 @pytest.fixture(scope="module")

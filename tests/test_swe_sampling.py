@@ -123,7 +123,9 @@ def test_the_pilot_sends_what_miles_sends_for_the_same_settings(settings, bin_di
 
 
 def test_the_pilot_launcher_checks_the_sampling_defaults_and_pulls_first(bin_dir, miles_dir):
-    result = launch("pilot.sh", bin_dir, miles_dir, DRY_RUN="1", PILOT_TASKS="5", TOP_P="0.9")
+    result = launch(
+        "pilot.sh", bin_dir, miles_dir, DRY_RUN="1", PILOT_TASKS="5", TOP_P="0.9", OFFPOLICY="tis"
+    )
     assert result.returncode == 0, result.stderr
     lines = command_lines(result.stdout)
     steps = [
