@@ -38,8 +38,9 @@
 #                      set ESTIMATOR, DRGRPO and BASELINE themselves and refuse other values.
 #   A                  (protect only, required there) keep probability of a stale group,
 #                      0 < A <= 1 (RESCUE_A). A=1 is never-drop with protect's hook.
-#   SEED               1. Replicate seed: the protect coin (RESCUE_SEED), Miles' --seed and
-#                      --rollout-seed (prompt order). Equal seeds give the arms the same prompts.
+#   SEED               1. Replicate seed, an integer >= 0: the protect coin (RESCUE_SEED), Miles'
+#                      --seed and --rollout-seed (prompt order). Equal seeds give the arms the
+#                      same prompts.
 #   STALENESS          2. K of --max-weight-staleness: a group is stale when current weight
 #                      version - its oldest version > K.
 #   PACE_WINDOW        (pace only; empty) Groups in flight + buffered + taken this step
@@ -246,7 +247,7 @@
 #   PACE_WINDOW=x is outside ROLLOUT_BATCH_SIZE..(STALENESS + 1) * ROLLOUT_BATCH_SIZE: ...
 #   PAUSE_MODE='x' is not a pause mode: set PAUSE_MODE=in_place or PAUSE_MODE=retract
 #   NAME='x' is not a non-negative integer: set NAME=N (every count, size, port and wait)
-#   SEED='x' is not an integer: set SEED to an integer
+#   SEED='x' is not a non-negative integer (...): set SEED=N
 #   BASELINE='x' is not a baseline population: set BASELINE=all or BASELINE=survivors
 #   ESTIMATOR='x' is not an estimator: set ESTIMATOR=group or ESTIMATOR=turn
 #   DRGRPO='x': set DRGRPO=0 or DRGRPO=1
@@ -259,6 +260,8 @@
 #   GPUS_PER_NODE=1 on one node leaves no GPU for training or rollout: ...
 #   no Miles checkout at MILES_DIR=...: set MILES_DIR to a Miles checkout with train_async.py
 #                      (train.py for the oracle)
+#   MILES_DIR=... is a slime checkout (it holds slime/, not miles/): set MILES_DIR to a Miles
+#                      checkout (radixark/miles)
 #   oracle: CKPT is not set / DUMPS is not set / no dump files in DUMPS / ORACLE_A='x' /
 #   ORACLE_ARMS: 'x' is not an arm / the oracle replays on one node / TP x CP does not
 #   divide GPUS_PER_NODE (each naming the value to set)
