@@ -71,8 +71,9 @@
 #                      a never-drop run with dumps (ARM=never-drop DUMP_STEPS=N).
 #   ORACLE_DIR         DUMPS/oracle. Where `rescue oracle build` writes the arms' replay
 #                      inputs and the capture writes gradients or statistics.
-#   ORACLE_ARMS        all,drop,stale,protect. Arms replayed per dumped step (all first).
-#   ORACLE_A           0.5. Keep probabilities of the protect arms (comma-separated).
+#   ORACLE_ARMS        all,drop,stale,protect. Arms replayed per dumped step (all first),
+#                      separated by commas or spaces.
+#   ORACLE_A           0.5. Keep probabilities of the protect arms (commas or spaces).
 #   ORACLE_STREAM      0. 1: keep each step's earlier arms in host memory and write only
 #                      inner products and norms (RESCUE_ORACLE_STREAM); 0 writes every
 #                      arm's full gradient (4 bytes per parameter per arm and step).
@@ -286,6 +287,8 @@ DUMPS=${DUMPS:-}
 ORACLE_DIR=${ORACLE_DIR:-${DUMPS:+$DUMPS/oracle}}
 ORACLE_ARMS=${ORACLE_ARMS:-all,drop,stale,protect}
 ORACLE_A=${ORACLE_A:-0.5}
+# Lists take commas or spaces; rescue's flags take commas (empty items are skipped).
+ORACLE_ARMS=${ORACLE_ARMS// /,} ORACLE_A=${ORACLE_A// /,}
 ORACLE_STREAM=${ORACLE_STREAM:-0}
 ORACLE_FORCE=${ORACLE_FORCE:-0}
 
