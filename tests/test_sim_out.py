@@ -115,11 +115,14 @@ def test_an_earlier_run_in_the_folder_is_replaced_not_mixed_in(tmp_path):
     assert cli.main(["sim", "--out", str(out), "--arms", "drop,zero", *TINY]) == 0
     (out / "old.png").write_text("a plot of the earlier run")
     (out / "wandb").mkdir()
+    (out / "plots").mkdir()
+    (out / "plots" / "p1.png").write_text("a figure of the earlier run's judgement")
     (out / "notes.txt").write_text("mine")
     assert cli.main(["sim", "--out", str(out), "--arms", "pace", *TINY]) == 0
     assert {p.name for p in (out / "census").iterdir()} == {"pace-seed0.jsonl"}
     assert [r["arm"] for r in json.loads((out / "runs.json").read_text())] == ["pace"]
     assert not (out / "old.png").exists() and not (out / "wandb").exists()
+    assert not (out / "plots").exists()  # --no-plots: the earlier figures are gone too
     assert (out / "notes.txt").read_text() == "mine"  # not written by rescue sim: kept
 
 

@@ -177,11 +177,11 @@ def default_out(args: argparse.Namespace) -> Path:
     return Path("runs/sim-default")
 
 
-def clear_previous(out: Path, *, several: bool) -> None:
-    """Remove what an earlier ``rescue sim`` run wrote in ``out`` (``runner.OUTPUTS``; with
-    ``several`` scenarios, also its scenario folders: subfolders holding ``runs.json``), so
-    that no census, plot or summary of that run is read as part of this one. Nothing else
-    in ``out`` is touched."""
+def clear_previous(out: Path) -> None:
+    """Remove what an earlier ``rescue sim`` run wrote in ``out`` (``runner.OUTPUTS`` and
+    the plots; and its scenario folders, the subfolders holding a ``runs.json``), so that no
+    census, plot or summary of that run is read as part of this one. Nothing else in ``out``
+    is touched."""
     from rescue.sim.runner import clear_outputs
 
     if not out.is_dir():
@@ -224,7 +224,7 @@ def main(args: argparse.Namespace) -> int:
     for _, cfg, arms in plans:  # refused before anything is removed or run
         for arm in arms:
             check_runnable(cfg, arm)
-    clear_previous(out, several=len(plans) > 1)
+    clear_previous(out)
     written = run_scenarios(
         [(s, cfg, arms, w) for (s, cfg, arms), w in zip(plans, where, strict=True)], seeds,
         workers=workers, ray=args.ray, progress=not args.no_progress, wandb=not args.no_wandb,

@@ -41,8 +41,9 @@ from rescue.sim.engine import check_runnable
 from rescue.sim.run import RunResult, log_wandb_run, run_one, set_step_hook, wandb_available
 
 #: What a run writes in its output folder (``clear_outputs`` removes them): the census,
-#: the offline wandb runs, the run tables, the summary; and the plots, ``*.png``.
-OUTPUTS = ("census", "wandb", "runs.json", "timing.json", "summary.md")
+#: the offline wandb runs, the run tables, the summary, the judge's figures (``plots/``);
+#: and the simulator's plots, ``*.png``.
+OUTPUTS = ("census", "wandb", "plots", "runs.json", "timing.json", "summary.md")
 
 __all__ = ["RunResult", "log_wandb_run", "run_arms", "run_grid", "run_one", "wandb_available"]
 
