@@ -4,7 +4,7 @@ Specification
 -------------
 - ``BUFFER_PATH`` and ``PACE_ROLLOUT_FUNCTION`` are the dotted paths Miles is given
   (``--custom-async-data-buffer-path``, ``--rollout-function-path``); each names the class
-  Miles loads (``tests/test_miles_pace.py`` checks that they resolve to those classes).
+  Miles loads (``tests/test_miles_targets.py`` checks that they resolve to those classes).
 - ``QUEUE_SIZE_KEY`` is Miles' key of its buffer's queue length, which both stores report.
 
 ``rescue.miles.buffer`` builds the pace queue of ``rescue.miles.pace``; ``rescue.miles.pace``
