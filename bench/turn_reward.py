@@ -9,11 +9,17 @@ the loss mask, one weight version per model call), rewards 0/1. In the same run,
   normalization (no hook);
 - ``hook + conversion``: the same with ``--custom-reward-post-process-path
   rescue.miles.reward.post_process_rewards`` under ``RESCUE_ESTIMATOR=turn``
-  (``RESCUE_TRUNCATED_REWARD=zero`` too, as the R = 0 arm runs it).
+  (``RESCUE_TRUNCATED_REWARD=zero`` too, as the R = 0 arm runs it), on samples whose turn
+  spans the rollout recorded where it built the loss mask (``rescue.turns.TURN_SPANS_KEY``,
+  written before the clock starts, as a rollout writes them before the step): the hook
+  does not read the masks;
+- ``hook (read back) + conversion``: the same samples without the record, so the hook
+  reads each rollout's turns back from its loss mask (the fallback).
 
-Prints both times and their ratio (the target is a ratio <= 1.5), and the time of one pass
-over the loss masks alone: the hook must read every mask once to find the turns, Miles'
-conversion reads each once too (``sum``), so that pass bounds the ratio from below. Needs Miles
+Prints the three times and the two ratios to the conversion alone (the target is a ratio
+<= 1.5 for the recorded spans), and the time of one pass over the loss masks alone: the
+read-back must read every mask once, Miles' conversion reads each once too (``sum``), so
+that pass bounds the read-back's ratio from below. Needs Miles
 (``MILES_SRC=/path/to/miles``) and the ``[integration]`` extra; without them it says so
 and exits 0.
 """
@@ -40,7 +46,10 @@ def miles_parts():
 
 
 def build(Sample, groups: int, group_size: int, tokens: int, max_turns: int, seed: int) -> list:
+    """The step's samples, each with its turn spans recorded as its mask is built."""
     import numpy as np
+
+    from rescue.turns import TurnSpans, record_turn_spans
 
     rng = np.random.default_rng(seed)
     samples = []
@@ -51,8 +60,10 @@ def build(Sample, groups: int, group_size: int, tokens: int, max_turns: int, see
             cuts = np.sort(rng.choice(np.arange(1, tokens), size=2 * turns - 1, replace=False))
             widths = np.diff(np.r_[0, cuts, tokens])
             mask: list[int] = []
+            edges = np.r_[0, np.cumsum(widths)]
             for j, w in enumerate(widths):
                 mask += [1 - j % 2] * int(w)
+            spans = TurnSpans(edges[0:-1:2], edges[1::2], tokens)  # each call's tokens
             s = Sample(
                 group_index=g,
                 index=g * group_size + k,
@@ -63,6 +74,7 @@ def build(Sample, groups: int, group_size: int, tokens: int, max_turns: int, see
                 weight_versions=["3"] * turns,
             )
             s.status = Sample.Status.TRUNCATED if turns == max_turns else Sample.Status.COMPLETED
+            record_turn_spans(s.metadata, spans)
             samples.append(s)
     return samples
 
@@ -108,11 +120,17 @@ def main(argv: list[str] | None = None) -> int:
     os.environ["RESCUE_ESTIMATOR"] = "turn"
     os.environ["RESCUE_TRUNCATED_REWARD"] = "zero"
 
-    def timed(hook) -> float:
-        for s in samples:
+    from rescue.turns import TURN_SPANS_KEY
+
+    read_back = build(Sample, a.groups, a.group_size, a.tokens, a.max_turns, a.seed)
+    for s in read_back:
+        del s.metadata[TURN_SPANS_KEY]
+
+    def timed(hook, batch=samples) -> float:
+        for s in batch:
             s.opd_reverse_kl = None
         t = time.perf_counter()
-        tdc.convert_samples_to_train_data(args, samples, {}, None, hook)
+        tdc.convert_samples_to_train_data(args, batch, {}, None, hook)
         return time.perf_counter() - t
 
     def read_masks() -> float:
@@ -122,19 +140,32 @@ def main(argv: list[str] | None = None) -> int:
         return time.perf_counter() - t
 
     # Interleaved, so both sides see the same load on a shared machine.
-    runs = [(timed(None), timed(post_process_rewards), read_masks()) for _ in range(a.repeats)]
-    base, ours, read = (min(r[k] for r in runs) for k in range(3))
+    runs = [
+        (
+            timed(None),
+            timed(post_process_rewards),
+            timed(post_process_rewards, read_back),
+            read_masks(),
+        )
+        for _ in range(a.repeats)
+    ]
+    base, ours, back, read = (min(r[k] for r in runs) for k in range(4))
+    for x, y in zip(samples, read_back, strict=True):  # the same advantages either way
+        if not (x.opd_reverse_kl == y.opd_reverse_kl).all():
+            raise SystemExit("turn_reward: recorded and read-back spans gave different advantages")
     n_tokens = a.groups * a.group_size * a.tokens
     print(
         f"{a.groups} groups x {a.group_size} rollouts x {a.tokens} tokens "
         f"(<= {a.max_turns} turns), {n_tokens / 1e6:.2f} M tokens, best of {a.repeats}"
     )
-    print(f"  conversion            {base * 1e3:8.1f} ms")
-    print(f"  hook + conversion     {ours * 1e3:8.1f} ms")
-    print(f"  ratio                 {ours / base:8.2f}x   (target <= 1.5x)")
+    print(f"  conversion                        {base * 1e3:8.1f} ms")
+    print(f"  hook + conversion (spans recorded) {ours * 1e3:7.1f} ms")
+    print(f"  hook + conversion (read back)     {back * 1e3:8.1f} ms")
+    print(f"  ratio, spans recorded             {ours / base:8.2f}x   (target <= 1.5x)")
+    print(f"  ratio, read back from the masks   {back / base:8.2f}x")
     print(
-        f"  of which one pass over the loss masks (bytearray, the fastest full read of a "
-        f"list of ints we measured): {read * 1e3:.1f} ms = {read / base:.2f}x conversion"
+        f"  one pass over the loss masks (bytearray, the fastest full read of a list of ints "
+        f"we measured): {read * 1e3:.1f} ms = {read / base:.2f}x conversion"
     )
     return 0
 

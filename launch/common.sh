@@ -13,6 +13,23 @@ rescue_die() {
   exit 2
 }
 
+# rescue_not_slime NAME: refuse a checkout variable (MILES_DIR) that names a slime checkout,
+# which has a train.py and a train_async.py too.
+rescue_not_slime() {
+  local dir=${!1}
+  if [[ -d $dir/slime && ! -d $dir/miles ]]; then
+    rescue_die "$1=$dir is a slime checkout (it holds slime/, not miles/): set $1 to a Miles checkout (radixark/miles)"
+  fi
+  return 0
+}
+
+# rescue_list NAME ARRAY: the words of variable NAME, separated by commas and/or spaces, into
+# the array ARRAY (`ARMS=zero,mask` and `ARMS='zero mask'` are the same list).
+rescue_list() {
+  local value=${!1}
+  read -ra "$2" <<<"${value//,/ }"
+}
+
 rescue_warn() {
   printf '%s: warning: %s\n' "$RESCUE_PROG" "$*" >&2
 }
@@ -182,7 +199,8 @@ rescue_check_numbers() {
     value=${!name}
     [[ $value == 0 || $value == 1 ]] || rescue_die "$name='$value': set $name=0 or $name=1"
   done
-  [[ $SEED =~ ^-?[0-9]+$ ]] || rescue_die "SEED='$SEED' is not an integer: set SEED to an integer"
+  [[ $SEED =~ ^[0-9]+$ ]] ||
+    rescue_die "SEED='$SEED' is not a non-negative integer (run names end in -seedSEED, which the judge reads): set SEED=N"
   case $DUMP_STEPS in
     all | [0-9] | [1-9][0-9]*) ;;
     *) rescue_die "DUMP_STEPS='$DUMP_STEPS' is not a step count: set DUMP_STEPS=N, 0 or all" ;;
@@ -252,6 +270,7 @@ rescue_check_estimator() {
 # $1: the Miles entry point the launcher submits.
 rescue_check_miles() {
   local script=$1
+  rescue_not_slime MILES_DIR
   [[ -f $MILES_DIR/$script ]] ||
     rescue_die "no Miles checkout at MILES_DIR=$MILES_DIR ($script missing): set MILES_DIR to a Miles checkout with $script"
 }

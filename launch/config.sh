@@ -38,8 +38,9 @@
 #                      set ESTIMATOR, DRGRPO and BASELINE themselves and refuse other values.
 #   A                  (protect only, required there) keep probability of a stale group,
 #                      0 < A <= 1 (RESCUE_A). A=1 is never-drop with protect's hook.
-#   SEED               1. Replicate seed: the protect coin (RESCUE_SEED), Miles' --seed and
-#                      --rollout-seed (prompt order). Equal seeds give the arms the same prompts.
+#   SEED               1. Replicate seed, an integer >= 0: the protect coin (RESCUE_SEED), Miles'
+#                      --seed and --rollout-seed (prompt order). Equal seeds give the arms the
+#                      same prompts.
 #   STALENESS          2. K of --max-weight-staleness: a group is stale when current weight
 #                      version - its oldest version > K.
 #   PACE_WINDOW        (pace only; empty) Groups in flight + buffered + taken this step
@@ -73,8 +74,9 @@
 #                      a never-drop run with dumps (ARM=never-drop DUMP_STEPS=N).
 #   ORACLE_DIR         DUMPS/oracle. Where `rescue oracle build` writes the arms' replay
 #                      inputs and the capture writes gradients or statistics.
-#   ORACLE_ARMS        all,drop,stale,protect. Arms replayed per dumped step (all first).
-#   ORACLE_A           0.5. Keep probabilities of the protect arms (comma-separated).
+#   ORACLE_ARMS        all,drop,stale,protect. Arms replayed per dumped step (all first),
+#                      separated by commas or spaces.
+#   ORACLE_A           0.5. Keep probabilities of the protect arms (commas or spaces).
 #   ORACLE_STREAM      0. 1: keep each step's earlier arms in host memory and write only
 #                      inner products and norms (RESCUE_ORACLE_STREAM); 0 writes every
 #                      arm's full gradient (4 bytes per parameter per arm and step).
@@ -303,7 +305,7 @@
 #   PACE_WINDOW=x is outside ROLLOUT_BATCH_SIZE..(STALENESS + 1) * ROLLOUT_BATCH_SIZE: ...
 #   PAUSE_MODE='x' is not a pause mode: set PAUSE_MODE=in_place or PAUSE_MODE=retract
 #   NAME='x' is not a non-negative integer: set NAME=N (every count, size, port and wait)
-#   SEED='x' is not an integer: set SEED to an integer
+#   SEED='x' is not a non-negative integer (...): set SEED=N
 #   BASELINE='x' is not a baseline population: set BASELINE=all or BASELINE=survivors
 #   ESTIMATOR='x' is not an estimator: set ESTIMATOR=group or ESTIMATOR=turn
 #   OFFPOLICY='x' is not an off-policy correction of these arms: set OFFPOLICY to one of: ...
@@ -320,6 +322,8 @@
 #   GPUS_PER_NODE=1 on one node leaves no GPU for training or rollout: ...
 #   no Miles checkout at MILES_DIR=...: set MILES_DIR to a Miles checkout with train_async.py
 #                      (train.py for the oracle)
+#   MILES_DIR=... is a slime checkout (it holds slime/, not miles/): set MILES_DIR to a Miles
+#                      checkout (radixark/miles)
 #   oracle: CKPT is not set / DUMPS is not set / no dump files in DUMPS / ORACLE_A='x' /
 #   ORACLE_ARMS: 'x' is not an arm / the oracle replays on one node / TP x CP does not
 #   divide GPUS_PER_NODE (each naming the value to set)
@@ -345,6 +349,8 @@ DUMPS=${DUMPS:-}
 ORACLE_DIR=${ORACLE_DIR:-${DUMPS:+$DUMPS/oracle}}
 ORACLE_ARMS=${ORACLE_ARMS:-all,drop,stale,protect}
 ORACLE_A=${ORACLE_A:-0.5}
+# Lists take commas or spaces; rescue's flags take commas (empty items are skipped).
+ORACLE_ARMS=${ORACLE_ARMS// /,} ORACLE_A=${ORACLE_A// /,}
 ORACLE_STREAM=${ORACLE_STREAM:-0}
 ORACLE_FORCE=${ORACLE_FORCE:-0}
 

@@ -96,6 +96,7 @@ rescue_rlvr_cap() {
 }
 
 rescue_rlvr_check_miles() {
+  rescue_not_slime MILES_DIR
   [[ -f $MILES_DIR/train.py ]] ||
     rescue_die "no Miles checkout at MILES_DIR=$MILES_DIR (train.py missing): set MILES_DIR to a Miles checkout with train.py"
 }

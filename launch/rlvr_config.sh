@@ -63,7 +63,8 @@
 #   and every run asks one, so Ray keeps a run PENDING (queued) until a node has GPUs for it,
 #   and an 8-GPU node runs eight at once. Other nodes join with NODE_RANK=k MASTER_ADDR=...
 #   at any time.
-#   ARMS         zero mask matched drgrpo-mask survivor turn. rlvr-sweep: the arms to run.
+#   ARMS         zero mask matched drgrpo-mask survivor turn. rlvr-sweep: the arms to run,
+#                separated by spaces or commas (ARMS=zero,mask is ARMS='zero mask').
 #   SEEDS        3. rlvr-sweep: seeds 1..SEEDS of every arm.
 #   SWEEP_POLL_S 60. rlvr-sweep: seconds between looks at the runs' Ray jobs.
 #   SWEEP_DIR    OUTPUT_DIR/sweeps/rlvr-<date>-<time>. rlvr-sweep: the plan of the sweep

@@ -20,13 +20,25 @@ writes every token. Invalid spans are an error naming the rollout and the turn.
 
 ``check_turn_indices`` checks the other form, one turn index per token (0 on observation
 tokens): every index of a rollout lies in ``0..length``, whatever its integer type.
+
+**Recorded spans.** A rollout that builds a sample's loss mask knows where each model
+call's tokens start and stop; it records them in ``Sample.metadata[TURN_SPANS_KEY]``
+(``record_turn_spans``: response-token positions and the response length, plain ints, so
+they survive Ray, the dumps and JSON), and the turn-reached reward hook reads them
+(``recorded_turn_spans``) instead of reading the spans back from the mask. The record must
+be the spans the mask gives: turn ``ℓ`` is the ``ℓ``-th run of 1s (``mask_turn_spans``),
+which a merged trajectory satisfies when every model call has at least one token and an
+observation of at least one token separates two calls (Miles' ``merge_samples`` asserts
+the latter). A record whose length is not the sample's ``response_length`` (the response
+changed after it was recorded) is not used: the mask is read instead.
 """
 
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 
@@ -186,6 +198,38 @@ def check_turn_indices(T: np.ndarray, L: np.ndarray, first: int = 0) -> None:
             f"token_turns of rollout {first + k} holds turn {v} outside 0..{int(L[k])} "
             "(0 = observation tokens, 1..length = its turns)"
         )
+
+
+#: ``Sample.metadata`` key of the recorded turn spans (module docstring).
+TURN_SPANS_KEY = "rescue_turn_spans"
+
+
+def record_turn_spans(metadata: dict, spans: TurnSpans) -> None:
+    """Record ``spans`` (one sample's turns, response-token positions) in ``metadata``."""
+    metadata[TURN_SPANS_KEY] = {
+        "starts": spans.starts.tolist(),
+        "stops": spans.stops.tolist(),
+        "n_tokens": spans.n_tokens,
+    }
+
+
+def recorded_turn_spans(metadata: Mapping[str, Any] | None, n_tokens: int) -> TurnSpans | None:
+    """The spans recorded in ``metadata`` for a response of ``n_tokens``; None when none
+    are recorded or the record is for another length. A malformed record is an error."""
+    record = (metadata or {}).get(TURN_SPANS_KEY)
+    if record is None:
+        return None
+    try:
+        if int(record["n_tokens"]) != n_tokens:
+            return None
+        starts = np.fromiter(record["starts"], dtype=np.int64)
+        stops = np.fromiter(record["stops"], dtype=np.int64)
+    except (KeyError, TypeError, ValueError) as e:
+        raise InputError(
+            f"metadata[{TURN_SPANS_KEY!r}] must be {{'starts': [int], 'stops': [int], "
+            f"'n_tokens': int}}; got {record!r} ({type(e).__name__}: {e})"
+        ) from None
+    return TurnSpans(starts, stops, n_tokens)
 
 
 def mask_turn_spans(loss_mask: Sequence[int]) -> TurnSpans:

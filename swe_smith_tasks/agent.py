@@ -27,6 +27,9 @@ one command and a container start below the trial timeout (``agent_settings``), 
 trial timeout is time the infrastructure took. A cancelled trial stops its worker, removes
 its containers and re-raises the cancellation.
 
+``reward_func`` (``--custom-rm-path``) also records each finished sample's turn spans in
+its metadata (``rescue.turns.TURN_SPANS_KEY``), read by the turn-reached reward hook.
+
 Returned dict (merged into the sample's metadata by Miles): ``reward`` (1.0 solved, 0.0
 scored or budget failure, ``None`` with no result), ``exit_status``, ``outcome``,
 ``outcome_reason``, ``turns`` (``info.model_stats.api_calls``), ``resolved``,
@@ -65,6 +68,7 @@ from typing import Any
 
 from rescue.errors import InputError
 from rescue.outcomes import Outcome, because, classify_exit_status
+from rescue.turns import mask_turn_spans, record_turn_spans
 from swe_smith_tasks.agent_settings import AgentSettings
 from swe_smith_tasks.endpoint import is_endpoint_fault, litellm_model
 from swe_smith_tasks.grading import Grade, grade_patch, profile_of, task_instance
@@ -139,8 +143,28 @@ async def reward_func(args: Any, samples: Any, **kwargs: Any) -> float | list[fl
 
 
 def _reward(sample: Any) -> float:
+    _record_spans(sample)
     reward = (getattr(sample, "metadata", None) or {}).get("reward")
     return float(reward) if reward is not None else 0.0
+
+
+def _record_spans(sample: Any) -> None:
+    """Record the sample's turn spans (``rescue.turns.record_turn_spans``) here, on the
+    rollout side as each trial finishes, for the turn-reached reward hook: Miles' session
+    server builds the loss mask where rescue has no hook, so this is the first place
+    rescue holds the finished sample, and the pass over its mask happens while other
+    trials generate instead of in the training step. A mask that cannot be read is left
+    to the hook, which reads it again and says what is wrong with it."""
+    metadata = getattr(sample, "metadata", None)
+    mask = getattr(sample, "loss_mask", None)
+    if metadata is None or mask is None:
+        return
+    try:
+        spans = mask_turn_spans(mask)
+    except InputError:
+        return
+    if spans.n_tokens == int(getattr(sample, "response_length", 0) or 0):
+        record_turn_spans(metadata, spans)
 
 
 @dataclass

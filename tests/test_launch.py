@@ -483,7 +483,16 @@ INVALID = [
         {"ARM": "drop", "STALENESS": "-1"},
         "STALENESS='-1' is not a non-negative integer: set STALENESS=N",
     ),
-    ({"ARM": "drop", "SEED": "x"}, "SEED='x' is not an integer: set SEED to an integer"),
+    (
+        {"ARM": "drop", "SEED": "x"},
+        "SEED='x' is not a non-negative integer (run names end in -seedSEED, which the judge "
+        "reads): set SEED=N",
+    ),
+    (
+        {"ARM": "drop", "SEED": "-3"},
+        "SEED='-3' is not a non-negative integer (run names end in -seedSEED, which the judge "
+        "reads): set SEED=N",
+    ),
     (
         {"ARM": "drop", "DUMP_STEPS": "some"},
         "DUMP_STEPS='some' is not a step count: set DUMP_STEPS=N, 0 or all",
@@ -613,7 +622,8 @@ def test_integer_settings_cover_every_numeric_default(bin_dir):
     )
     switches = re.search(r"^RESCUE_SWITCHES=\(([^)]*)\)", (LAUNCH / "common.sh").read_text(), re.M)
     unchecked = [n for n, _ in numeric if n not in _integer_settings() + switches.group(1).split()]
-    # checked on their own: SEED may be negative, SANDBOX_CPUS fractional, DUMP_STEPS "all"
+    # checked on their own: SEED with its own message, SANDBOX_CPUS fractional, DUMP_STEPS
+    # may be "all"
     assert unchecked == ["SEED", "SANDBOX_CPUS", "DUMP_STEPS"]
 
 

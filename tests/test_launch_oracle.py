@@ -117,6 +117,8 @@ def test_the_replay_trains_on_the_arms_loss_flags(bin_dir, miles_dir, recording,
 OVERRIDES = [
     ({"ORACLE_A": "0.25,0.5"}, "--num-rollout", ["10"]),
     ({"ORACLE_ARMS": "all,drop"}, "--num-rollout", ["4"]),
+    ({"ORACLE_ARMS": "all drop"}, "--num-rollout", ["4"]),  # commas or spaces
+    ({"ORACLE_A": "0.25 0.5"}, "--num-rollout", ["10"]),
     ({"CKPT_STEP": "40"}, "--ckpt-step", ["40"]),
     ({"ROLLOUT_BATCH_SIZE": "4"}, "--global-batch-size", ["32"]),
     ({"GPUS_PER_NODE": "4"}, "--actor-num-gpus-per-node", ["4"]),

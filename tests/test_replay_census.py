@@ -12,7 +12,7 @@ torch = pytest.importorskip("torch")
 from test_advantages import reference_turn_reached  # noqa: E402
 
 from rescue.cli import main  # noqa: E402
-from rescue.replay.census import census_report, dominant_regime  # noqa: E402
+from rescue.replay.census import census_report, dominant_regime, regime_line  # noqa: E402
 from rescue.replay.dumps import load_dumps  # noqa: E402
 from rescue.replay.synthetic import synthetic_step  # noqa: E402
 
@@ -56,10 +56,40 @@ def test_regime_names_the_larger_of_budget_and_infra():
     assert dominant_regime(m)["regime"] == "none"
 
 
+def _regime(solved, submitted, budget, infra):
+    m = {"rollouts": solved + submitted + budget + infra, "outcome/solved": solved,
+         "outcome/submitted_failure": submitted, "outcome/budget_failure": budget,
+         "outcome/infra_no_result": infra}  # fmt: skip
+    return dominant_regime(m)
+
+
+def test_the_regime_line_says_dominates_only_when_it_is_more_than_half():
+    """24% budget failures outnumber 5% no-results but do not dominate the non-solved mass."""
+    line = regime_line(_regime(solved=10, submitted=71, budget=24, infra=5))
+    assert "dominate" not in line
+    assert line == (
+        "regime: budget; budget failures outnumber infrastructure no-results but are 24.0% of "
+        "the non-solved mass (100 rollouts), whose largest part is submitted failures: budget "
+        "failures 24.0%, infrastructure no-results 5.0%, submitted failures 71.0%"
+    )
+    line = regime_line(_regime(solved=10, submitted=30, budget=60, infra=10))
+    assert line.startswith("regime: budget; budget failures dominate the non-solved mass (100")
+    line = regime_line(_regime(solved=0, submitted=1, budget=2, infra=7))
+    assert line.startswith("regime: infrastructure; infrastructure no-results dominate")
+    line = regime_line(_regime(solved=0, submitted=50, budget=50, infra=0))
+    assert line.startswith("regime: budget; budget failures outnumber")  # exactly half
+    assert regime_line(_regime(solved=0, submitted=4, budget=3, infra=3)).startswith(
+        "regime: tie; budget failures and infrastructure no-results are equal"
+    )
+    assert regime_line(_regime(solved=3, submitted=2, budget=0, infra=0)).startswith("regime: none")
+
+
 def test_cli_census_prints_table_and_regime(dumps, capsys):
     assert main(["replay", "census", dumps]) == 0
     out = capsys.readouterr().out
-    assert "total" in out and "regime:" in out and "dominates the non-solved mass" in out
+    assert "total" in out and "regime:" in out
+    total = census_report(load_dumps([dumps]))["total"]["regime"]
+    assert regime_line(total) in out
     assert main(["replay", "census", dumps, "--json"]) == 0
     report = json.loads(capsys.readouterr().out)
     assert report["total"]["metrics"]["rollouts"] == 48

@@ -569,13 +569,21 @@ def test_the_sweep_submits_every_arm_and_seed_once_as_rlvr_arm_would(bin_dir, mi
     assert len(housekeepers) == 9
 
 
-def test_the_sweep_checks_every_arm_before_it_starts_anything(bin_dir, miles_dir):
-    result = launch("rlvr_sweep.sh", bin_dir, miles_dir, DRY_RUN="1", CAP="1024", ARMS="zero bogus")
+@pytest.mark.parametrize("arms", ["zero bogus", "zero,bogus", "zero, bogus"])
+def test_the_sweep_checks_every_arm_before_it_starts_anything(arms, bin_dir, miles_dir):
+    result = launch("rlvr_sweep.sh", bin_dir, miles_dir, DRY_RUN="1", CAP="1024", ARMS=arms)
     assert result.returncode == 2 and result.stdout == ""
     assert result.stderr.endswith(
-        "rlvr-sweep: error: ARM='bogus' is not a single-turn arm: set ARM=zero, mask, matched, "
-        "drgrpo-mask, survivor or turn\n"
+        f"rlvr-sweep: error: ARMS='{arms}' names 'bogus', which is not a single-turn arm: set "
+        "ARMS to some of zero mask matched drgrpo-mask survivor turn (commas or spaces between "
+        "them)\n"
     )
+
+
+@pytest.mark.parametrize("arms", ["zero,mask", "zero, mask", "zero mask", " zero,,mask "])
+def test_the_sweep_takes_arms_separated_by_commas_or_spaces(arms, bin_dir, miles_dir):
+    out = rlvr("rlvr_sweep.sh", bin_dir, miles_dir, ARMS=arms, SEEDS="1", CAP="1024").stdout
+    assert set(sweep_submits(out)) == {("zero", "1"), ("mask", "1")}
 
 
 @pytest.mark.parametrize(

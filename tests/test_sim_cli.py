@@ -8,6 +8,7 @@ import pytest
 
 from rescue import cli
 from rescue.sim import SimConfig, runner
+from rescue.sim import run as sim_run
 
 TINY = [
     "--steps", "4", "--groups-per-step", "4", "--group-size", "4", "--concurrency", "4",
@@ -207,8 +208,8 @@ def test_workers_does_not_change_results_and_must_be_positive(tmp_path, capsys):
 def test_no_wandb_turns_wandb_off(tmp_path, monkeypatch):
     logged = []
     monkeypatch.setattr(runner, "wandb_available", lambda: True)
-    monkeypatch.setattr(
-        runner, "log_wandb_run", lambda steps, label, seed, cfg, out: logged.append(label)
+    monkeypatch.setattr(  # where run_one, which logs each run, finds it
+        sim_run, "log_wandb_run", lambda steps, label, seed, cfg, out: logged.append(label)
     )
     tiny = [f for f in TINY if f != "--no-wandb"]
     sim(tmp_path / "a", "--arm", "zero", tiny=tiny)

@@ -131,15 +131,16 @@ def _is_wandb_run(p: Path) -> bool:
 
 def read_inputs(paths: Sequence[str | os.PathLike], *, progress: bool = True) -> Inputs:
     """Read every input under ``paths`` (see the module docstring)."""
-    from rescue.sim.runner import ProgressBar
+    from rescue.progress import progress_bar
 
     found, notes = expand(paths)
     result = Inputs(notes=notes)
     if not found:
         raise InputError(f"RUNS: nothing to read under {', '.join(map(str, paths))}")
-    bar = ProgressBar(len(found), enabled=progress and len(found) > 1, unit="inputs")
+    bar = progress_bar(
+        len(found), unit="inputs", desc="reading runs", enabled=progress and len(found) > 1
+    )
     offline_figures: list[tuple[Path, list[dict]]] = []
-    done = 0
     wandb_dirs = [p for kind, p in found if kind == "wandb"]
     for kind, path in found:
         if kind == "wandb":
@@ -162,15 +163,13 @@ def read_inputs(paths: Sequence[str | os.PathLike], *, progress: bool = True) ->
                 runs, reports = [], []
             result.runs.extend(runs)
             result.replays.extend(reports)
-        done += 1
-        bar.show(done)
+        bar.update(1)
     if wandb_dirs:
         with ThreadPoolExecutor(max_workers=max(1, os.cpu_count() or 1)) as pool:
             for run in pool.map(read_wandb, wandb_dirs):
                 result.runs.append(run)
                 result.sources.append(run.source)
-                done += 1
-                bar.show(done)
+                bar.update(1)
     bar.close()
     _attach_offline(result.runs, offline_figures, result.notes)
     return result

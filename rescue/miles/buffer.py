@@ -89,15 +89,12 @@ from rescue.census import Bucket, Census, no_result
 from rescue.errors import InputError
 from rescue.gate import Arm, Gate
 from rescue.miles.reward import baseline_from_env
+from rescue.miles.targets import PACE_ROLLOUT_FUNCTION, QUEUE_SIZE_KEY
 from rescue.samples import GatedGroup, gate_group, group_id, group_records
 from rescue.watchdog import Watchdog, WatchdogSettings
 
 logger = logging.getLogger(__name__)
 
-#: The rollout function the ``pace`` arm needs (it waits for stragglers; the buffer cannot).
-PACE_ROLLOUT_FUNCTION = "rescue.miles.pace.PaceRolloutFn"
-#: Key of Miles' queue length in its buffer metrics.
-QUEUE_SIZE_KEY = "rollout/fully_async/queue_size"
 _STALE_KEY = "rollout/fully_async/stale_groups_filtered"
 _ABORTED_KEY = "rollout/fully_async/aborted_groups_filtered"
 _FILTER_PREFIX = "rollout/dynamic_filter/drop_"

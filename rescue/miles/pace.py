@@ -70,7 +70,7 @@ from typing import Any
 from rescue.census import PREFIX
 from rescue.errors import InputError
 from rescue.gate import ENV_ARM, Arm
-from rescue.miles.buffer import PACE_ROLLOUT_FUNCTION, QUEUE_SIZE_KEY, RescueDataBuffer
+from rescue.miles.targets import BUFFER_PATH, PACE_ROLLOUT_FUNCTION, QUEUE_SIZE_KEY
 from rescue.pace import PaceSchedule, PaceSettings
 from rescue.samples import group_staleness
 
@@ -84,7 +84,6 @@ ABANDONED_KEY = f"{PREFIX}pace_abandoned_groups"
 LOG_EVERY_S = 30.0
 _AVG_STALENESS_KEY = "rollout/fully_async/avg_staleness"
 _MAX_STALENESS_KEY = "rollout/fully_async/max_staleness"
-BUFFER_PATH = f"{RescueDataBuffer.__module__}.{RescueDataBuffer.__qualname__}"
 
 #: What Miles' ``--fully-async`` refuses and this rollout function must refuse itself:
 #: (argument, refused when, the one line).

@@ -37,53 +37,16 @@ KL or entropy term (both refused) and no PPO clip.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from typing import Any
 
 from rescue.errors import InputError
 from rescue.miles.sc_flags import cap_from_env, check_sc_flags
 
-#: Keys of ``train/rescue/sc/*``, in ``SCStats`` order.
-STAT_KEYS = ("tokens", "head_mass_sampler", "head_mass_trainer", "truncated_frac", "correction_l1")
+# The step's figures live below this loss and the before-train-step hook (no import circle).
+from rescue.miles.sc_stats import SC_STATS, STAT_KEYS, SCStats
 
-
-class SCStats:
-    """Token count and sums of the per-token figures of the current step (``STAT_KEYS``)."""
-
-    def __init__(self) -> None:
-        self.reset()
-
-    def reset(self) -> None:
-        self._seen: dict[int, Any] = {}
-        self.sums: Any = None
-
-    def record(self, key: Any, sums: Any) -> None:
-        """Add one micro-batch's sums ``[5]`` (float64); ``key`` once per step."""
-        if id(key) in self._seen:
-            return
-        self._seen[id(key)] = key
-        self.sums = sums if self.sums is None else self.sums + sums
-
-    def reduce(self, groups: Sequence[Any] = ()) -> dict[str, float]:
-        """``sc/<key>`` means over the tokens of all ranks of ``groups`` (all-reduced);
-        every rank must call it. Empty when no token was trained anywhere."""
-        import torch
-        import torch.distributed as dist
-
-        sums = self.sums if self.sums is not None else torch.zeros(5, dtype=torch.float64)
-        if dist.is_available() and dist.is_initialized():
-            for group in groups:
-                dist.all_reduce(sums, group=group)
-        values = [float(x) for x in sums.cpu()]
-        n = values[0]
-        if n <= 0:
-            return {}
-        means = {f"sc/{k}": v / n for k, v in zip(STAT_KEYS[1:], values[1:], strict=True)}
-        return {"sc/tokens": n, **means}
-
-
-#: The figures of the current step, recorded by ``policy_loss``.
-SC_STATS = SCStats()
+__all__ = ["SC_STATS", "STAT_KEYS", "SCStats", "policy_loss"]
 
 
 def _reduce_sum_keep_grad(x: Any, group: Any) -> Any:

@@ -165,7 +165,7 @@ class TrainLog:
         groups, logs = _parallel()
         reduced = {**ctx.metrics, **MOMENTS.reduce(groups)}
         if sc_enabled(ctx.args):
-            from rescue.miles.sc_loss import SC_STATS
+            from rescue.miles.sc_stats import SC_STATS
 
             reduced.update(SC_STATS.reduce(groups))
         metrics = {PREFIX + k: v for k, v in reduced.items()}
@@ -191,7 +191,7 @@ def before_train_step(
 
     MOMENTS.reset()
     if sc_enabled(args):
-        from rescue.miles.sc_loss import SC_STATS
+        from rescue.miles.sc_stats import SC_STATS
         from rescue.miles.topk_store import TRAINER
 
         SC_STATS.reset()

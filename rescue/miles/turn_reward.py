@@ -35,7 +35,10 @@ without the record of their calls, count every entry).
 - A group in which some rollout made more than one model call (or, with no weight version
   recorded, has more than one run of 1s) is *multi-turn*: turn ``ℓ`` is the ``ℓ``-th run
   of 1s in the rollout's loss masks, read across its samples in list order (a sample's
-  ``loss_mask`` of ``None`` is all 1s). When ``C > 0`` the number of runs must equal ``C``;
+  ``loss_mask`` of ``None`` is all 1s). A sample whose rollout recorded its spans where
+  the mask was built (``rescue.turns.TURN_SPANS_KEY`` in its metadata, for its
+  ``response_length``) is not read: its record is used, the same spans without a pass
+  over the mask; the others are read back from the mask. When ``C > 0`` the number of runs must equal ``C``;
   a disagreement (a turn with no output token, a tool response of no token, a partial
   rollout's masked segment) is an ``InputError`` naming the sample, never a guess.
 - A group whose every rollout made at most one model call is *single-turn*: turn ``ℓ``
@@ -64,7 +67,7 @@ import numpy as np
 
 from rescue.errors import InputError
 from rescue.model_calls import turn_count
-from rescue.turns import TurnSpans, mask_turn_spans
+from rescue.turns import TurnSpans, mask_turn_spans, recorded_turn_spans
 
 #: Environment variable choosing the estimator of the reward hook.
 ENV_ESTIMATOR = "RESCUE_ESTIMATOR"
@@ -182,6 +185,12 @@ def _describe(samples: Sequence[Any], i: int) -> str:
 def _sample_spans(samples: Sequence[Any], i: int) -> TurnSpans:
     s = samples[i]
     n = int(getattr(s, "response_length", 0) or 0)
+    try:
+        recorded = recorded_turn_spans(getattr(s, "metadata", None), n)
+    except InputError as e:
+        raise InputError(f"{_describe(samples, i)}: {e}") from None
+    if recorded is not None:  # recorded where the mask was built: no pass over the mask
+        return recorded
     mask = getattr(s, "loss_mask", None)
     if mask is None:
         one = np.zeros(1 if n else 0, dtype=np.int64)

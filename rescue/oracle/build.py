@@ -187,8 +187,8 @@ def build(
     """
     import torch
 
+    from rescue.progress import progress_bar
     from rescue.replay.dumps import read_payload
-    from rescue.sim.runner import ProgressBar
 
     names = arm_names(arms, a_values)
     files = dump_files(paths)
@@ -196,7 +196,7 @@ def build(
         raise InputError(f"{out_dir} already holds {MANIFEST}; pass --force to rebuild it")
     os.makedirs(os.path.join(out_dir, ROLLOUT_DATA), exist_ok=True)
     manifest = Manifest(arms=names)
-    bar = ProgressBar(len(files), enabled=progress, unit="dumps")
+    bar = progress_bar(len(files), unit="dumps", desc="oracle", enabled=progress)
     steps: dict[int, str] = {}
     for ordinal, path in enumerate(files):
         payload = read_payload(path, unsafe_load=unsafe_load)
@@ -232,7 +232,7 @@ def build(
                 ) from None
             os.replace(target + ".tmp", target)
             manifest.entries.append(entry)
-        bar.show(ordinal + 1)
+        bar.update(1)
     bar.close()
     manifest.write(out_dir)
     return manifest

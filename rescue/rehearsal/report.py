@@ -11,6 +11,9 @@
 - the debug rollout dumps (``runs/*/dumps/rollout_data/*.pt``) through ``rescue replay
   census``'s loader.
 
+A progress bar on stderr (``rescue.progress``; ``progress=False`` turns it off) counts the
+checks as they finish: reading the wandb history and loading the dumps take the time.
+
 Checks (each a line of the report; any failure makes the run fail):
 
 1. ``job``: the Ray job succeeded.
@@ -35,6 +38,7 @@ from __future__ import annotations
 
 import json
 from collections import Counter, defaultdict
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -67,6 +71,7 @@ class Check:
 class Report:
     checks: list[Check] = field(default_factory=list)
     facts: dict[str, Any] = field(default_factory=dict)
+    on_add: Callable[[], None] | None = field(default=None, repr=False, compare=False)
 
     @property
     def ok(self) -> bool:
@@ -74,6 +79,8 @@ class Report:
 
     def add(self, name: str, ok: bool, detail: str) -> None:
         self.checks.append(Check(name, ok, detail))
+        if self.on_add is not None:
+            self.on_add()
 
     def render(self, wall_s: float | None = None) -> str:
         lines = ["rehearsal report"]
@@ -168,14 +175,35 @@ def _steps(history: list[dict[str, Any]], key: str = "rollout/step") -> dict[int
     return dict(sorted(merged.items()))
 
 
+#: The checks of the module docstring, in order (the progress bar's total).
+CHECKS = ("job", "steps", "weights", "unused", "outcomes", "infra", "replay")
+
+
 def check_run(
-    out: Path, *, arm: str, a: float | None, job_status: str, steps_checked: int
+    out: Path,
+    *,
+    arm: str,
+    a: float | None,
+    job_status: str,
+    steps_checked: int,
+    progress: bool = True,
 ) -> Report:
     """Every check of the module docstring on the run folder ``out``, for rollout steps
     ``0 .. steps_checked-1`` (the run makes one more: Miles never finishes the rollout
     manager's wandb run, so the last step's rollout metrics can be lost at exit)."""
-    out = Path(out)
-    report = Report()
+    from rescue.progress import progress_bar
+
+    with progress_bar(len(CHECKS), unit="checks", desc="rehearsal report", enabled=progress) as bar:
+        report = Report()
+        report.on_add = lambda: bar.update(1)
+        _check_all(report, Path(out), arm, a, job_status, steps_checked)
+    report.on_add = None
+    return report
+
+
+def _check_all(
+    report: Report, out: Path, arm: str, a: float | None, job_status: str, steps_checked: int
+) -> None:
     report.add("job", job_status == "SUCCEEDED", f"Ray job {job_status}")
     history = wandb_history(sorted(out.glob("runs/*/wandb/**/offline-run-*")))
     logged = _steps(history)
@@ -204,7 +232,6 @@ def check_run(
     engine = _jsonl(out / "probes" / "engine.jsonl")
     report.facts["engine turns"] = dict(Counter(r["behaviour"] for r in engine))
     report.facts["engine 400s"] = sum(r.get("status") == 400 for r in engine)
-    return report
 
 
 def _check_steps(report: Report, steps: dict[int, dict]) -> None:

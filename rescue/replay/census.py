@@ -14,6 +14,10 @@ ground truth applies:
                     so only never-drop or protect with 1/a weights is unbiased;
 ``tie`` / ``none``  equal counts / neither occurs.
 
+The report's wording follows the shares, not the label alone: the larger of the two
+*dominates* the non-solved mass only when it is more than half of it; otherwise the line
+says it outnumbers the other and names the largest part (often submitted failures).
+
 A debug dump holds only what reached training: aborted and stale-dropped groups are not
 in it (the live census, ``rollout/census/*``, counts them).
 """
@@ -51,6 +55,32 @@ def dominant_regime(metrics: dict[str, float], prefix: str = PREFIX) -> dict[str
         "submitted_share": share(count[Outcome.SUBMITTED_FAILURE]),
         "regime": regime,
     }
+
+
+_NAMES = {
+    "budget": "budget failures",
+    "infra": "infrastructure no-results",
+    "submitted": "submitted failures",
+}
+
+
+def regime_line(r: dict[str, Any]) -> str:
+    """The report's line on the regime, its verb derived from the shares (module docstring)."""
+    if r["regime"] == "none":
+        return "regime: none; no budget failure and no infrastructure no-result in these dumps"
+    shares = {k: r[f"{k}_share"] for k in _NAMES}
+    detail = ", ".join(f"{_NAMES[k]} {v:.1%}" for k, v in shares.items())
+    mass = f"the non-solved mass ({int(r['unsolved'])} rollouts)"
+    if r["regime"] == "tie":
+        return f"regime: tie; budget failures and infrastructure no-results are equal in {mass}: {detail}"
+    lead, other = ("budget", "infra") if r["regime"] == "budget" else ("infra", "budget")
+    if shares[lead] > 0.5:
+        return f"regime: {r['regime']}; {_NAMES[lead]} dominate {mass}: {detail}"
+    largest = max(shares, key=lambda k: shares[k])
+    return (
+        f"regime: {r['regime']}; {_NAMES[lead]} outnumber {_NAMES[other]} but are "
+        f"{shares[lead]:.1%} of {mass}, whose largest part is {_NAMES[largest]}: {detail}"
+    )
 
 
 def census_report(dumps: Sequence[Dump]) -> dict[str, Any]:
@@ -109,18 +139,8 @@ def format_report(report: dict[str, Any]) -> str:
                 f"  {o.value:<18} {m[f'turns_mean/{o.value}']:7.1f} {m[f'turns_p50/{o.value}']:7.1f} "
                 f"{m[f'turns_p90/{o.value}']:7.1f}"
             )
-    r = total["regime"]
     lines.append("")
-    if r["regime"] == "none":
-        lines.append(
-            "regime: none; no budget failure and no infrastructure no-result in these dumps"
-        )
-    else:
-        lines.append(
-            f"regime: {r['regime']} dominates the non-solved mass ({int(r['unsolved'])} rollouts): "
-            f"budget failures {r['budget_share']:.1%}, infrastructure no-results {r['infra_share']:.1%}, "
-            f"submitted failures {r['submitted_share']:.1%}"
-        )
+    lines.append(regime_line(total["regime"]))
     lines.append(
         "note: a dump holds only rollouts that reached training; aborted and stale-dropped "
         "groups are counted by the live census (rollout/census/*)"

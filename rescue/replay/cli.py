@@ -1,7 +1,7 @@
 """Offline replay of debug rollout dumps: the outcome census, the arms' advantages, their gradients.
 
 ``rescue replay census DUMPS...``       outcome census per step and in total, and the regime
-                                          that dominates the non-solved mass;
+                                          (budget failures vs infrastructure no-results);
 ``rescue replay advantages DUMPS...``   per-token advantages under arms (a)-(e) with frozen
                                           statistics, their variance and the P7 verdict;
 ``rescue replay gradients DUMPS... --model M``

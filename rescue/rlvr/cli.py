@@ -72,6 +72,9 @@ def configure(parser: argparse.ArgumentParser) -> None:
         help="polls in a row without an answer before a run is reported lost (default 10)",
     )
     w.add_argument("--ray", default="ray", help="the ray command (default ray)")
+    w.add_argument(
+        "--no-progress", action="store_true", help="no progress bar on stderr (default: show it)"
+    )
 
 
 def main(args: argparse.Namespace) -> int:
@@ -98,6 +101,7 @@ def main(args: argparse.Namespace) -> int:
         ray=args.ray,
         poll_s=args.poll_s,
         lost_after=args.lost_after,
+        progress=not args.no_progress,
     )
     return watcher.watch()
 

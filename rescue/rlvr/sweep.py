@@ -22,7 +22,9 @@ ID``; the answer is read as the Ray CLI prints it (``ray.dashboard.modules.job.c
   job Ray does not know): reported with the last error and how to look again.
 
 A line of counts is printed whenever a run changes state, and one line per run as it
-changes. No run is ever dropped from the counts. The return value is 0 when every run is
+changes. No run is ever dropped from the counts. With ``progress`` (default; ``--no-progress``
+turns it off), a progress bar on stderr (``rescue.progress``) counts the runs that have
+ended, with the counts beside it; the lines above are printed above the bar. The return value is 0 when every run is
 done, 1 otherwise (failed or lost runs are listed again at the end).
 """
 
@@ -39,6 +41,7 @@ from pathlib import Path
 from typing import TextIO
 
 from rescue.errors import InputError
+from rescue.progress import advance_to, progress_bar
 
 QUEUED, RUNNING, DONE, FAILED, LOST = "queued", "running", "done", "failed", "lost"
 STATES = (QUEUED, RUNNING, DONE, FAILED, LOST)
@@ -148,6 +151,7 @@ class Watcher:
         out: TextIO | None = None,
         sleep: Callable[[float], None] | None = None,
         prog: str = "rlvr-sweep",
+        progress: bool = True,
     ) -> None:
         if poll_s < 0:
             raise InputError(f"--poll-s {poll_s}: allowed a number >= 0")
@@ -162,9 +166,21 @@ class Watcher:
         self.out = out
         self.sleep = sleep if sleep is not None else lambda s: time.sleep(s)
         self.prog = prog
+        self.progress = progress
+        self.bar = None  # the progress bar while ``watch`` runs
 
     def say(self, text: str) -> None:
-        print(f"{self.prog}: {text}", file=self.out or sys.stdout, flush=True)
+        from tqdm import tqdm
+
+        # tqdm.write clears the bar, prints the line and redraws the bar below it.
+        tqdm.write(f"{self.prog}: {text}", file=self.out or sys.stdout)
+        (self.out or sys.stdout).flush()
+
+    def _show(self) -> None:
+        if self.bar is not None:
+            self.bar.set_postfix_str(counts(self.runs), refresh=False)
+            advance_to(self.bar, sum(r.state in ENDED for r in self.runs))
+            self.bar.refresh()
 
     def fetch_log(self, run: Run) -> None:
         """Write the driver log of a failed run to its log path (Ray's answer, whatever it is)."""
@@ -215,10 +231,20 @@ class Watcher:
 
     def watch(self) -> int:
         """Poll until every run has ended; 0 when all are done, else 1."""
+        self.bar = progress_bar(len(self.runs), unit="runs", desc="sweep", enabled=self.progress)
+        try:
+            self._watch()
+        finally:
+            self.bar.close()
+            self.bar = None
+        return self._verdict()
+
+    def _watch(self) -> None:
         for run in self.runs:
             if run.state == FAILED:
                 self.report(run)
         self.say(counts(self.runs))
+        self._show()
         while True:
             changed = False
             for run in self.runs:
@@ -226,9 +252,12 @@ class Watcher:
                     changed |= self.poll(run)
             if changed:
                 self.say(counts(self.runs))
+                self._show()
             if all(r.state in ENDED for r in self.runs):
                 break
             self.sleep(self.poll_s)
+
+    def _verdict(self) -> int:
         bad = [r for r in self.runs if r.state != DONE]
         if bad:
             self.say(f"{len(bad)} of {len(self.runs)} runs did not succeed:")

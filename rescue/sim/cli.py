@@ -10,7 +10,7 @@ prints the summary. Every setting of the simulator is a flag
     rescue sim                                   # every arm, default (swe-like) settings
     rescue sim --scenario all                    # the four scenarios (make demo)
     rescue sim --scenario fast-thorough --seeds 5 --steps 300
-    rescue sim --arms drop,never-drop,protect:0.5,pace --max-staleness 2 --out runs/stale
+    rescue sim --arms drop,never-drop,protect:0.5,pace --max-staleness 2 --out runs/mine
     rescue sim --scenario two-outcome --print-scenario > mine.toml   # copy, edit, then
     rescue sim --scenario-file mine.toml
 """
@@ -27,6 +27,8 @@ from rescue.sim.arms import ARMS, DEFAULT_ARMS, parse_arms
 from rescue.sim.config import SimConfig, settings
 
 DEFAULT_SEEDS = 3
+#: Where ``--scenario all`` (``make demo``) writes; every other run without ``--out`` writes
+#: to ``runs/sim-<what ran>`` (``default_out``), so no run overwrites another's.
 DEFAULT_OUT = "runs/sim"
 GROUP_TITLES = {
     "trainer": "trainer and asynchrony",
@@ -105,7 +107,13 @@ def configure(parser: argparse.ArgumentParser) -> None:
             s.flag, type=read, metavar=s.kind.metavar, default=argparse.SUPPRESS, help=text
         )
     out = parser.add_argument_group("where and how")
-    out.add_argument("--out", default=DEFAULT_OUT, help="output directory (default: %(default)s)")
+    out.add_argument(
+        "--out",
+        default=None,
+        help=f"output directory; what an earlier rescue sim run wrote there is replaced, not "
+        f"mixed in (default: {DEFAULT_OUT} for --scenario all, else runs/sim-NAME after the "
+        "scenario(s), the scenario file's name, or 'default')",
+    )
     out.add_argument(
         "--workers",
         type=int,
@@ -159,7 +167,35 @@ def scenarios_from_args(args: argparse.Namespace) -> list[sc.Scenario]:
     return [sc.Scenario(name="", title="default settings", arms=DEFAULT_ARMS)]
 
 
+def default_out(args: argparse.Namespace) -> Path:
+    """The folder of a run without ``--out`` (the ``--out`` flag's help)."""
+    if args.scenario_file:
+        return Path(f"runs/sim-{Path(args.scenario_file).stem}")
+    if args.scenario:
+        names = [n.strip() for n in args.scenario.split(",") if n.strip()]
+        return Path(DEFAULT_OUT if names == ["all"] else f"runs/sim-{'+'.join(names)}")
+    return Path("runs/sim-default")
+
+
+def clear_previous(out: Path) -> None:
+    """Remove what an earlier ``rescue sim`` run wrote in ``out`` (``runner.OUTPUTS`` and
+    the plots; and its scenario folders, the subfolders holding a ``runs.json``), so that no
+    census, plot or summary of that run is read as part of this one. Nothing else in ``out``
+    is touched."""
+    from rescue.sim.runner import clear_outputs
+
+    if not out.is_dir():
+        return
+    clear_outputs(out)
+    for sub in sorted(out.iterdir()):
+        if sub.is_dir() and (sub / "runs.json").is_file():
+            clear_outputs(sub)
+            if not any(sub.iterdir()):
+                sub.rmdir()
+
+
 def main(args: argparse.Namespace) -> int:
+    from rescue.sim.engine import check_runnable
     from rescue.sim.runner import run_scenarios
 
     if args.scenarios:
@@ -183,8 +219,12 @@ def main(args: argparse.Namespace) -> int:
         return 0
     seeds = list(range(args.first_seed, args.first_seed + args.seeds))
     workers = args.workers if args.workers is not None else (os.cpu_count() or 1)
-    out = Path(args.out)
+    out = Path(args.out) if args.out else default_out(args)
     where = [out / s.name if len(plans) > 1 else out for s, _, _ in plans]
+    for _, cfg, arms in plans:  # refused before anything is removed or run
+        for arm in arms:
+            check_runnable(cfg, arm)
+    clear_previous(out)
     written = run_scenarios(
         [(s, cfg, arms, w) for (s, cfg, arms), w in zip(plans, where, strict=True)], seeds,
         workers=workers, ray=args.ray, progress=not args.no_progress, wandb=not args.no_wandb,

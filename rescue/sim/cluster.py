@@ -2,13 +2,14 @@
 
 Specification
 -------------
-Each (arm, seed) run is one Ray task calling ``runner.run_one``, the function a local run
+Each (arm, seed) run is one Ray task calling ``run.run_one``, the function a local run
 calls, with the same ``SimConfig``; a run is deterministic in its seed, so the results
 (the census JSONL, ``runs.json``, the summary) are the same, byte for byte, as a local
 run's. The driver connects to the cluster at ``ADDRESS`` (``auto``: the cluster this
 machine is a node of), ships this ``rescue`` package to the workers (Ray's
 ``runtime_env`` ``py_modules``, so the nodes need only numpy, not rescue), waits for the
-tasks with a progress bar, and disconnects. It never starts or stops a cluster.
+tasks (reporting the steps of the finished ones to ``on_progress``, the runner's progress
+bar), and disconnects. It never starts or stops a cluster.
 
 Ray is an optional dependency (the ``ray`` extra, and in Miles' stack already); it is
 imported here, inside the function, only when ``--ray`` is given.
@@ -16,20 +17,24 @@ imported here, inside the function, only when ``--ray`` is given.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 from rescue.errors import InputError
 from rescue.sim.arms import ArmSpec
 from rescue.sim.config import SimConfig
+from rescue.sim.run import RunResult, run_one
 
 Job = tuple[SimConfig, ArmSpec, int]
 
-#: Seconds between two looks at the tasks (the progress bar's refresh).
+#: Seconds between two looks at the tasks (the progress report's refresh).
 POLL_S = 0.5
 
 
-def run_on_ray(address: str, jobs: Sequence[Job], *, bar=None):
-    """``runner.RunResult`` of each ``(config, arm, seed)`` of ``jobs``, in order, run on Ray."""
+def run_on_ray(
+    address: str, jobs: Sequence[Job], *, on_progress: Callable[[int], None] | None = None
+) -> list[RunResult]:
+    """``RunResult`` of each ``(config, arm, seed)`` of ``jobs``, in order, run on Ray;
+    ``on_progress(steps)`` with the steps of the finished runs at every look."""
     try:
         import ray
     except ImportError:
@@ -37,7 +42,6 @@ def run_on_ray(address: str, jobs: Sequence[Job], *, bar=None):
             f"--ray {address}: Ray is not installed (pip install 'rescue[ray]')"
         ) from None
     import rescue
-    from rescue.sim.runner import run_one
 
     if not address:
         raise InputError("--ray needs an address: host:port of the cluster's head, or auto")
@@ -57,8 +61,8 @@ def run_on_ray(address: str, jobs: Sequence[Job], *, bar=None):
         pending = list(refs)
         while pending:
             _, pending = ray.wait(pending, num_returns=len(pending), timeout=POLL_S)
-            if bar is not None:
-                bar.show(sum(steps.values()) - sum(steps[r] for r in pending))
+            if on_progress is not None:
+                on_progress(sum(steps.values()) - sum(steps[r] for r in pending))
         return ray.get(refs)
     finally:
         ray.shutdown()  # disconnects this driver; the cluster keeps running

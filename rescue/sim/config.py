@@ -197,6 +197,8 @@ def _initial_logits() -> tuple[tuple[float, ...], ...]:
 
 
 INT, FLOAT, BOOL = Kind("int"), Kind("float"), Kind("bool")
+#: The buffer's capacity when ``--buffer-capacity`` is 0 and the pace window is not larger.
+DEFAULT_BUFFER_CAPACITY = 32
 T, E, X, P = "trainer", "environment", "strategy table (--episodes table)", "policy"
 
 
@@ -215,7 +217,12 @@ class SimConfig:
     group_size: int = _s(8, "rollouts G per group (a group's rollouts share a task)", INT, T)
     concurrency: int = _s(16, "groups generating at once (Miles' default: one batch)", INT, T)
     buffer_capacity: int = _s(
-        32, "finished groups the buffer holds; a finished worker waits while it is full", INT, T
+        0,
+        "finished groups the buffer holds; a finished worker waits while it is full (0: "
+        f"{DEFAULT_BUFFER_CAPACITY}, or the pace window when that is larger, so every arm, "
+        "pace included, runs with the same buffer)",
+        INT,
+        T,
     )
     train_time: float = _s(4.0, "wall-clock of one policy update", FLOAT, T)
     max_staleness: int = _s(1, "K: a group is stale when its staleness exceeds K", INT, T)
@@ -322,13 +329,13 @@ class SimConfig:
             object.__setattr__(
                 self, f.name, f.metadata["kind"].check(getattr(self, f.name), f.name)
             )
-        for name in ("steps", "groups_per_step", "group_size", "concurrency", "buffer_capacity",
-                     "max_turns", "table_late_turns"):  # fmt: skip
+        for name in ("steps", "groups_per_step", "group_size", "concurrency", "max_turns",
+                     "table_late_turns"):  # fmt: skip
             if getattr(self, name) < 1:
                 raise InputError(
                     f"{flag_name(name)}={getattr(self, name)!r}; allowed: an integer >= 1"
                 )
-        for name in ("max_staleness", "pace_window"):
+        for name in ("max_staleness", "pace_window", "buffer_capacity"):
             if getattr(self, name) < 0:
                 raise InputError(
                     f"{flag_name(name)}={getattr(self, name)!r}; allowed: an integer >= 0"
@@ -395,6 +402,12 @@ class SimConfig:
     def pace_limit(self) -> int:
         """The pace window W: ``pace_window``, or (K + 1) x B."""
         return self.pace_window or (self.max_staleness + 1) * self.groups_per_step
+
+    @property
+    def capacity(self) -> int:
+        """The buffer's capacity: ``buffer_capacity``, or when 0 the larger of
+        ``DEFAULT_BUFFER_CAPACITY`` and the pace window."""
+        return self.buffer_capacity or max(DEFAULT_BUFFER_CAPACITY, self.pace_limit)
 
 
 @dataclass(frozen=True)

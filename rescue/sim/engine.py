@@ -5,10 +5,10 @@ Specification
 Rollout workers generate up to ``concurrency`` groups at once. A group is launched with
 the trainer's current weight version ``v`` and G episodes of one task under that policy
 (``env``); it finishes when its slowest rollout does and is put into the buffer (FIFO).
-A finished group waits, holding its worker, while the buffer holds ``buffer_capacity``
-groups (Miles' back-pressure). The trainer ``get``s groups until it has
-``groups_per_step`` kept ones, spends ``train_time`` on the update (``update.step``), then
-bumps ``v``. Staleness ``= v at get − v at launch`` therefore comes from the timing alone:
+A finished group waits, holding its worker, while the buffer holds ``capacity`` groups
+(``--buffer-capacity``, by default sized for the pace window; Miles' back-pressure). The
+trainer ``get``s groups until it has ``groups_per_step`` kept ones, spends ``train_time``
+on the update (``update.step``), then bumps ``v``. Staleness ``= v at get − v at launch`` therefore comes from the timing alone:
 a group with a long rollout is more stale.
 
 The ``pace`` arm bounds staleness by waiting instead of dropping, by the schedule the
@@ -102,12 +102,24 @@ class Flow:
 
     events: list[tuple[float, int, Group]] = field(default_factory=list)  # min-heap by finish
     blocked: deque[Group] = field(default_factory=deque)  # finished, waiting for buffer room
-    buffer: deque[Group] = field(default_factory=deque)  # FIFO, at most buffer_capacity
+    buffer: deque[Group] = field(default_factory=deque)  # FIFO, at most cfg.capacity
     batch: list[tuple[Group, float, float]] = field(default_factory=list)  # (group, w, staleness)
     in_flight: int = 0  # launched and not yet in the buffer (generating or blocked)
     versions: Counter[int] = field(default_factory=Counter)  # launch versions in flight
     train_end: float | None = None  # when the running update ends; None: none is running
     wait_since: float | None = None  # pace: the trainer waits for a straggler since
+
+
+def check_runnable(cfg: SimConfig, arm: ArmSpec) -> None:
+    """Refuse a setting this arm cannot run with, in one line naming the flags; the runner
+    calls it for every arm before the first step of any run, ``Simulation`` again."""
+    if arm.pace and cfg.capacity < cfg.pace_limit:
+        raise InputError(
+            f"arm pace: --buffer-capacity={cfg.buffer_capacity} is below the pace window "
+            f"{cfg.pace_limit} (--pace-window, default (K + 1) x --groups-per-step with K = "
+            f"--max-staleness = {cfg.max_staleness}); allowed: 0 (the default: a buffer sized "
+            f"for the window) or at least {cfg.pace_limit}"
+        )
 
 
 class Simulation:
@@ -120,12 +132,7 @@ class Simulation:
     """
 
     def __init__(self, cfg: SimConfig, arm: ArmSpec, seed: int) -> None:
-        if arm.pace and cfg.buffer_capacity < cfg.pace_limit:
-            raise InputError(
-                f"arm pace: --buffer-capacity={cfg.buffer_capacity} is below the pace window "
-                f"{cfg.pace_limit} (--pace-window, default (K + 1) x --groups-per-step); "
-                "allowed: a buffer that holds every admitted group"
-            )
+        check_runnable(cfg, arm)
         self.cfg, self.arm, self.seed = cfg, arm, int(seed)
         self.gate = Gate(arm=arm.gate_arm, a=arm.a, seed=self.seed, max_staleness=cfg.max_staleness)
         self.census = Census(population=arm.population)
@@ -228,7 +235,7 @@ class Simulation:
         """Fill the buffer from blocked workers, launch, let the trainer get; until stable."""
         cfg = self.cfg
         while True:
-            while flow.blocked and len(flow.buffer) < cfg.buffer_capacity:
+            while flow.blocked and len(flow.buffer) < cfg.capacity:
                 self._put(flow, flow.blocked.popleft())
             while self._admits(flow):
                 g = self._launch()
@@ -245,7 +252,7 @@ class Simulation:
                 self._get(flow)
             if len(flow.batch) == cfg.groups_per_step:
                 flow.train_end = self.time + cfg.train_time
-            if not flow.blocked or len(flow.buffer) >= cfg.buffer_capacity:
+            if not flow.blocked or len(flow.buffer) >= cfg.capacity:
                 return
 
     def _put(self, flow: Flow, group: Group) -> None:
@@ -300,7 +307,7 @@ class Simulation:
         """The next group finishes: into the buffer, or blocked while the buffer is full."""
         finish, _, g = heapq.heappop(flow.events)
         self.time = finish
-        if len(flow.buffer) < self.cfg.buffer_capacity:
+        if len(flow.buffer) < self.cfg.capacity:
             self._put(flow, g)
         else:
             flow.blocked.append(g)

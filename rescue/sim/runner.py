@@ -28,106 +28,49 @@ from __future__ import annotations
 
 import json
 import multiprocessing as mp
-import sys
+import shutil
 import time
 from collections.abc import Sequence
 from concurrent.futures import ProcessPoolExecutor
-from dataclasses import asdict, dataclass, replace
+from dataclasses import asdict, replace
 from pathlib import Path
 
 from rescue.errors import InputError
+from rescue.progress import advance_to, progress_bar
 from rescue.sim.arms import ArmSpec
 from rescue.sim.config import SimConfig
-from rescue.sim.engine import Simulation
+from rescue.sim.engine import check_runnable
+from rescue.sim.run import RunResult, log_wandb_run, run_one, set_step_hook, wandb_available
+
+#: What a run writes in its output folder (``clear_outputs`` removes them): the census,
+#: the offline wandb runs, the run tables, the summary, the judge's figures (``plots/``);
+#: and the simulator's plots, ``*.png``.
+OUTPUTS = ("census", "wandb", "plots", "runs.json", "timing.json", "summary.md")
+
+__all__ = ["RunResult", "log_wandb_run", "run_arms", "run_grid", "run_one", "wandb_available"]
 
 
-@dataclass
-class RunResult:
-    """What one (arm, seed) run produced."""
-
-    arm: str
-    seed: int
-    steps: list[dict[str, float]]
-    totals: dict[str, int]
-    p7: dict[str, float]
-    seconds: float
-
-
-_tick_hook = None  # called after every trainer step: counts progress
+def clear_outputs(out_dir: Path) -> None:
+    """Remove what a run writes in ``out_dir`` (``OUTPUTS`` and ``*.png``); nothing else."""
+    out_dir = Path(out_dir)
+    for name in OUTPUTS:
+        path = out_dir / name
+        if path.is_dir() and not path.is_symlink():
+            shutil.rmtree(path)
+        elif path.exists() or path.is_symlink():
+            path.unlink()
+    for png in out_dir.glob("*.png"):
+        png.unlink()
 
 
-def _init_worker(counter) -> None:
-    global _tick_hook
+def _count_steps(counter) -> None:
+    """Worker initializer: every trainer step of this worker adds 1 to the shared counter."""
 
     def hook() -> None:
         with counter.get_lock():
             counter.value += 1
 
-    _tick_hook = hook
-
-
-def _tick(step: int) -> None:
-    if _tick_hook is not None:
-        _tick_hook()
-
-
-def run_one(
-    cfg: SimConfig,
-    arm: ArmSpec,
-    seed: int,
-    *,
-    wandb_dir: Path | None = None,
-    labels: Sequence[str] = (),
-) -> RunResult:
-    """Simulate one arm with one seed; with ``wandb_dir``, log it as an offline wandb run
-    under each of ``labels`` (default: the arm's label)."""
-    t0 = time.perf_counter()
-    sim = Simulation(cfg, arm, seed)
-    steps = sim.run(on_step=_tick)
-    seconds = time.perf_counter() - t0
-    if wandb_dir is not None:
-        for label in labels or (arm.label,):
-            log_wandb_run(steps, label, seed, cfg, wandb_dir)
-    return RunResult(arm.label, seed, steps, sim.census.totals(), sim.p7_variances(), seconds)
-
-
-class ProgressBar:
-    """A one-line progress bar on stderr (a line per 10% when stderr is not a terminal)."""
-
-    def __init__(
-        self,
-        total: int,
-        *,
-        enabled: bool = True,
-        stream=None,
-        width: int = 30,
-        unit: str = "steps",
-    ) -> None:
-        self.total, self.enabled, self.width, self.unit = max(total, 1), enabled, width, unit
-        self.stream = stream or sys.stderr
-        self.tty = hasattr(self.stream, "isatty") and self.stream.isatty()
-        self.t0 = time.perf_counter()
-        self._last_decile = -1
-
-    def show(self, done: int, note: str = "") -> None:
-        if not self.enabled:
-            return
-        frac = min(done / self.total, 1.0)
-        if self.tty:
-            bar = "#" * int(frac * self.width)
-            self.stream.write(
-                f"\r[{bar:<{self.width}}] {100 * frac:3.0f}% {done}/{self.total} {self.unit} "
-                f"{time.perf_counter() - self.t0:5.1f}s {note}   "
-            )
-        elif int(frac * 10) > self._last_decile:
-            self._last_decile = int(frac * 10)
-            self.stream.write(f"{100 * frac:3.0f}% {done}/{self.total} {self.unit} {note}\n")
-        self.stream.flush()
-
-    def close(self) -> None:
-        if self.enabled and self.tty:
-            self.stream.write("\n")
-            self.stream.flush()
+    set_step_hook(hook)
 
 
 def run_arms(
@@ -144,7 +87,7 @@ def run_arms(
 
     Args:
         workers: processes (default 1: in this process). Results do not depend on it.
-        progress: draw a progress bar on stderr (default True).
+        progress: draw a progress bar on stderr (default True; ``rescue.progress``).
         wandb_dir: log each run to offline wandb there (default None: no wandb). Needs
             wandb installed (``wandb_available``).
         ray: a Ray cluster's address (or ``auto``) to run the grid on as Ray tasks
@@ -179,30 +122,24 @@ def run_grid(
                 jobs.append((cfg, arm, s))
                 kw.append({"wandb_dir": wandb_dir, "labels": labels[arm.behaviour]})
                 plan_of.append(p)
+    for cfg, arm, _ in jobs:  # before the first step of any run: no run dies part-way
+        check_runnable(cfg, arm)
     total = sum(cfg.steps for cfg, _, _ in jobs)
-    bar = ProgressBar(total, enabled=progress)
+    bar = progress_bar(total, unit="steps", desc="simulating", enabled=progress)
     if ray is not None:
         from rescue.sim.cluster import run_on_ray
 
-        done = run_on_ray(ray, jobs, bar=bar)
+        done = run_on_ray(ray, jobs, on_progress=lambda n: advance_to(bar, n))
         for (cfg, _, s), r, k in zip(jobs, done, kw, strict=True):
             if k["wandb_dir"] is not None:  # logged here: the nodes need not see this disk
                 for label in k["labels"]:
                     log_wandb_run(r.steps, label, s, cfg, k["wandb_dir"])
     elif workers == 1 or len(jobs) == 1:
-        global _tick_hook
-        count = [0]
-
-        def hook() -> None:
-            count[0] += 1
-            if count[0] % 10 == 0:
-                bar.show(count[0])
-
-        _tick_hook = hook
+        set_step_hook(lambda: bar.update(1))
         try:
             done = [run_one(*job, **k) for job, k in zip(jobs, kw, strict=True)]
         finally:
-            _tick_hook = None
+            set_step_hook(None)
     else:
         # fork where the platform has it: no re-import of __main__, fast start. The longest
         # runs go first, so no worker is left with one long run at the end.
@@ -212,15 +149,15 @@ def run_grid(
         with ProcessPoolExecutor(
             max_workers=min(workers, len(jobs)),
             mp_context=ctx,
-            initializer=_init_worker,
+            initializer=_count_steps,
             initargs=(counter,),
         ) as pool:
             futures = {i: pool.submit(run_one, *jobs[i], **kw[i]) for i in order}
             while not all(f.done() for f in futures.values()):
-                bar.show(counter.value)
+                advance_to(bar, counter.value)
                 time.sleep(0.2)
             done = [futures[i].result() for i in range(len(jobs))]
-    bar.show(total)
+    advance_to(bar, total)
     bar.close()
     out = []
     for p, (_, arms, _) in enumerate(plans):
@@ -376,52 +313,3 @@ def _plots(plans, results, judgements, workers: int) -> list:
             return list(pool.map(_plot_one, range(len(plans))))
     finally:
         _PLOT_JOBS = []
-
-
-def wandb_available() -> bool:
-    """Whether wandb can be imported (the ``sim`` extra)."""
-    import importlib.util
-
-    return importlib.util.find_spec("wandb") is not None
-
-
-def log_wandb_run(
-    steps: Sequence[dict], label: str, seed: int, cfg: SimConfig, out_dir: Path
-) -> None:
-    """Log one run's step dicts as an offline wandb run under ``out_dir/wandb``.
-
-    Project ``rescue-sim``, group = arm, name ``<arm>-seed<s>``, tags ``arm:<arm>,seed:<s>``
-    (and ``a:<a>`` for protect, as the launchers tag real runs), step key ``rollout/step``
-    (the cluster's), config = the ``SimConfig`` plus arm and seed.
-    """
-    import wandb
-
-    Path(out_dir).mkdir(parents=True, exist_ok=True)
-    run = wandb.init(
-        mode="offline",
-        dir=str(out_dir),
-        project="rescue-sim",
-        group=label,
-        name=f"{label}-seed{seed}",
-        config={"arm": label, "seed": seed, **asdict(cfg)},
-        tags=_tags(label, seed),
-        reinit="create_new",
-        settings=wandb.Settings(silent=True, console="off"),
-    )
-    run.define_metric("*", step_metric="rollout/step")
-    for n, m in enumerate(steps):
-        run.log({"rollout/step": n, **m})
-    run.finish()
-
-
-def _tags(label: str, seed: int) -> list[str]:
-    """``arm:<arm>``, ``seed:<seed>``, for protect ``a:<a>``, for a variant ``variant:<v>``."""
-    from rescue.judge.runs import parse_name
-
-    parsed = parse_name(label)
-    if parsed is None:
-        return [f"arm:{label}", f"seed:{seed}"]
-    c = parsed[0]
-    extra = [f"a:{c.a:g}"] if c.a is not None else []
-    extra += [f"variant:{c.variant}"] if c.variant else []
-    return [f"arm:{c.arm}", f"seed:{seed}", *extra]
