@@ -176,3 +176,38 @@ rlvr-arm: $(RLVR_CLI_DEPS)
 
 rlvr-sweep: $(RLVR_CLI_DEPS)
 	@launch/rlvr_sweep.sh
+
+# ── One command per research question: the existing targets and commands as resumable
+# stages in RUN_DIR (rescue.questions; `rescue status RUN_DIR` shows them with progress).
+#
+#   make q2 [RUN_DIR=runs/q2] [SEEDS=3] [STEPS=]      prepare, calibrate, arms x seeds on Ray,
+#                                                     wait, collect, report, the P3 gate
+#   make q3 [RUN_DIR=runs/q3] [Q2_DIR=runs/q2] [FORCE=1]  refused unless q2's gate says go
+#   make q1 DUMPS=DIR MODEL=PATH [RUN_DIR=runs/q1]    replay arms (a)-(e), P1, P2, offline P7
+#
+# REHEARSAL: 1 runs the chain on this CPU in minutes (default 0): two seeds, 40 steps, the
+# training stage SIMULATED by the embedded simulator (it says so), every other stage real.
+# RUN_DIR: the run folder (default runs/qN, runs/qN-rehearsal with REHEARSAL=1). SEEDS: seeds
+# per arm (default 3; 2 in rehearsal). STEPS: training steps per run (default: the
+# launchers' NUM_ROLLOUT; 40 in rehearsal). Q2_DIR: q2's run folder for q3's gate (default
+# runs/q2, runs/q2-rehearsal with REHEARSAL=1). FORCE: 1 starts q3 without q2's go and
+# records it in the report (default 0). DUMPS, MODEL: q1's dumps and checkpoint (MODEL also
+# q3's oracle replay; rehearsal default tiny-gpt2).
+.PHONY: q1 q2 q3
+REHEARSAL ?= 0
+FORCE ?= 0
+Q_SUFFIX := $(if $(filter 1,$(REHEARSAL)),-rehearsal)
+Q_ARGS = $(if $(filter 1,$(REHEARSAL)),--rehearsal) $(if $(SEEDS),--seeds $(SEEDS)) \
+	$(if $(STEPS),--steps $(STEPS)) $(if $(MODEL),--model $(MODEL))
+Q_DEPS := $(VENV)/.stamp-sim+replay+rlvr+swe
+
+q2: $(Q_DEPS)
+	$(PY) -m rescue question q2 --run-dir $(or $(RUN_DIR),runs/q2$(Q_SUFFIX)) $(Q_ARGS)
+
+q3: $(Q_DEPS)
+	$(PY) -m rescue question q3 --run-dir $(or $(RUN_DIR),runs/q3$(Q_SUFFIX)) \
+		--q2-dir $(or $(Q2_DIR),runs/q2$(Q_SUFFIX)) $(if $(filter 1,$(FORCE)),--force) $(Q_ARGS)
+
+q1: $(Q_DEPS)
+	$(PY) -m rescue question q1 --run-dir $(or $(RUN_DIR),runs/q1$(Q_SUFFIX)) \
+		$(if $(DUMPS),--dumps $(DUMPS)) $(Q_ARGS)

@@ -33,6 +33,11 @@ COMMANDS: dict[str, tuple[str, str]] = {
     ),
     "swe": ("swe_smith_tasks.cli", "SWE-smith tasks: prepare data, pilot, reap containers"),
     "rlvr": ("rescue.rlvr.cli", "single-turn RLVR: prepare data, calibrate the cap, watch a sweep"),
+    "question": (
+        "rescue.questions.cli",
+        "a research question (q1, q2, q3) as resumable stages in a run folder",
+    ),
+    "status": ("rescue.questions.status", "the stages of a question's run folder, with progress"),
 }
 
 

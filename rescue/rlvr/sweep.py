@@ -38,6 +38,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TextIO
 
+from rescue.stages import write_progress
+
 from rescue.errors import InputError
 
 QUEUED, RUNNING, DONE, FAILED, LOST = "queued", "running", "done", "failed", "lost"
@@ -226,6 +228,8 @@ class Watcher:
                     changed |= self.poll(run)
             if changed:
                 self.say(counts(self.runs))
+            ended = sum(r.state in ENDED for r in self.runs)
+            write_progress(ended, len(self.runs), "runs", counts(self.runs))
             if all(r.state in ENDED for r in self.runs):
                 break
             self.sleep(self.poll_s)

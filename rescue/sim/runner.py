@@ -37,6 +37,7 @@ from rescue.errors import InputError
 from rescue.sim.arms import ArmSpec
 from rescue.sim.config import SimConfig
 from rescue.sim.engine import Simulation
+from rescue.stages import write_progress
 
 
 @dataclass
@@ -108,6 +109,7 @@ class ProgressBar:
         self._last_decile = -1
 
     def show(self, done: int, note: str = "") -> None:
+        write_progress(done, self.total, self.unit, note)  # for `rescue status`, when staged
         if not self.enabled:
             return
         frac = min(done / self.total, 1.0)
@@ -178,6 +180,7 @@ def run_grid(
                 kw.append({"wandb_dir": wandb_dir, "labels": labels[arm.behaviour]})
                 plan_of.append(p)
     total = sum(cfg.steps for cfg, _, _ in jobs)
+    steps_per_run = "/".join(sorted({str(cfg.steps) for cfg, _, _ in jobs}))
     bar = ProgressBar(total, enabled=progress)
     if ray is not None:
         from rescue.sim.cluster import run_on_ray
@@ -189,16 +192,19 @@ def run_grid(
                     log_wandb_run(r.steps, label, s, cfg, k["wandb_dir"])
     elif workers == 1 or len(jobs) == 1:
         global _tick_hook
-        count = [0]
+        count, finished = [0], [0]
 
         def hook() -> None:
             count[0] += 1
             if count[0] % 10 == 0:
-                bar.show(count[0])
+                bar.show(count[0], f"{finished[0]}/{len(jobs)} runs (arm x seed) done, {steps_per_run} steps per run")
 
         _tick_hook = hook
         try:
-            done = [run_one(*job, **k) for job, k in zip(jobs, kw, strict=True)]
+            done = []
+            for job, k in zip(jobs, kw, strict=True):
+                done.append(run_one(*job, **k))
+                finished[0] += 1
         finally:
             _tick_hook = None
     else:
@@ -215,10 +221,11 @@ def run_grid(
         ) as pool:
             futures = {i: pool.submit(run_one, *jobs[i], **kw[i]) for i in order}
             while not all(f.done() for f in futures.values()):
-                bar.show(counter.value)
+                finished = sum(f.done() for f in futures.values())
+                bar.show(counter.value, f"{finished}/{len(jobs)} runs (arm x seed) done, {steps_per_run} steps per run")
                 time.sleep(0.2)
             done = [futures[i].result() for i in range(len(jobs))]
-    bar.show(total)
+    bar.show(total, f"{len(jobs)}/{len(jobs)} runs (arm x seed) done, {steps_per_run} steps per run")
     bar.close()
     out = []
     for p, (_, arms, _) in enumerate(plans):
