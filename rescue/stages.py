@@ -96,7 +96,9 @@ def read_state(run_dir: str | os.PathLike[str]) -> dict[str, Any]:
     try:
         state = json.loads(path.read_text())
     except FileNotFoundError:
-        raise InputError(f"{path}: no such file: RUN_DIR must be a run folder of make q1/q2/q3") from None
+        raise InputError(
+            f"{path}: no such file: RUN_DIR must be a run folder of make q1/q2/q3"
+        ) from None
     except json.JSONDecodeError as e:
         raise InputError(f"{path}: not JSON ({e})") from None
     if not isinstance(state, dict) or not isinstance(state.get("stages"), list):
@@ -212,7 +214,9 @@ class Runner:
         self._say(f"{self.question or 'run'}: every stage done ({self.run_dir})")
         return 0
 
-    def _run_stage(self, stage: Stage, record: dict[str, Any], state: dict[str, Any], tag: str) -> int:
+    def _run_stage(
+        self, stage: Stage, record: dict[str, Any], state: dict[str, Any], tag: str
+    ) -> int:
         record.update(
             status="running",
             started=_now(),
@@ -260,7 +264,9 @@ class Runner:
             self._say(f"{tag}: done")
             return 0
         why = f"exit {code}" + (f", missing {', '.join(missing)}" if missing else "")
-        self._say(f"{tag}: FAILED ({why}): job {stage.job or stage.command[0]}; log {record['log']}")
+        self._say(
+            f"{tag}: FAILED ({why}): job {stage.job or stage.command[0]}; log {record['log']}"
+        )
         tail = Path(record["log"]).read_text(errors="replace").splitlines()[-TAIL_LINES:]
         for line in tail:
             self._say(f"    {line}")

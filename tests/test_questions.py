@@ -21,9 +21,19 @@ def state(tmp_path: Path, statuses, progress=None) -> Path:
     run.mkdir()
     stages = []
     for name, status in statuses:
-        stages.append({"name": name, "job": f"job-{name}", "note": "", "status": status,
-                       "started": "2026-01-01T00:00:00+0000", "ended": None, "exit_code": 3 if status == "failed" else None,
-                       "log": str(run / "logs" / f"{name}.log"), "progress": str(run / "p.json")})
+        stages.append(
+            {
+                "name": name,
+                "job": f"job-{name}",
+                "note": "",
+                "status": status,
+                "started": "2026-01-01T00:00:00+0000",
+                "ended": None,
+                "exit_code": 3 if status == "failed" else None,
+                "log": str(run / "logs" / f"{name}.log"),
+                "progress": str(run / "p.json"),
+            }
+        )
     write_state(run, {"question": "q2", "settings": {"REHEARSAL": 1}, "stages": stages})
     if progress is not None:
         (run / "p.json").write_text(json.dumps(progress))
@@ -31,8 +41,16 @@ def state(tmp_path: Path, statuses, progress=None) -> Path:
 
 
 def test_status_shows_every_stage_and_a_bar_for_the_running_one(tmp_path, capsys):
-    run = state(tmp_path, [("prepare", "done"), ("train", "running"), ("report", "pending")],
-                {"done": 120, "total": 400, "unit": "steps", "detail": "3/10 runs (arm x seed) done, 40 steps per run"})
+    run = state(
+        tmp_path,
+        [("prepare", "done"), ("train", "running"), ("report", "pending")],
+        {
+            "done": 120,
+            "total": 400,
+            "unit": "steps",
+            "detail": "3/10 runs (arm x seed) done, 40 steps per run",
+        },
+    )
     text, code = render(run)
     assert code == 0
     lines = text.splitlines()
@@ -64,10 +82,22 @@ def test_status_of_a_folder_that_is_no_run_is_an_error(tmp_path, capsys):
 
 
 def p3_report(verdict: str) -> dict:
-    check = {"name": "mask - zero cap-hit trend", "decides": True, "verdict": verdict,
-             "estimate": {"value": 0.1, "lo": 0.02, "hi": 0.18, "n": 3}}
-    return {"cohorts": [{"results": [{"id": "P3", "verdict": verdict, "checks": [check]},
-                                     {"id": "P4", "verdict": "as predicted", "checks": []}]}]}
+    check = {
+        "name": "mask - zero cap-hit trend",
+        "decides": True,
+        "verdict": verdict,
+        "estimate": {"value": 0.1, "lo": 0.02, "hi": 0.18, "n": 3},
+    }
+    return {
+        "cohorts": [
+            {
+                "results": [
+                    {"id": "P3", "verdict": verdict, "checks": [check]},
+                    {"id": "P4", "verdict": "as predicted", "checks": []},
+                ]
+            }
+        ]
+    }
 
 
 def test_the_gate_is_go_only_when_p3_is_as_predicted():
@@ -90,10 +120,10 @@ def test_the_gate_stage_prints_the_verdict_and_interval_and_writes_gate_json(tmp
 
 
 def test_q3_refuses_without_q2s_go_unless_forced(tmp_path, capsys):
-    with pytest.raises(InputError, match="no q2 gate at .*run make q2 first"):
+    with pytest.raises(InputError, match=r"no q2 gate at .*run make q2 first"):
         check_gate(tmp_path, force=False)
     (tmp_path / "gate.json").write_text(json.dumps({"go": False, "verdicts": ["inconclusive"]}))
-    with pytest.raises(InputError, match="says no go .*FORCE=1"):
+    with pytest.raises(InputError, match=r"says no go .*FORCE=1"):
         check_gate(tmp_path, force=False)
     assert "says no go" in check_gate(tmp_path, force=True)
     (tmp_path / "gate.json").write_text(json.dumps({"go": True}))

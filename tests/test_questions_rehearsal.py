@@ -17,14 +17,19 @@ import pytest
 pytest.importorskip("torch")
 pytest.importorskip("transformers")
 
-from rescue.stages import read_state  # noqa: E402
+from rescue.stages import read_state
 
 REPO = Path(__file__).resolve().parents[1]
 
 
 def question(*argv: str, timeout: float = 900) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "rescue", "question", *argv], cwd=REPO,
-                          capture_output=True, text=True, timeout=timeout)
+    return subprocess.run(
+        [sys.executable, "-m", "rescue", "question", *argv],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+    )
 
 
 def predictions(report: Path) -> dict[str, str | None]:
@@ -45,7 +50,15 @@ def q2_run(tmp_path_factory):
 def test_q2_rehearsal_runs_every_stage_and_ends_in_a_judged_p3_gate(q2_run):
     run, out = q2_run
     state = read_state(run)
-    assert [s["name"] for s in state["stages"]] == ["prepare", "calibrate", "train", "wait", "collect", "report", "gate"]
+    assert [s["name"] for s in state["stages"]] == [
+        "prepare",
+        "calibrate",
+        "train",
+        "wait",
+        "collect",
+        "report",
+        "gate",
+    ]
     assert all(s["status"] == "done" for s in state["stages"])
     train = state["stages"][2]
     assert train["note"].startswith("SIMULATED") and "SIMULATED" in out
@@ -65,8 +78,17 @@ def test_q3_rehearsal_is_refused_without_go_and_forced_says_so_in_its_report(q2_
     q2, _ = q2_run
     r = question("q3", "--run-dir", str(tmp_path / "q3"), "--rehearsal", "--q2-dir", str(q2))
     assert r.returncode == 2 and "says no go" in r.stderr and not (tmp_path / "q3").exists()
-    r = question("q3", "--run-dir", str(tmp_path / "q3"), "--rehearsal", "--q2-dir", str(q2),
-                 "--force", "--steps", "30")
+    r = question(
+        "q3",
+        "--run-dir",
+        str(tmp_path / "q3"),
+        "--rehearsal",
+        "--q2-dir",
+        str(q2),
+        "--force",
+        "--steps",
+        "30",
+    )
     assert r.returncode == 0, r.stdout + r.stderr
     report = tmp_path / "q3" / "report"
     got = predictions(report)
@@ -82,8 +104,9 @@ def test_q3_rehearsal_is_refused_without_go_and_forced_says_so_in_its_report(q2_
 def test_q1_rehearsal_killed_mid_run_resumes_at_the_stage_it_stopped(tmp_path):
     run = tmp_path / "q1"
     argv = [sys.executable, "-m", "rescue", "question", "q1", "--run-dir", str(run), "--rehearsal"]
-    proc = subprocess.Popen(argv, cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                            start_new_session=True)
+    proc = subprocess.Popen(
+        argv, cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, start_new_session=True
+    )
     deadline = time.monotonic() + 600
     stopped_at = None
     while time.monotonic() < deadline and proc.poll() is None:
@@ -114,6 +137,8 @@ def test_a_failing_rehearsal_stage_is_named_with_its_job_and_log(tmp_path):
     r = question("q1", "--run-dir", str(run), "--rehearsal", "--model", "no-such-model")
     assert r.returncode == 1
     log = run / "logs" / "gradients.log"
-    assert f"gradients: FAILED (exit 2): job rescue replay gradients (P1, P2); log {log}" in r.stdout
+    assert (
+        f"gradients: FAILED (exit 2): job rescue replay gradients (P1, P2); log {log}" in r.stdout
+    )
     assert "no-such-model" in log.read_text()
     assert [s["status"] for s in read_state(run)["stages"]][-2:] == ["failed", "pending"]

@@ -30,11 +30,23 @@ def calls(root: Path) -> list[str]:
 
 def chain(root: Path, *, fail_b: bool = False) -> list[Stage]:
     """a -> a.txt, b (a.txt) -> b.txt, c (b.txt) -> c.txt; ``fail_b`` kills b's process."""
-    b_src = "import os; os._exit(9)" if fail_b else "open('b.txt','w').write(open('a.txt').read()+'b')"
+    b_src = (
+        "import os; os._exit(9)" if fail_b else "open('b.txt','w').write(open('a.txt').read()+'b')"
+    )
     return [
-        step("a", "open('a.txt','w').write(open('seed.txt').read())", inputs=["seed.txt"], outputs=["a.txt"]),
+        step(
+            "a",
+            "open('a.txt','w').write(open('seed.txt').read())",
+            inputs=["seed.txt"],
+            outputs=["a.txt"],
+        ),
         step("b", b_src, inputs=["a.txt"], outputs=["b.txt"], job="job-b"),
-        step("c", "open('c.txt','w').write(open('b.txt').read()+'c')", inputs=["b.txt"], outputs=["c.txt"]),
+        step(
+            "c",
+            "open('c.txt','w').write(open('b.txt').read()+'c')",
+            inputs=["b.txt"],
+            outputs=["c.txt"],
+        ),
     ]
 
 
@@ -97,7 +109,9 @@ def test_a_runner_process_killed_during_a_stage_restarts_that_stage(tmp_path):
 def test_a_failing_stage_is_named_with_its_job_and_log(tmp_path):
     (tmp_path / "seed.txt").write_text("s")
     stages = chain(tmp_path)
-    stages[1] = step("b", "import sys; print('the grader broke'); sys.exit(4)", job="make rlvr-sweep")
+    stages[1] = step(
+        "b", "import sys; print('the grader broke'); sys.exit(4)", job="make rlvr-sweep"
+    )
     code, text = run(tmp_path, stages)
     log = tmp_path / "run" / "logs" / "b.log"
     assert code == 1
@@ -122,7 +136,12 @@ def test_a_changed_input_or_command_reruns_the_stage_and_what_reads_its_output(t
     assert calls(tmp_path) == ["a", "b", "c"] * 2 and (tmp_path / "c.txt").read_text() == "tbc"
     # a changed command (a setting) reruns that stage; c's input b.txt is unchanged
     stages = chain(tmp_path)
-    stages[1] = step("b", "open('b.txt','w').write(open('a.txt').read()+'b')  # v2", inputs=["a.txt"], outputs=["b.txt"])
+    stages[1] = step(
+        "b",
+        "open('b.txt','w').write(open('a.txt').read()+'b')  # v2",
+        inputs=["a.txt"],
+        outputs=["b.txt"],
+    )
     assert run(tmp_path, stages)[0] == 0
     assert calls(tmp_path)[6:] == ["b"]
     # a deleted output reruns its stage

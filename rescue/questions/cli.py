@@ -20,19 +20,38 @@ from rescue.errors import InputError
 
 def configure(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("question", choices=("q1", "q2", "q3"), help="the research question")
-    parser.add_argument("--run-dir", required=True, help="the run folder (created; resumed when it exists)")
-    parser.add_argument("--rehearsal", action="store_true",
-                        help="the chain on a CPU in minutes, training simulated (default off)")
-    parser.add_argument("--seeds", type=int, default=None,
-                        help="seeds per arm (default 3 on the cluster, 2 in rehearsal)")
-    parser.add_argument("--steps", type=int, default=0,
-                        help="training steps per run (default: the launchers' own; 40 in rehearsal)")
+    parser.add_argument(
+        "--run-dir", required=True, help="the run folder (created; resumed when it exists)"
+    )
+    parser.add_argument(
+        "--rehearsal",
+        action="store_true",
+        help="the chain on a CPU in minutes, training simulated (default off)",
+    )
+    parser.add_argument(
+        "--seeds",
+        type=int,
+        default=None,
+        help="seeds per arm (default 3 on the cluster, 2 in rehearsal)",
+    )
+    parser.add_argument(
+        "--steps",
+        type=int,
+        default=0,
+        help="training steps per run (default: the launchers' own; 40 in rehearsal)",
+    )
     parser.add_argument("--q2-dir", default=None, help="q3: q2's run folder (default runs/q2)")
-    parser.add_argument("--force", action="store_true",
-                        help="q3: start without q2's go; recorded in the report (default off)")
+    parser.add_argument(
+        "--force",
+        action="store_true",
+        help="q3: start without q2's go; recorded in the report (default off)",
+    )
     parser.add_argument("--dumps", default="", help="q1: the dumps folder of a finished run")
-    parser.add_argument("--model", default="",
-                        help="q1/q3: the model replay differentiates (default tiny-gpt2 in rehearsal)")
+    parser.add_argument(
+        "--model",
+        default="",
+        help="q1/q3: the model replay differentiates (default tiny-gpt2 in rehearsal)",
+    )
 
 
 def check_gate(q2_dir: Path, force: bool) -> str:
@@ -42,7 +61,11 @@ def check_gate(q2_dir: Path, force: bool) -> str:
         why = f"no q2 gate at {path}: run make q2 first"
     else:
         decision = json.loads(path.read_text())
-        why = "" if decision.get("go") else f"q2's gate at {path} says no go (P3: {decision.get('verdicts')})"
+        why = (
+            ""
+            if decision.get("go")
+            else f"q2's gate at {path} says no go (P3: {decision.get('verdicts')})"
+        )
     if why and not force:
         raise InputError(f"{why}; or make q3 FORCE=1 (recorded in the report)")
     return why
@@ -57,8 +80,16 @@ def main(args: argparse.Namespace) -> int:
     if seeds < 1 or args.steps < 0:
         raise InputError(f"--seeds {seeds} --steps {args.steps}: allowed seeds >= 1, steps >= 0")
     q2_dir = Path(args.q2_dir or "runs/q2").resolve()
-    settings = Settings(run_dir, rehearsal=args.rehearsal, seeds=seeds, steps=args.steps,
-                        force=args.force, q2_dir=q2_dir, dumps=args.dumps, model=args.model)
+    settings = Settings(
+        run_dir,
+        rehearsal=args.rehearsal,
+        seeds=seeds,
+        steps=args.steps,
+        force=args.force,
+        q2_dir=q2_dir,
+        dumps=args.dumps,
+        model=args.model,
+    )
     recorded = {"REHEARSAL": int(args.rehearsal), "SEEDS": seeds, "STEPS": args.steps}
     if args.question == "q3":
         why = check_gate(q2_dir, args.force)
@@ -67,8 +98,10 @@ def main(args: argparse.Namespace) -> int:
             print(f"q3: FORCE=1: starting although {why}")
     stages = QUESTIONS[args.question](settings)
     if args.rehearsal:
-        print(f"{args.question}: REHEARSAL=1: the training stage is SIMULATED (rescue sim); "
-              "every other stage runs its real command")
+        print(
+            f"{args.question}: REHEARSAL=1: the training stage is SIMULATED (rescue sim); "
+            "every other stage runs its real command"
+        )
     code = Runner(run_dir, stages, question=args.question, settings=recorded, cwd=REPO).run()
     if code == 0:
         if args.question == "q2":  # the gate's verdict, as its stage printed it

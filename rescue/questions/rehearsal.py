@@ -54,10 +54,32 @@ def calibrate(args: argparse.Namespace) -> int:
         folder = build_model_dir(Path(tmp), template, max_position_embeddings=4096)
         engine = Engine(Model(folder), port=0).start()
         try:
-            return _cli(["rlvr", "calibrate", "--data", args.data, "--model", str(folder),
-                         "--base-url", f"http://127.0.0.1:{engine.port}", "--caps", args.caps,
-                         "--out", args.out, "--prompts", str(min(prompts, 8)), "--n", "2", "--low", "0",
-                         "--high", "1", "--concurrency", "4"])
+            return _cli(
+                [
+                    "rlvr",
+                    "calibrate",
+                    "--data",
+                    args.data,
+                    "--model",
+                    str(folder),
+                    "--base-url",
+                    f"http://127.0.0.1:{engine.port}",
+                    "--caps",
+                    args.caps,
+                    "--out",
+                    args.out,
+                    "--prompts",
+                    str(min(prompts, 8)),
+                    "--n",
+                    "2",
+                    "--low",
+                    "0",
+                    "--high",
+                    "1",
+                    "--concurrency",
+                    "4",
+                ]
+            )
         finally:
             engine.close()
 
@@ -69,9 +91,27 @@ def train(args: argparse.Namespace) -> int:
         cap = read_cap(args.cap_file, data=args.data)
         print(f"cap {cap} from {args.cap_file} (the simulator's turn cap stands in for it)")
     print("SIMULATED training: rescue sim, not Miles' loop", flush=True)
-    return _cli(["sim", "--scenario", args.scenario, "--arms", args.arms, "--seeds", str(args.seeds),
-                 "--first-seed", "1", "--steps", str(args.steps), "--out", args.out,
-                 "--no-wandb", "--no-plots", "--workers", str(min(2, os.cpu_count() or 1))])
+    return _cli(
+        [
+            "sim",
+            "--scenario",
+            args.scenario,
+            "--arms",
+            args.arms,
+            "--seeds",
+            str(args.seeds),
+            "--first-seed",
+            "1",
+            "--steps",
+            str(args.steps),
+            "--out",
+            args.out,
+            "--no-wandb",
+            "--no-plots",
+            "--workers",
+            str(min(2, os.cpu_count() or 1)),
+        ]
+    )
 
 
 def wait(args: argparse.Namespace) -> int:
@@ -132,12 +172,18 @@ def gate(args: argparse.Namespace) -> int:
     decision["report"] = str(args.report)
     if not decision["verdicts"]:
         print("gate: P3 was not judged (the report has no P3 result): no go")
-    for r, c in zip(decision["verdicts"] * len(decision["checks"]), decision["checks"], strict=False):
+    for r, c in zip(
+        decision["verdicts"] * len(decision["checks"]), decision["checks"], strict=False
+    ):
         est = c["estimate"] or {}
-        print(f"gate: P3 {r}; {c['name']}: {c['verdict']}, estimate {_num(est.get('value'))} "
-              f"[{_num(est.get('lo'))}, {_num(est.get('hi'))}] (n={est.get('n')})")
-    print(f"gate: {'GO' if decision['go'] else 'NO GO'} for q3"
-          + ("" if decision["go"] else " (make q3 FORCE=1 overrides, and its report says so)"))
+        print(
+            f"gate: P3 {r}; {c['name']}: {c['verdict']}, estimate {_num(est.get('value'))} "
+            f"[{_num(est.get('lo'))}, {_num(est.get('hi'))}] (n={est.get('n')})"
+        )
+    print(
+        f"gate: {'GO' if decision['go'] else 'NO GO'} for q3"
+        + ("" if decision["go"] else " (make q3 FORCE=1 overrides, and its report says so)")
+    )
     tmp = Path(args.out).with_suffix(".tmp")
     tmp.write_text(json.dumps(decision, indent=1))
     os.replace(tmp, args.out)
@@ -156,7 +202,7 @@ def dumps(args: argparse.Namespace) -> int:
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     for rid in range(args.steps):
-        payload = synthetic_step(rollout_id=rid, seed=rid, groups=4, G=4)
+        payload = synthetic_step(rollout_id=rid, seed=rid, groups=args.groups, G=4)
         if args.recorded:
             _tag_recorded(payload, rid)
         torch.save(payload, out / f"rollout_{rid}.pt")
@@ -165,7 +211,7 @@ def dumps(args: argparse.Namespace) -> int:
 
 
 def _tag_recorded(payload: dict, rollout_id: int, k: int = 1, seed: int = 7) -> None:
-    """A never-drop recording: groups 0 and 1 arrive K + 1 versions late; every group goes
+    """A never-drop recording: groups 0 and 1 (of every 4) arrive K + 1 versions late; every group goes
     through rescue's gate (``gate_group``) as the buffer of a recording run does."""
     from rescue.gate import Gate
     from rescue.samples import gate_group
@@ -194,8 +240,17 @@ def pilot(args: argparse.Namespace) -> int:
         p = (0.0, 0.35, 0.9)[i % 3]  # one task in three inside the window
         for t in range(8):
             outcome = "solved" if rng.random() < p else "submitted_failure"
-            lines.append(json.dumps({"instance_id": iid, "trial": t, "outcome": outcome,
-                                     "reward": float(outcome == "solved"), "model": "rehearsal"}))
+            lines.append(
+                json.dumps(
+                    {
+                        "instance_id": iid,
+                        "trial": t,
+                        "outcome": outcome,
+                        "reward": float(outcome == "solved"),
+                        "model": "rehearsal",
+                    }
+                )
+            )
     (out / "results.jsonl").write_text("\n".join(lines) + "\n")
     return _cli(["swe", "pilot", "--tasks", args.tasks, "--out", str(out), "--summarize-only"])
 
@@ -206,14 +261,24 @@ def swe_runs(args: argparse.Namespace) -> int:
     done = 0
     for spec in runs:
         for seed in range(1, args.seeds + 1):
-            env = {"ARM": spec[0], "SEED": str(seed), "PROMPT_DATA": args.prompt_data,
-                   "OUTPUT_DIR": args.output_dir, "DUMP_STEPS": "50"}
+            env = {
+                "ARM": spec[0],
+                "SEED": str(seed),
+                "PROMPT_DATA": args.prompt_data,
+                "OUTPUT_DIR": args.output_dir,
+                "DUMP_STEPS": "50",
+            }
             if len(spec) > 1:
                 env["A"] = spec[1]
             if args.steps:
                 env["NUM_ROLLOUT"] = str(args.steps)
             write_progress(done, total, "runs", f"running {' '.join(spec)} seed {seed}")
-            argv = ["make", "--no-print-directory", "swe-arm", *(f"{k}={v}" for k, v in env.items())]
+            argv = [
+                "make",
+                "--no-print-directory",
+                "swe-arm",
+                *(f"{k}={v}" for k, v in env.items()),
+            ]
             print("+ " + " ".join(argv), flush=True)
             code = subprocess.call(argv)
             if code != 0:
@@ -285,6 +350,7 @@ def build_parser() -> argparse.ArgumentParser:
     d = sub.add_parser("dumps")
     d.add_argument("--out", required=True)
     d.add_argument("--steps", type=int, default=4)
+    d.add_argument("--groups", type=int, default=3)
     d.add_argument("--recorded", action="store_true")
     d.set_defaults(fn=dumps)
     q = sub.add_parser("pilot")

@@ -62,7 +62,9 @@ def render(run_dir: str | Path) -> tuple[str, int]:
         when = ""
         if r.get("started"):
             when = f"  {r['started']}" + (f" -> {r['ended']}" if r.get("ended") else "")
-        lines.append(f"  [{i + 1}/{n}] {MARK.get(status, status)} {r['name']:<10} {r.get('job', '')}{when}")
+        lines.append(
+            f"  [{i + 1}/{n}] {MARK.get(status, status)} {r['name']:<10} {r.get('job', '')}{when}"
+        )
         if r.get("note"):
             lines.append(f"        note: {r['note']}")
         if status == "failed":

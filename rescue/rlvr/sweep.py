@@ -38,9 +38,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TextIO
 
-from rescue.stages import write_progress
-
 from rescue.errors import InputError
+from rescue.stages import write_progress
 
 QUEUED, RUNNING, DONE, FAILED, LOST = "queued", "running", "done", "failed", "lost"
 STATES = (QUEUED, RUNNING, DONE, FAILED, LOST)

@@ -197,7 +197,10 @@ def run_grid(
         def hook() -> None:
             count[0] += 1
             if count[0] % 10 == 0:
-                bar.show(count[0], f"{finished[0]}/{len(jobs)} runs (arm x seed) done, {steps_per_run} steps per run")
+                bar.show(
+                    count[0],
+                    f"{finished[0]}/{len(jobs)} runs (arm x seed) done, {steps_per_run} steps per run",
+                )
 
         _tick_hook = hook
         try:
@@ -222,10 +225,15 @@ def run_grid(
             futures = {i: pool.submit(run_one, *jobs[i], **kw[i]) for i in order}
             while not all(f.done() for f in futures.values()):
                 finished = sum(f.done() for f in futures.values())
-                bar.show(counter.value, f"{finished}/{len(jobs)} runs (arm x seed) done, {steps_per_run} steps per run")
+                bar.show(
+                    counter.value,
+                    f"{finished}/{len(jobs)} runs (arm x seed) done, {steps_per_run} steps per run",
+                )
                 time.sleep(0.2)
             done = [futures[i].result() for i in range(len(jobs))]
-    bar.show(total, f"{len(jobs)}/{len(jobs)} runs (arm x seed) done, {steps_per_run} steps per run")
+    bar.show(
+        total, f"{len(jobs)}/{len(jobs)} runs (arm x seed) done, {steps_per_run} steps per run"
+    )
     bar.close()
     out = []
     for p, (_, arms, _) in enumerate(plans):
