@@ -168,3 +168,32 @@ def test_q1_needs_dumps_and_a_model_on_the_cluster(tmp_path):
     stages = chains.q1(chains.Settings(tmp_path, dumps="d", model="m"))
     assert [s.name for s in stages] == ["census", "advantages", "gradients", "report"]
     assert stages[2].command[-3:] == ("--model", "m", "--json")
+
+
+@pytest.mark.parametrize(
+    ("target", "variables", "expected"),
+    [
+        ("q2", {}, "question q2 --run-dir runs/q2"),
+        ("q2", {"REHEARSAL": "1"}, "question q2 --run-dir runs/q2-rehearsal --rehearsal"),
+        ("q2", {"RUN_DIR": "r", "SEEDS": "4", "STEPS": "7"}, "--run-dir r --seeds 4 --steps 7"),
+        ("q3", {"REHEARSAL": "1"}, "--q2-dir runs/q2-rehearsal"),
+        ("q3", {"Q2_DIR": "x", "FORCE": "1"}, "--q2-dir x --force"),
+        ("q1", {"DUMPS": "d", "MODEL": "m"}, "--dumps d --model m"),
+    ],
+)
+def test_the_make_targets_pass_their_variables(target, variables, expected):
+    import re
+    import subprocess
+
+    argv = [
+        "make",
+        "-n",
+        "--no-print-directory",
+        target,
+        *(f"{k}={v}" for k, v in variables.items()),
+    ]
+    out = subprocess.run(argv, cwd=chains.REPO, capture_output=True, text=True, check=True).stdout
+    line = re.sub(r"\s+", " ", out)
+    assert expected in line, line
+    if "FORCE" not in variables:
+        assert "--force" not in line
