@@ -192,7 +192,8 @@ rlvr-sweep: $(RLVR_CLI_DEPS)
 # launchers' NUM_ROLLOUT; 40 in rehearsal). Q2_DIR: q2's run folder for q3's gate (default
 # runs/q2, runs/q2-rehearsal with REHEARSAL=1). FORCE: 1 starts q3 without q2's go and
 # records it in the report (default 0). DUMPS, MODEL: q1's dumps and checkpoint (MODEL also
-# q3's oracle replay; rehearsal default tiny-gpt2).
+# q3's oracle replay; rehearsal default tiny-gpt2). Every launcher variable (e.g. CKPT for q3's
+# make oracle, MILES_DIR) passes through to the stages' make targets.
 .PHONY: q1 q2 q3
 REHEARSAL ?= 0
 FORCE ?= 0

@@ -451,7 +451,7 @@ def q3(s: Settings) -> list[Stage]:
         stages.append(
             Stage(
                 "oracle-grad",
-                _make("oracle", CKPT=s.extra.get("CKPT", ""), DUMPS=record, ORACLE_DIR=oracle),
+                _make("oracle", DUMPS=record, ORACLE_DIR=oracle),
                 inputs=(f"{oracle}/rollout_data",),
                 outputs=(f"{oracle}/gradients",),
                 job="make oracle",
