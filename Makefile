@@ -18,6 +18,12 @@
 #   make rehearsal-test  MILES_SRC=...: the rehearsal's pytest marker (one arm end to end)
 #   make help          this text (also plain `make`)
 #
+# One command per research question (resumable stages in RUN_DIR; `rescue status RUN_DIR`):
+#   make q2            [SEEDS=3] [STEPS=] [RUN_DIR=runs/q2]: the budget regime, ending in the P3 gate
+#   make q3            [Q2_DIR=runs/q2] [FORCE=1]: SWE-smith, refused unless q2's gate says go
+#   make q1            DUMPS=DIR MODEL=PATH: offline replay of a finished run's dumps
+#                      REHEARSAL=1: any of the three on this CPU in minutes (training simulated)
+#
 # On GPU nodes (every variable, with its default, in launch/config.sh and, for the rlvr-*
 # targets, launch/rlvr_config.sh; DRY_RUN=1 prints the commands and runs nothing; RESCUE_PY:
 # the Python that runs `rescue`, default VENV's):
@@ -26,6 +32,11 @@
 #   make preflight     GPUs, Docker, task images, wandb, disk, context, the imports of a trial
 #   make swe-arm       ARM=drop|never-drop|protect|pace [A=0.5] [SEED=1] [STALENESS=2], or a
 #                      budget-regime arm ARM=zero|mask|matched|drgrpo-mask|survivor|turn
+#   make swe-validate  every subset task's reference solution graded in the training sandbox
+#   make slime-arm     ARM=drop|never-drop|protect|pace [A=0.5] [ESTIMATOR=turn] on slime
+#                      (SLIME_DIR; settings in launch/slime_config.sh)
+#   make agent-prepare ENV=cooking|alfworld: the text games' prompt rows
+#   make agent-arm     ENV=alfworld|cooking ARM=zero|mask|matched|drgrpo-mask|survivor|turn
 #   make reap          remove task containers trials left behind on this node
 #   make oracle        CKPT=... DUMPS=... [ORACLE_A=0.5] [ORACLE_ARMS=all,drop,stale,protect]
 #   make rlvr-prepare  GSM8K or MATH rows -> PROMPT_DATA (RLVR_DATASET=gsm8k|math)
@@ -35,7 +46,8 @@
 #
 # Variables of this file: PYTHON (python3), VENV (.venv), TORCH (torch==2.13.0),
 # REHEARSAL_VENV (.venv-rehearsal), PYTEST_ARGS, MILES_SRC, SLIME_SRC, ARM, A, STEPS,
-# REHEARSAL_ARGS, RESCUE_PY, DRY_RUN; each is described where it is set below.
+# REHEARSAL_ARGS, RESCUE_PY, DRY_RUN, and the questions' RUN_DIR, REHEARSAL, FORCE, Q2_DIR,
+# DUMPS, MODEL; each is described where it is set below.
 
 .DEFAULT_GOAL := help
 
@@ -258,3 +270,39 @@ agent-prepare: $(AGENT_CLI_DEPS)
 
 agent-arm:
 	@launch/agent_arm.sh
+
+# ── One command per research question: the existing targets and commands as resumable
+# stages in RUN_DIR (rescue.questions; `rescue status RUN_DIR` shows them with progress).
+#
+#   make q2 [RUN_DIR=runs/q2] [SEEDS=3] [STEPS=]      prepare, calibrate, arms x seeds on Ray,
+#                                                     wait, collect, report, the P3 gate
+#   make q3 [RUN_DIR=runs/q3] [Q2_DIR=runs/q2] [FORCE=1]  refused unless q2's gate says go
+#   make q1 DUMPS=DIR MODEL=PATH [RUN_DIR=runs/q1]    replay arms (a)-(e), P1, P2, offline P7
+#
+# REHEARSAL: 1 runs the chain on this CPU in minutes (default 0): two seeds, 40 steps, the
+# training stage SIMULATED by the embedded simulator (it says so), every other stage real.
+# RUN_DIR: the run folder (default runs/qN, runs/qN-rehearsal with REHEARSAL=1). SEEDS: seeds
+# per arm (default 3; 2 in rehearsal). STEPS: training steps per run (default: the
+# launchers' NUM_ROLLOUT; 40 in rehearsal). Q2_DIR: q2's run folder for q3's gate (default
+# runs/q2, runs/q2-rehearsal with REHEARSAL=1). FORCE: 1 starts q3 without q2's go and
+# records it in the report (default 0). DUMPS, MODEL: q1's dumps and checkpoint (MODEL also
+# q3's oracle replay; rehearsal default tiny-gpt2). Every launcher variable (e.g. CKPT for q3's
+# make oracle, MILES_DIR) passes through to the stages' make targets.
+.PHONY: q1 q2 q3
+REHEARSAL ?= 0
+FORCE ?= 0
+Q_SUFFIX := $(if $(filter 1,$(REHEARSAL)),-rehearsal)
+Q_ARGS = $(if $(filter 1,$(REHEARSAL)),--rehearsal) $(if $(SEEDS),--seeds $(SEEDS)) \
+	$(if $(STEPS),--steps $(STEPS)) $(if $(MODEL),--model $(MODEL))
+Q_DEPS := $(VENV)/.stamp-sim+replay+rlvr+swe
+
+q2: $(Q_DEPS)
+	$(PY) -m rescue question q2 --run-dir $(or $(RUN_DIR),runs/q2$(Q_SUFFIX)) $(Q_ARGS)
+
+q3: $(Q_DEPS)
+	$(PY) -m rescue question q3 --run-dir $(or $(RUN_DIR),runs/q3$(Q_SUFFIX)) \
+		--q2-dir $(or $(Q2_DIR),runs/q2$(Q_SUFFIX)) $(if $(filter 1,$(FORCE)),--force) $(Q_ARGS)
+
+q1: $(Q_DEPS)
+	$(PY) -m rescue question q1 --run-dir $(or $(RUN_DIR),runs/q1$(Q_SUFFIX)) \
+		$(if $(DUMPS),--dumps $(DUMPS)) $(Q_ARGS)

@@ -67,6 +67,8 @@
 #                separated by spaces or commas (ARMS=zero,mask is ARMS='zero mask').
 #   SEEDS        3. rlvr-sweep: seeds 1..SEEDS of every arm.
 #   SWEEP_POLL_S 60. rlvr-sweep: seconds between looks at the runs' Ray jobs.
+#   SWEEP_WATCH  1. rlvr-sweep: 1 watches the runs until all end; 0 stops after submitting
+#                (make q2 watches in a stage of its own, so a resumed q2 never resubmits).
 #   SWEEP_DIR    OUTPUT_DIR/sweeps/rlvr-<date>-<time>. rlvr-sweep: the plan of the sweep
 #                (plan.jsonl: run, Ray submission id, log path) for `rescue rlvr watch`.
 #
@@ -116,6 +118,7 @@ JOB_START_TIMEOUT_S=${JOB_START_TIMEOUT_S:-31536000}
 ARMS=${ARMS:-zero mask matched drgrpo-mask survivor turn}
 SEEDS=${SEEDS:-3}
 SWEEP_POLL_S=${SWEEP_POLL_S:-60}
+SWEEP_WATCH=${SWEEP_WATCH:-1}
 SWEEP_DIR=${SWEEP_DIR:-}
 
 RLVR_DATASET=${RLVR_DATASET:-gsm8k}

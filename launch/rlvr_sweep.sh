@@ -96,4 +96,8 @@ for run in "${runs[@]}"; do
   read -r arm seed <<<"$run"
   (rescue_rlvr_sweep_run "$arm" "$seed") || exit $?
 done
+if [[ $SWEEP_WATCH == 0 ]]; then
+  rescue_note "submitted; watch with: rescue rlvr watch --plan $PLAN --address $ADDRESS"
+  exit 0
+fi
 rescue_cli rlvr watch --plan "$PLAN" --address "$ADDRESS" --poll-s "$SWEEP_POLL_S"

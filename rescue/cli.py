@@ -37,6 +37,11 @@ COMMANDS: dict[str, tuple[str, str]] = {
         "rescue.envs.cli",
         "text games (ALFWorld, TextWorld cooking): make games, write rows",
     ),
+    "question": (
+        "rescue.questions.cli",
+        "a research question (q1, q2, q3) as resumable stages in a run folder",
+    ),
+    "status": ("rescue.questions.status", "the stages of a question's run folder, with progress"),
 }
 
 

@@ -154,3 +154,12 @@ def test_the_integration_step_runs_the_rehearsal_unless_ci_rehearsal_is_0(tmp_pa
         assert rehearsal[1].startswith("MILES_SRC=") and "/miles-" in rehearsal[1]
     else:
         assert "rehearsal not run: CI_REHEARSAL=0" in result.stdout
+
+
+def test_ci_rehearses_make_q2_only_when_ci_questions_is_1():
+    run = (ROOT / ".ci" / "run").read_text()
+    guarded = run.split('if [ "${CI_QUESTIONS:-0}" != 0 ]; then', 1)
+    assert len(guarded) == 2
+    block = guarded[1].split("\nfi\n", 1)[0]
+    assert "make q2 REHEARSAL=1" in block and "rescue status" in block
+    assert "\nmake q2" not in guarded[0]  # only under the guard

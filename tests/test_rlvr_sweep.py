@@ -337,3 +337,48 @@ def test_the_watch_command_uses_its_ray_poll_and_lost_after(tmp_path, monkeypatc
     )
     assert slept.count(0.5) == 1  # between its two polls (the rest: subprocess' own waits)
     assert [s for s in slept if s >= 0.5] == [0.5]
+
+
+def test_sweep_watch_0_submits_every_run_and_leaves_the_watching_to_q2(
+    bin_dir, miles_dir, tmp_path
+):
+    state = tmp_path / "ray"
+    stand_in_ray(bin_dir, state, {"rlvr-zero-cap512-seed1": ["PENDING"]})
+    result = launch(
+        "rlvr_sweep.sh",
+        bin_dir,
+        miles_dir,
+        timeout=120,
+        OUTPUT_DIR=str(tmp_path / "runs"),
+        RAY_STANDIN=str(state),
+        ARMS="zero",
+        SEEDS="1",
+        CAP="512",
+        DUMP_STEPS="all",
+        CKPT_KEEP="0",
+        SWEEP_DIR=str(tmp_path / "sweep"),
+        SWEEP_WATCH="0",
+    )
+    assert result.returncode == 0, result.stderr
+    calls = [json.loads(x) for x in (state / "calls.jsonl").read_text().splitlines()]
+    assert any(c[:2] == ["job", "submit"] for c in calls)
+    assert not any(c[:2] == ["job", "status"] for c in calls)  # nobody watched
+    assert len(read_plan(tmp_path / "sweep" / "plan.jsonl")) == 1
+    assert "rescue rlvr watch --plan" in result.stderr + result.stdout
+
+
+def test_the_watcher_writes_runs_ended_for_rescue_status(tmp_path, monkeypatch):
+    progress = tmp_path / "p.json"
+    monkeypatch.setenv("RESCUE_STAGE_PROGRESS", str(progress))
+    runs = [Run("a", "a-1", str(tmp_path / "a.log")), Run("b", "b-1", str(tmp_path / "b.log"))]
+    w, _, _ = watcher_for(
+        runs,
+        {
+            "a-1": [(0, "Job 'a-1' succeeded")],
+            "b-1": [status("b-1", "RUNNING"), (0, "Job 'b-1' succeeded")],
+        },
+    )
+    assert w.watch() == 0
+    got = json.loads(progress.read_text())
+    assert got["done"] == 2 and got["total"] == 2 and got["unit"] == "runs"
+    assert "2 done" in got["detail"]

@@ -42,6 +42,7 @@ from typing import TextIO
 
 from rescue.errors import InputError
 from rescue.progress import advance_to, progress_bar
+from rescue.stages import write_progress
 
 QUEUED, RUNNING, DONE, FAILED, LOST = "queued", "running", "done", "failed", "lost"
 STATES = (QUEUED, RUNNING, DONE, FAILED, LOST)
@@ -177,6 +178,8 @@ class Watcher:
         (self.out or sys.stdout).flush()
 
     def _show(self) -> None:
+        ended = sum(r.state in ENDED for r in self.runs)
+        write_progress(ended, len(self.runs), "runs", counts(self.runs))  # `rescue status`
         if self.bar is not None:
             self.bar.set_postfix_str(counts(self.runs), refresh=False)
             advance_to(self.bar, sum(r.state in ENDED for r in self.runs))

@@ -41,6 +41,7 @@ from rescue.sim.arms import ArmSpec
 from rescue.sim.config import SimConfig
 from rescue.sim.engine import check_runnable
 from rescue.sim.run import RunResult, log_wandb_run, run_one, set_step_hook, wandb_available
+from rescue.stages import write_progress
 
 #: What a run writes in its output folder (``clear_outputs`` removes them): the census,
 #: the offline wandb runs, the run tables, the summary, the judge's figures (``plots/``);
@@ -126,6 +127,14 @@ def run_grid(
         check_runnable(cfg, arm)
     total = sum(cfg.steps for cfg, _, _ in jobs)
     bar = progress_bar(total, unit="steps", desc="simulating", enabled=progress)
+    steps_per_run = "/".join(sorted({str(cfg.steps) for cfg, _, _ in jobs}))
+
+    def staged(steps: int, finished: int) -> None:  # for `rescue status`, when run as a stage
+        write_progress(
+            steps, total, "steps",
+            f"{finished}/{len(jobs)} runs (arm x seed) done, {steps_per_run} steps per run",
+        )  # fmt: skip
+
     if ray is not None:
         from rescue.sim.cluster import run_on_ray
 
@@ -135,9 +144,17 @@ def run_grid(
                 for label in k["labels"]:
                     log_wandb_run(r.steps, label, s, cfg, k["wandb_dir"])
     elif workers == 1 or len(jobs) == 1:
-        set_step_hook(lambda: bar.update(1))
+
+        def step() -> None:
+            bar.update(1)
+            if bar.n % 10 == 0:
+                staged(bar.n, len(done))
+
+        done: list[RunResult] = []
+        set_step_hook(step)
         try:
-            done = [run_one(*job, **k) for job, k in zip(jobs, kw, strict=True)]
+            for job, k in zip(jobs, kw, strict=True):
+                done.append(run_one(*job, **k))
         finally:
             set_step_hook(None)
     else:
@@ -155,9 +172,11 @@ def run_grid(
             futures = {i: pool.submit(run_one, *jobs[i], **kw[i]) for i in order}
             while not all(f.done() for f in futures.values()):
                 advance_to(bar, counter.value)
+                staged(counter.value, sum(f.done() for f in futures.values()))
                 time.sleep(0.2)
             done = [futures[i].result() for i in range(len(jobs))]
     advance_to(bar, total)
+    staged(total, len(jobs))
     bar.close()
     out = []
     for p, (_, arms, _) in enumerate(plans):

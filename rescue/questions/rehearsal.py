@@ -1,0 +1,387 @@
+"""The small commands the question chains need between the existing ones.
+
+Run as ``python -m rescue.questions.rehearsal COMMAND``. Each does one hand-off and holds
+no decision of its own: calibration, training, replay and judging are the existing
+commands' code, called as they are.
+
+- ``calibrate``: ``rescue rlvr calibrate`` against the rehearsal's stand-in SGLang engine
+  (``rescue.rehearsal.engine``), started here on a free port with its offline tokenizer.
+- ``train``: the SIMULATED training stage: reads the cap file as ``rlvr-arm`` does (q2),
+  then ``rescue sim`` with the question's scenario, arms, seeds and steps.
+- ``wait``: checks that every arm x seed of a simulated training wrote its census.
+- ``collect``: lists the runs the report will read (``runs.json``), an error when none.
+- ``gate``: reads q2's report, prints P3's verdict and interval, writes ``gate.json``.
+- ``dumps``: synthetic debug dumps (``rescue.replay.synthetic``), ``--recorded`` as a
+  never-drop recording tagged by rescue's gate.
+- ``pilot``: drawn trial outcomes per task, then ``rescue swe pilot --summarize-only``.
+- ``swe-runs``: ``make swe-arm`` for every (arm, seed), one after another (cluster).
+- ``link``: a symlink to the one folder a glob matches (cluster).
+- ``force-note``: writes into a report that it was made with FORCE=1.
+"""
+
+from __future__ import annotations
+
+import argparse
+import glob
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+from rescue.errors import InputError
+from rescue.stages import write_progress
+
+
+def _cli(argv: list[str]) -> int:
+    from rescue.cli import main
+
+    return main(argv)
+
+
+def calibrate(args: argparse.Namespace) -> int:
+    import tempfile
+
+    from rescue.rehearsal.engine import Engine, Model
+    from rescue.rehearsal.tokenizer import build_model_dir
+
+    template = (
+        "{% for m in messages %}<|im_start|>{{ m.role }}\n{{ m.content }}<|im_end|>\n{% endfor %}"
+        "{% if add_generation_prompt %}<|im_start|>assistant\n{% endif %}"
+    )
+    prompts = sum(1 for line in Path(args.data).read_text().splitlines() if line.strip())
+    with tempfile.TemporaryDirectory() as tmp:
+        folder = build_model_dir(Path(tmp), template, max_position_embeddings=4096)
+        engine = Engine(Model(folder), port=0).start()
+        try:
+            return _cli(
+                [
+                    "rlvr",
+                    "calibrate",
+                    "--data",
+                    args.data,
+                    "--model",
+                    str(folder),
+                    "--base-url",
+                    f"http://127.0.0.1:{engine.port}",
+                    "--caps",
+                    args.caps,
+                    "--out",
+                    args.out,
+                    "--prompts",
+                    str(min(prompts, 8)),
+                    "--n",
+                    "2",
+                    "--low",
+                    "0",
+                    "--high",
+                    "1",
+                    "--concurrency",
+                    "4",
+                ]
+            )
+        finally:
+            engine.close()
+
+
+def train(args: argparse.Namespace) -> int:
+    if args.cap_file:
+        from rescue.rlvr.calibrate import read_cap
+
+        cap = read_cap(args.cap_file, data=args.data)
+        print(f"cap {cap} from {args.cap_file} (the simulator's turn cap stands in for it)")
+    print("SIMULATED training: rescue sim, not Miles' loop", flush=True)
+    return _cli(
+        [
+            "sim",
+            "--scenario",
+            args.scenario,
+            "--arms",
+            args.arms,
+            "--seeds",
+            str(args.seeds),
+            "--first-seed",
+            "1",
+            "--steps",
+            str(args.steps),
+            "--out",
+            args.out,
+            "--no-wandb",
+            "--no-plots",
+            "--workers",
+            str(min(2, os.cpu_count() or 1)),
+        ]
+    )
+
+
+def wait(args: argparse.Namespace) -> int:
+    folder = Path(args.train)
+    missing = []
+    if not (folder / "census").is_dir():
+        print(f"no census folder in {folder}: the training stage wrote no run", file=sys.stderr)
+        return 1
+    for arm in args.arms.split(","):
+        for seed in range(1, args.seeds + 1):
+            f = folder / "census" / f"{arm}-seed{seed}.jsonl"
+            if not f.is_file() or not f.read_text().strip():
+                missing.append(str(f))
+    if missing:
+        print(f"runs without a census: {', '.join(missing)}", file=sys.stderr)
+        return 1
+    print(f"every run finished: {len(args.arms.split(','))} arms x {args.seeds} seeds")
+    return 0
+
+
+def collect(args: argparse.Namespace) -> int:
+    paths = sorted(glob.glob(args.runs)) if glob.has_magic(args.runs) else [args.runs]
+    paths = [p for p in paths if Path(p).exists()]
+    if not paths:
+        raise InputError(f"no runs at {args.runs}: did the training stage write them?")
+    Path(args.out).write_text(json.dumps({"runs": paths}, indent=1))
+    print(f"{len(paths)} run folder(s) for the report: {', '.join(paths)}")
+    return 0
+
+
+def p3_results(report: dict) -> list[dict]:
+    """Every P3 result of a report.json, with its cohort."""
+    out = []
+    for cohort in report.get("cohorts", []):
+        for r in cohort.get("results", []):
+            if r.get("id") == "P3":
+                out.append(r)
+    return out
+
+
+def gate_decision(report: dict) -> dict:
+    """go when some P3 result is ``as predicted`` (the mask drifts relative to R = 0 and
+    the matched control does not reproduce it), with the deciding checks' intervals."""
+    results = p3_results(report)
+    checks = [
+        {"name": c["name"], "verdict": c.get("verdict"), "estimate": c.get("estimate")}
+        for r in results
+        for c in r.get("checks", [])
+        if c.get("decides")
+    ]
+    verdicts = [r.get("verdict") for r in results]
+    return {"go": "as predicted" in verdicts, "verdicts": verdicts, "checks": checks}
+
+
+def gate(args: argparse.Namespace) -> int:
+    report = json.loads(Path(args.report).read_text())
+    decision = gate_decision(report)
+    decision["report"] = str(args.report)
+    if not decision["verdicts"]:
+        print("gate: P3 was not judged (the report has no P3 result): no go")
+    for r, c in zip(
+        decision["verdicts"] * len(decision["checks"]), decision["checks"], strict=False
+    ):
+        est = c["estimate"] or {}
+        print(
+            f"gate: P3 {r}; {c['name']}: {c['verdict']}, estimate {_num(est.get('value'))} "
+            f"[{_num(est.get('lo'))}, {_num(est.get('hi'))}] (n={est.get('n')})"
+        )
+    print(
+        f"gate: {'GO' if decision['go'] else 'NO GO'} for q3"
+        + ("" if decision["go"] else " (make q3 FORCE=1 overrides, and its report says so)")
+    )
+    tmp = Path(args.out).with_suffix(".tmp")
+    tmp.write_text(json.dumps(decision, indent=1))
+    os.replace(tmp, args.out)
+    return 0
+
+
+def _num(x: float | None) -> str:
+    return "n/a" if x is None else f"{x:.3g}"
+
+
+def dumps(args: argparse.Namespace) -> int:
+    import torch
+
+    from rescue.replay.synthetic import synthetic_step
+
+    out = Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
+    for rid in range(args.steps):
+        payload = synthetic_step(rollout_id=rid, seed=rid, groups=args.groups, G=4)
+        if args.recorded:
+            _tag_recorded(payload, rid)
+        torch.save(payload, out / f"rollout_{rid}.pt")
+    print(f"{args.steps} synthetic dump(s) in {out}")
+    return 0
+
+
+def _tag_recorded(payload: dict, rollout_id: int, k: int = 1, seed: int = 7) -> None:
+    """A never-drop recording: groups 0 and 1 (of every 4) arrive K + 1 versions late; every group goes
+    through rescue's gate (``gate_group``) as the buffer of a recording run does."""
+    from rescue.gate import Gate
+    from rescue.samples import gate_group
+
+    current = rollout_id + k + 1
+    groups: dict[int, list[dict]] = {}
+    for s in payload["samples"]:
+        lag = k + 1 if s["group_index"] % 4 in (0, 1) else 0
+        s["weight_versions"] = [str(current - lag)] * max(len(s["weight_versions"]), 1)
+        groups.setdefault(s["group_index"], []).append(s)
+    g = Gate(arm="never-drop", seed=seed, max_staleness=k)
+    for group in groups.values():
+        gate_group(g, group, current)
+
+
+def pilot(args: argparse.Namespace) -> int:
+    import random
+
+    rows = [json.loads(x) for x in Path(args.tasks).read_text().splitlines() if x.strip()]
+    out = Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
+    rng = random.Random(1)
+    lines = []
+    for i, row in enumerate(rows):
+        iid = row["metadata"]["instance_id"]
+        p = (0.0, 0.35, 0.9)[i % 3]  # one task in three inside the window
+        for t in range(8):
+            outcome = "solved" if rng.random() < p else "submitted_failure"
+            lines.append(
+                json.dumps(
+                    {
+                        "instance_id": iid,
+                        "trial": t,
+                        "outcome": outcome,
+                        "reward": float(outcome == "solved"),
+                        "model": "rehearsal",
+                    }
+                )
+            )
+    (out / "results.jsonl").write_text("\n".join(lines) + "\n")
+    return _cli(["swe", "pilot", "--tasks", args.tasks, "--out", str(out), "--summarize-only"])
+
+
+def swe_runs(args: argparse.Namespace) -> int:
+    runs = [r.split(":") for r in args.runs.split()]
+    total = len(runs) * args.seeds
+    done = 0
+    for spec in runs:
+        for seed in range(1, args.seeds + 1):
+            env = {
+                "ARM": spec[0],
+                "SEED": str(seed),
+                "PROMPT_DATA": args.prompt_data,
+                "OUTPUT_DIR": args.output_dir,
+                "DUMP_STEPS": "50",
+            }
+            if len(spec) > 1:
+                env["A"] = spec[1]
+            if args.steps:
+                env["NUM_ROLLOUT"] = str(args.steps)
+            write_progress(done, total, "runs", f"running {' '.join(spec)} seed {seed}")
+            argv = [
+                "make",
+                "--no-print-directory",
+                "swe-arm",
+                *(f"{k}={v}" for k, v in env.items()),
+            ]
+            print("+ " + " ".join(argv), flush=True)
+            code = subprocess.call(argv)
+            if code != 0:
+                print(f"swe-arm {' '.join(spec)} seed {seed} failed (exit {code})", file=sys.stderr)
+                return code
+            done += 1
+    write_progress(done, total, "runs", "every run done")
+    Path(args.out).mkdir(parents=True, exist_ok=True)
+    return 0
+
+
+def link(args: argparse.Namespace) -> int:
+    found = sorted(glob.glob(args.pattern))
+    if len(found) != 1:
+        raise InputError(f"{args.pattern}: expected one folder, found {found or 'none'}")
+    if os.path.lexists(args.out):
+        os.unlink(args.out)
+    os.symlink(os.path.abspath(found[0]), args.out)
+    return 0
+
+
+def force_note(args: argparse.Namespace) -> int:
+    folder = Path(args.report)
+    note = "FORCE=1: q3 was started without q2's gate saying go" + (
+        f" (gate file: {args.gate})" if args.gate else " (no q2 gate file)"
+    )
+    data = json.loads((folder / "report.json").read_text())
+    if data.get("forced"):
+        print(note + " (already recorded)")
+        return 0
+    data.setdefault("notes", []).insert(0, note)
+    data["forced"] = True
+    (folder / "report.json").write_text(json.dumps(data, indent=1))
+    md = folder / "report.md"
+    md.write_text(f"> **{note}**\n\n" + md.read_text())
+    print(note)
+    return 0
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="python -m rescue.questions.rehearsal")
+    sub = p.add_subparsers(dest="command", required=True)
+    c = sub.add_parser("calibrate")
+    c.add_argument("--data", required=True)
+    c.add_argument("--out", required=True)
+    c.add_argument("--caps", default="64 2048")
+    c.set_defaults(fn=calibrate)
+    t = sub.add_parser("train")
+    for name in ("--scenario", "--arms", "--out"):
+        t.add_argument(name, required=True)
+    t.add_argument("--seeds", type=int, default=2)
+    t.add_argument("--steps", type=int, default=40)
+    t.add_argument("--cap-file", default="")
+    t.add_argument("--data", default=None)
+    t.set_defaults(fn=train)
+    w = sub.add_parser("wait")
+    w.add_argument("train")
+    w.add_argument("--arms", required=True)
+    w.add_argument("--seeds", type=int, required=True)
+    w.set_defaults(fn=wait)
+    k = sub.add_parser("collect")
+    k.add_argument("runs")
+    k.add_argument("--out", required=True)
+    k.set_defaults(fn=collect)
+    g = sub.add_parser("gate")
+    g.add_argument("report")
+    g.add_argument("--out", required=True)
+    g.set_defaults(fn=gate)
+    d = sub.add_parser("dumps")
+    d.add_argument("--out", required=True)
+    d.add_argument("--steps", type=int, default=4)
+    d.add_argument("--groups", type=int, default=3)
+    d.add_argument("--recorded", action="store_true")
+    d.set_defaults(fn=dumps)
+    q = sub.add_parser("pilot")
+    q.add_argument("--tasks", required=True)
+    q.add_argument("--out", required=True)
+    q.set_defaults(fn=pilot)
+    r = sub.add_parser("swe-runs")
+    for name in ("--runs", "--prompt-data", "--output-dir", "--out"):
+        r.add_argument(name, required=True)
+    r.add_argument("--seeds", type=int, default=3)
+    r.add_argument("--steps", type=int, default=0)
+    r.set_defaults(fn=swe_runs)
+    m = sub.add_parser("link")
+    m.add_argument("pattern")
+    m.add_argument("--out", required=True)
+    m.set_defaults(fn=link)
+    f = sub.add_parser("force-note")
+    f.add_argument("report")
+    f.add_argument("--gate", default="")
+    f.set_defaults(fn=force_note)
+    return p
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    try:
+        return int(args.fn(args) or 0)
+    except InputError as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 2
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,99 @@
+"""``rescue status RUN_DIR``: the stages of a question's run folder and the running one's bar.
+
+Reads only the run folder: ``stages.json`` (``rescue.stages``) and the running stage's
+progress file (``{"done", "total", "unit", "detail"}``, written by its command through
+``rescue.stages.write_progress``). One line per stage (status, job, start and end, the
+log of a failed one); under the running stage a tqdm progress bar (``tqdm.format_meter``:
+done / total units, the time since the stage started, the rate and what is left) and the
+detail line (e.g. arms x seeds done, steps per run). Without tqdm installed the bar is a
+plain ``done/total unit``. The exit status is 0, or 1 when a stage failed.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import time
+from pathlib import Path
+from typing import Any
+
+from rescue.stages import read_state
+
+MARK = {"done": "done   ", "running": "running", "failed": "FAILED ", "pending": "pending"}
+
+
+def configure(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("run_dir", metavar="RUN_DIR", help="the run folder of make q1, q2 or q3")
+
+
+def _elapsed(started: str | None) -> float:
+    if not started:
+        return 0.0
+    try:
+        t0 = time.mktime(time.strptime(started, "%Y-%m-%dT%H:%M:%S%z"))
+    except ValueError:
+        return 0.0
+    return max(time.time() - t0, 0.0)
+
+
+def progress_line(progress: dict[str, Any], started: str | None, width: int = 80) -> str:
+    """The bar of a running stage from its progress record."""
+    done, total = int(progress.get("done", 0)), int(progress.get("total", 0))
+    unit = str(progress.get("unit", "it"))
+    try:
+        from tqdm import tqdm
+    except ImportError:
+        return f"{done}/{total} {unit}"
+    return tqdm.format_meter(done, total or None, _elapsed(started), ncols=width, unit=unit)
+
+
+def render(run_dir: str | Path) -> tuple[str, int]:
+    """The status text of a run folder and its exit status (1 when a stage failed)."""
+    run_dir = Path(run_dir)
+    state = read_state(run_dir)
+    lines = [f"{state.get('question') or 'run'} in {run_dir}"]
+    settings = state.get("settings") or {}
+    if settings:
+        lines.append("  settings: " + " ".join(f"{k}={v}" for k, v in settings.items()))
+    failed = False
+    n = len(state["stages"])
+    for i, r in enumerate(state["stages"]):
+        status = r.get("status", "pending")
+        when = ""
+        if r.get("started"):
+            when = f"  {r['started']}" + (f" -> {r['ended']}" if r.get("ended") else "")
+        lines.append(
+            f"  [{i + 1}/{n}] {MARK.get(status, status)} {r['name']:<10} {r.get('job', '')}{when}"
+        )
+        if r.get("note"):
+            lines.append(f"        note: {r['note']}")
+        if status == "failed":
+            failed = True
+            lines.append(f"        exit {r.get('exit_code')}; log {r.get('log')}")
+        if status == "running":
+            progress = _read_progress(run_dir, r.get("progress", ""))
+            if progress is None:
+                lines.append(f"        (no progress reported yet; log {r.get('log')})")
+            else:
+                lines.append("        " + progress_line(progress, r.get("started")))
+                if progress.get("detail"):
+                    lines.append(f"        {progress['detail']}")
+    return "\n".join(lines), int(failed)
+
+
+def _read_progress(run_dir: Path, path: str) -> dict[str, Any] | None:
+    if not path:
+        return None
+    p = Path(path)
+    for candidate in (p, Path.cwd() / p, run_dir / p.name):
+        try:
+            return json.loads(candidate.read_text())
+        except (FileNotFoundError, json.JSONDecodeError, IsADirectoryError):
+            continue
+    return None
+
+
+def main(args: argparse.Namespace) -> int:
+    text, code = render(args.run_dir)
+    print(text)
+    return code

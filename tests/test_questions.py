@@ -1,0 +1,199 @@
+"""The question chains (rescue.questions): status, the gate, q3's refusal, the cluster wiring."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from rescue.cli import main as rescue_main
+from rescue.errors import InputError
+from rescue.questions import chains
+from rescue.questions.cli import check_gate
+from rescue.questions.rehearsal import gate_decision
+from rescue.questions.status import render
+from rescue.stages import write_state
+
+
+def state(tmp_path: Path, statuses, progress=None) -> Path:
+    run = tmp_path / "run"
+    run.mkdir()
+    stages = []
+    for name, status in statuses:
+        stages.append(
+            {
+                "name": name,
+                "job": f"job-{name}",
+                "note": "",
+                "status": status,
+                "started": "2026-01-01T00:00:00+0000",
+                "ended": None,
+                "exit_code": 3 if status == "failed" else None,
+                "log": str(run / "logs" / f"{name}.log"),
+                "progress": str(run / "p.json"),
+            }
+        )
+    write_state(run, {"question": "q2", "settings": {"REHEARSAL": 1}, "stages": stages})
+    if progress is not None:
+        (run / "p.json").write_text(json.dumps(progress))
+    return run
+
+
+def test_status_shows_every_stage_and_a_bar_for_the_running_one(tmp_path, capsys):
+    run = state(
+        tmp_path,
+        [("prepare", "done"), ("train", "running"), ("report", "pending")],
+        {
+            "done": 120,
+            "total": 400,
+            "unit": "steps",
+            "detail": "3/10 runs (arm x seed) done, 40 steps per run",
+        },
+    )
+    text, code = render(run)
+    assert code == 0
+    lines = text.splitlines()
+    assert lines[0] == f"q2 in {run}" and "REHEARSAL=1" in lines[1]
+    assert "[1/3] done" in lines[2] and "prepare" in lines[2]
+    assert "[2/3] running" in lines[3] and "job-train" in lines[3]
+    assert "120/400" in lines[4] and "30%" in lines[4] and "|" in lines[4]  # tqdm's meter
+    assert "3/10 runs (arm x seed) done, 40 steps per run" in lines[5]
+    assert "[3/3] pending" in lines[6]
+    assert rescue_main(["status", str(run)]) == 0
+    assert "120/400" in capsys.readouterr().out
+
+
+def test_status_of_a_failed_stage_names_its_log_and_exits_1(tmp_path):
+    run = state(tmp_path, [("prepare", "done"), ("calibrate", "failed")])
+    text, code = render(run)
+    assert code == 1
+    assert f"exit 3; log {run / 'logs' / 'calibrate.log'}" in text
+
+
+def test_status_of_a_running_stage_without_progress_says_so(tmp_path):
+    run = state(tmp_path, [("train", "running")])
+    assert "no progress reported yet" in render(run)[0]
+
+
+def test_status_of_a_folder_that_is_no_run_is_an_error(tmp_path, capsys):
+    assert rescue_main(["status", str(tmp_path)]) == 2
+    assert "RUN_DIR must be a run folder" in capsys.readouterr().err
+
+
+def p3_report(verdict: str) -> dict:
+    check = {
+        "name": "mask - zero cap-hit trend",
+        "decides": True,
+        "verdict": verdict,
+        "estimate": {"value": 0.1, "lo": 0.02, "hi": 0.18, "n": 3},
+    }
+    return {
+        "cohorts": [
+            {
+                "results": [
+                    {"id": "P3", "verdict": verdict, "checks": [check]},
+                    {"id": "P4", "verdict": "as predicted", "checks": []},
+                ]
+            }
+        ]
+    }
+
+
+def test_the_gate_is_go_only_when_p3_is_as_predicted():
+    assert gate_decision(p3_report("as predicted"))["go"] is True
+    for v in ("opposite", "no difference", "inconclusive"):
+        d = gate_decision(p3_report(v))
+        assert d["go"] is False and d["verdicts"] == [v]
+    assert gate_decision({"cohorts": []}) == {"go": False, "verdicts": [], "checks": []}
+    assert gate_decision(p3_report("as predicted"))["checks"][0]["estimate"]["lo"] == 0.02
+
+
+def test_the_gate_stage_prints_the_verdict_and_interval_and_writes_gate_json(tmp_path, capsys):
+    from rescue.questions.rehearsal import main
+
+    (tmp_path / "report.json").write_text(json.dumps(p3_report("inconclusive")))
+    assert main(["gate", str(tmp_path / "report.json"), "--out", str(tmp_path / "gate.json")]) == 0
+    out = capsys.readouterr().out
+    assert "P3 inconclusive" in out and "[0.02, 0.18]" in out and "NO GO for q3" in out
+    assert json.loads((tmp_path / "gate.json").read_text())["go"] is False
+
+
+def test_q3_refuses_without_q2s_go_unless_forced(tmp_path, capsys):
+    with pytest.raises(InputError, match=r"no q2 gate at .*run make q2 first"):
+        check_gate(tmp_path, force=False)
+    (tmp_path / "gate.json").write_text(json.dumps({"go": False, "verdicts": ["inconclusive"]}))
+    with pytest.raises(InputError, match=r"says no go .*FORCE=1"):
+        check_gate(tmp_path, force=False)
+    assert "says no go" in check_gate(tmp_path, force=True)
+    (tmp_path / "gate.json").write_text(json.dumps({"go": True}))
+    assert check_gate(tmp_path, force=False) == ""
+    # the command: refused before any stage runs, nothing written
+    run = tmp_path / "q3"
+    (tmp_path / "gate.json").write_text(json.dumps({"go": False}))
+    code = rescue_main(["question", "q3", "--run-dir", str(run), "--q2-dir", str(tmp_path)])
+    assert code == 2 and not run.exists()
+    assert "FORCE=1" in capsys.readouterr().err
+
+
+def test_the_cluster_chain_of_q2_runs_the_launchers_with_the_run_folders_paths(tmp_path):
+    s = chains.Settings(tmp_path, seeds=5)
+    stages = {st.name: st for st in chains.q2(s)}
+    assert list(stages) == ["prepare", "calibrate", "train", "wait", "collect", "report", "gate"]
+    assert stages["prepare"].command[:3] == ("make", "--no-print-directory", "rlvr-prepare")
+    assert f"PROMPT_DATA={tmp_path}/data/prompts.jsonl" in stages["calibrate"].command
+    train = stages["train"].command
+    assert train[2] == "rlvr-sweep" and "SWEEP_WATCH=0" in train and "SEEDS=5" in train
+    assert f"SWEEP_DIR={tmp_path}/train" in train and f"CAP_FILE={tmp_path}/cap.json" in train
+    assert stages["wait"].command[-4:-2] == ("watch", "--plan") or "watch" in stages["wait"].command
+    assert stages["report"].command[3:5] == ("report", f"{tmp_path}/out/rlvr-*/wandb")
+    assert not stages["train"].note  # nothing simulated on the cluster
+
+
+def test_the_rehearsal_names_its_training_stage_simulated_and_only_that_one(tmp_path):
+    for q in ("q2", "q3"):
+        stages = chains.QUESTIONS[q](chains.Settings(tmp_path, rehearsal=True, seeds=2))
+        train = next(st for st in stages if st.name == "train")
+        assert train.note.startswith("SIMULATED") and "--seeds" in train.command
+        assert train.command[train.command.index("--seeds") + 1] == "2"
+        real = [st for st in stages if st.name not in ("train", "pilot", "record", "dumps")]
+        assert all(not st.note.startswith("SIMULATED") for st in real)
+
+
+def test_q1_needs_dumps_and_a_model_on_the_cluster(tmp_path):
+    with pytest.raises(InputError, match="DUMPS=DIR"):
+        chains.q1(chains.Settings(tmp_path))
+    with pytest.raises(InputError, match="MODEL=PATH"):
+        chains.q1(chains.Settings(tmp_path, dumps="d"))
+    stages = chains.q1(chains.Settings(tmp_path, dumps="d", model="m"))
+    assert [s.name for s in stages] == ["census", "advantages", "gradients", "report"]
+    assert stages[2].command[-3:] == ("--model", "m", "--json")
+
+
+@pytest.mark.parametrize(
+    ("target", "variables", "expected"),
+    [
+        ("q2", {}, "question q2 --run-dir runs/q2"),
+        ("q2", {"REHEARSAL": "1"}, "question q2 --run-dir runs/q2-rehearsal --rehearsal"),
+        ("q2", {"RUN_DIR": "r", "SEEDS": "4", "STEPS": "7"}, "--run-dir r --seeds 4 --steps 7"),
+        ("q3", {"REHEARSAL": "1"}, "--q2-dir runs/q2-rehearsal"),
+        ("q3", {"Q2_DIR": "x", "FORCE": "1"}, "--q2-dir x --force"),
+        ("q1", {"DUMPS": "d", "MODEL": "m"}, "--dumps d --model m"),
+    ],
+)
+def test_the_make_targets_pass_their_variables(target, variables, expected):
+    import re
+    import subprocess
+
+    argv = [
+        "make",
+        "-n",
+        "--no-print-directory",
+        target,
+        *(f"{k}={v}" for k, v in variables.items()),
+    ]
+    out = subprocess.run(argv, cwd=chains.REPO, capture_output=True, text=True, check=True).stdout
+    line = re.sub(r"\s+", " ", out)
+    assert expected in line, line
+    if "FORCE" not in variables:
+        assert "--force" not in line
