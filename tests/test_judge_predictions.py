@@ -468,6 +468,33 @@ def test_p7_offline_does_not_apply_to_a_two_outcome_cohort():
     assert r.verdict is None and r.note.startswith("does not apply")
 
 
+def _p7_arms(group_size=None):
+    arms = cohort(zero=arm("zero", 5))
+    for s, run in arms["zero"].items():
+        run.offline["p7"] = {"group_mean": 1.0, "leave_one_out": 1.2, "turn_reached": 0.8 + s / 1e3}
+        if group_size is not None:
+            run.config["group_size"] = group_size
+    return arms
+
+
+def test_p7_offline_does_not_apply_to_groups_of_one():
+    """With one rollout per group the turn-reached baseline has no other member: its
+    reduction is 0 by construction, which says nothing about the lever."""
+    r = one("P7 offline", _p7_arms(group_size=1))
+    assert r.verdict is None and r.note.startswith("does not apply: groups of one")
+    assert one("P7 offline", _p7_arms(group_size=8)).verdict == AS_PREDICTED
+    assert one("P7 offline", _p7_arms()).verdict == AS_PREDICTED  # G not logged: judged
+
+
+def test_three_outcome_predictions_do_not_apply_where_nothing_reached_the_cap():
+    arms = cohort(
+        mask=arm("mask", 5, cap_hit=0.0, noise=0.0, b=B_RISING),
+        zero=arm("zero", 5, cap_hit=0.0, noise=0.0, b=B_RISING),
+    )
+    r = one("P3", arms)
+    assert r.verdict is None and "no budget failure" in r.note
+
+
 def advantages_report(reductions):
     steps = [
         {"step": i, "reduction": x, "reduction_vs_loo": x + 0.1} for i, x in enumerate(reductions)

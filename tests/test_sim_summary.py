@@ -102,7 +102,9 @@ def test_two_seeds_never_give_a_verdict():
 
 
 def test_predictions_whose_arms_did_not_run_say_so():
-    text = summary_markdown({"zero": fake("zero", [5.0])}, SimConfig(steps=10), [0])
+    capped = {**step(5, 10, 5.0, 0.5), f"{G}outcome/budget_failure": 1.0}  # three outcomes
+    zero = [result("zero", 0, [capped] * 10)]
+    text = summary_markdown({"zero": zero}, SimConfig(steps=10), [0])
     # P3, P4, the control, P5, P6, P7 online and the comparisons need arms that did not run.
     assert (
         "Not run here (their arms are not in this run): P3, P4, P5, P6, P7 online, control, "

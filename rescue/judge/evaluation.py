@@ -8,7 +8,9 @@ vocabulary and, for protect, its a). When a role matches several arm labels of a
 agree; a missing required role makes it ``not run``, naming the arm. A prediction that
 holds only for some cohorts (``applies``) is not judged on the others, and says why:
 ``three_outcome`` (P3, P4, P7 offline) does not apply where no rollout of the bound arms
-ended as a submitted failure (two outcomes: solved or capped), ``two_outcome`` (the
+ended as a submitted failure (two outcomes: solved or capped) or none as a budget failure
+(solved or submitted), and P7 offline (``three_outcome_groups``) not to groups of one
+rollout; ``two_outcome`` (the
 control) applies only there; unknown (no outcome counts logged) counts as three. Its ``evaluate`` returns
 ``Check``s; the checks that carry the falsification rule (``decides``) give the verdict
 through ``stats.combine`` (``any``: each falsifies on its own; ``all``: only jointly). A
@@ -205,10 +207,16 @@ def verdict_of(p: Prediction, checks: Sequence[Check]) -> str:
 def submitted_failures(runs) -> float | None:
     """Rollouts of ``runs`` that ended as a submitted failure (the behaviour view), or None
     when no run logged the count."""
+    return outcome_total(runs, "submitted_failure")
+
+
+def outcome_total(runs, outcome: str) -> float | None:
+    """Rollouts of ``runs`` that ended as ``outcome`` (the behaviour view), or None when no
+    run logged the count."""
     total, seen = 0.0, False
     for run in runs:
         for prefix in qs.BEHAVIOUR:
-            key = prefix + "outcome/submitted_failure"
+            key = prefix + f"outcome/{outcome}"
             if run.has(key):
                 total += float(np.nansum(run.column(key)))
                 seen = True
@@ -222,8 +230,37 @@ def _bound_runs(ctx: Context) -> list[Run]:
 
 def three_outcome(ctx: Context) -> str | None:
     """Why a three-outcome prediction does not apply to this cohort (None: it does)."""
-    if submitted_failures(_bound_runs(ctx)) == 0:
+    runs = _bound_runs(ctx)
+    if submitted_failures(runs) == 0:
         return "does not apply: two outcomes (no submitted failure in these arms)"
+    if outcome_total(runs, "budget_failure") == 0:
+        return "does not apply: two outcomes (no budget failure: nothing reached the cap in these arms)"
+    return None
+
+
+def group_size(run: Run) -> int | None:
+    """The run's rollouts per group (the simulator's ``group_size``, Miles'
+    ``n_samples_per_prompt``), or None when its config does not say."""
+    for key in ("group_size", "n_samples_per_prompt"):
+        v = run.config.get(key)
+        if isinstance(v, dict) and set(v) == {"value"}:  # wandb's {"value": x}
+            v = v["value"]
+        try:
+            return int(v)
+        except (TypeError, ValueError):
+            continue
+    return None
+
+
+def three_outcome_groups(ctx: Context) -> str | None:
+    """``three_outcome``, and groups of more than one rollout: a baseline from the turn
+    reached by the group's other members needs other members (P7 offline)."""
+    if (why := three_outcome(ctx)) is not None:
+        return why
+    if any(group_size(run) == 1 for run in _bound_runs(ctx)):
+        return (
+            "does not apply: groups of one (no other member to take a turn-reached baseline from)"
+        )
     return None
 
 

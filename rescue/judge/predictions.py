@@ -21,7 +21,13 @@ from collections.abc import Mapping
 
 from rescue.judge import offline, rules
 from rescue.judge import quantities as qs
-from rescue.judge.evaluation import Prediction, Role, three_outcome, two_outcome
+from rescue.judge.evaluation import (
+    Prediction,
+    Role,
+    three_outcome,
+    three_outcome_groups,
+    two_outcome,
+)
 
 DEPENDS_P3 = (
     "the level b reaches (task difficulty; simulator: `difficulty`), how cheap the cap is to "
@@ -217,7 +223,7 @@ PREDICTIONS: tuple[Prediction, ...] = (
         },
         evaluate=rules.p7_offline,
         reads="both",
-        applies=three_outcome,
+        applies=three_outcome_groups,
     ),
     Prediction(
         id="protect vs pace",
