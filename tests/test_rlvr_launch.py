@@ -478,7 +478,12 @@ INVALID = [
         {"ARM": "mask", "CAL_HIGH": "1.5"},
         "CAL_HIGH='1.5' is not a rate in [0, 1]: set CAL_HIGH to a number between 0 and 1",
     ),
-    ({"ARM": "mask", "SEED": "x"}, "SEED='x' is not an integer: set SEED to an integer"),
+    (
+        {"ARM": "mask", "SEED": "x"},
+        "SEED='x' is not a non-negative integer (run names end in -seedSEED, which the judge "
+        "reads): set SEED=N",
+    ),
+    ({"ARM": "mask", "SWEEP_WATCH": "2"}, "SWEEP_WATCH='2': set SWEEP_WATCH=0 or SWEEP_WATCH=1"),
     (
         {"ARM": "mask", "OFFPOLICY": "sc"},
         "OFFPOLICY='sc' is not an off-policy correction of these arms: set OFFPOLICY to one of: "
@@ -523,7 +528,10 @@ def test_every_rlvr_setting_is_documented_and_every_number_checked():
     assert [n for n in names if not re.search(rf"\b{n}\b", header)] == []
     numeric = re.findall(r"^([A-Z][A-Z0-9_]*)=\$\{\1:-([0-9]+)\}$", text, re.M)
     common = (LAUNCH / "common.sh").read_text()
-    checked = set(_rlvr_integer_settings()) | {"RAY_START"}
+    rlvr = (LAUNCH / "rlvr.sh").read_text()
+    switches = re.search(r"^RESCUE_RLVR_SWITCHES=\(([^)]*)\)", rlvr, re.M).group(1).split()
+    assert {"RAY_START", "SWEEP_WATCH"} <= set(switches)
+    checked = set(_rlvr_integer_settings()) | set(switches)
     for array in ("POSITIVE", "NON_NEGATIVE", "SWITCHES"):
         checked |= set(re.search(rf"^RESCUE_{array}=\(([^)]*)\)", common, re.M).group(1).split())
     assert [n for n, _ in numeric if n not in checked] == []

@@ -41,8 +41,12 @@ def ray_head():
          "--include-dashboard=false", f"--temp-dir={tmp}", "--node-ip-address=127.0.0.1",
          "--disable-usage-stats", "--block"],
         stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True,
-        env={**os.environ, "RAY_USAGE_STATS_ENABLED": "0"},
+        env={**os.environ, "RAY_USAGE_STATS_ENABLED": "0", "RAY_AUTH_MODE": "disabled"},
     )  # fmt: skip
+    # Ray >= 2.5x turns token authentication on for `ray start`; the head and this driver
+    # run without it (the head is local to the test)
+    auth = os.environ.get("RAY_AUTH_MODE")
+    os.environ["RAY_AUTH_MODE"] = "disabled"
     try:
         deadline = time.monotonic() + 120
         while True:
@@ -62,6 +66,10 @@ def ray_head():
             os.killpg(proc.pid, signal.SIGKILL)
             proc.wait(timeout=30)
         shutil.rmtree(tmp, ignore_errors=True)
+        if auth is None:
+            os.environ.pop("RAY_AUTH_MODE", None)
+        else:
+            os.environ["RAY_AUTH_MODE"] = auth
 
 
 def files(out: Path) -> dict[str, bytes]:
