@@ -240,11 +240,6 @@ def test_the_agents_own_time_is_a_budget_failure(local_images):
     assert classify(metadata=result).outcome is Outcome.BUDGET_FAILURE
 
 
-@pytest.mark.xfail(
-    strict=False,
-    reason="the endpoint time counted is 2.9-3.3 s for three 503s with 1.5 s waits (4.5 s "
-    "expected): fewer failures reach the model's retry loop than the server answered; open",
-)
 def test_time_lost_to_a_failing_endpoint_is_not_the_agents_budget(local_images, monkeypatch):
     from swe_smith_tasks import endpoint
 
@@ -258,9 +253,13 @@ def test_time_lost_to_a_failing_endpoint_is_not_the_agents_budget(local_images, 
     outage = [{"status": 503, "error": "the engine is restarting"}] * 3
     quick = [{"command": c} for c in (FIX, MAKE_PATCH, SUBMIT)]
     result, server = play(outage + quick, settings)
-    # 3 failed attempts and their waits (4.5 s, twice the budget) were the endpoint's
+    # the 503s and the waits after them were the endpoint's: more than the 2 s budget, which
+    # the agent's own time never reached. (The OpenAI client under litellm retries a 503
+    # itself, DEFAULT_MAX_RETRIES = 2 with its own backoff, inside one attempt of the model's
+    # loop: the three 503s can be one failed attempt of 1-2 s, then one 1.5 s wait.)
     timings = result["timings"]
-    assert timings["endpoint_wait_s"] >= 4.5 > 2 > timings["model_s"] + timings.get("tool_s", 0)
+    assert timings["endpoint_wait_s"] > 2 > timings["model_s"] + timings.get("tool_s", 0)
+    assert timings["endpoint_wait_s"] >= 1.5  # at least the model loop's own wait
     assert (result["outcome"], result["exit_status"]) == ("solved", "Submitted")
     assert len(server.requests) >= 3 + len(quick)
 
