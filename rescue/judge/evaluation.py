@@ -30,7 +30,7 @@ import numpy as np
 from rescue.judge import offline
 from rescue.judge import quantities as qs
 from rescue.judge.checks import Check
-from rescue.judge.runs import Cohort, Run
+from rescue.judge.runs import Cohort, Run, config_value
 from rescue.judge.stats import INCONCLUSIVE, combine
 
 
@@ -242,11 +242,8 @@ def group_size(run: Run) -> int | None:
     """The run's rollouts per group (the simulator's ``group_size``, Miles'
     ``n_samples_per_prompt``), or None when its config does not say."""
     for key in ("group_size", "n_samples_per_prompt"):
-        v = run.config.get(key)
-        if isinstance(v, dict) and set(v) == {"value"}:  # wandb's {"value": x}
-            v = v["value"]
         try:
-            return int(v)
+            return int(config_value(run, key))
         except (TypeError, ValueError):
             continue
     return None

@@ -330,6 +330,14 @@ REAL_SETTINGS: tuple[str, ...] = (
 )
 
 
+def config_value(run: Run, key: str) -> Any:
+    """The run's config value of ``key`` (wandb's ``{"value": x}`` unwrapped), or None."""
+    v = run.config.get(key)
+    if isinstance(v, dict) and set(v) == {"value"}:  # wandb's {"value": x}
+        v = v["value"]
+    return v
+
+
 def compared_settings(run: Run) -> dict[str, str]:
     """The run's values of the settings its cohort must agree on (present ones only)."""
     if run.condition.family == "sim":
@@ -341,10 +349,7 @@ def compared_settings(run: Run) -> dict[str, str]:
     out = {}
     for k in keys:
         if k in run.config:
-            v = run.config[k]
-            if isinstance(v, dict) and set(v) == {"value"}:  # wandb's {"value": x}
-                v = v["value"]
-            out[k] = json_text(v)
+            out[k] = json_text(config_value(run, k))
     return out
 
 
