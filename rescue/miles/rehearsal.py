@@ -32,6 +32,7 @@ import signal
 import subprocess
 import sys
 import time
+import urllib.error
 import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
@@ -123,9 +124,14 @@ def _wait_http(url: str, deadline_s: float, proc: subprocess.Popen | None = None
     while time.monotonic() < end:
         if proc is not None and proc.poll() is not None:
             raise RehearsalError(f"{proc.args[0]} exited with {proc.returncode} while starting")
-        with contextlib.suppress(OSError):
+        try:
             urllib.request.urlopen(url, timeout=2).read()
             return
+        except urllib.error.HTTPError as e:
+            if e.code in (401, 403):  # a refusal: waiting longer will not change it
+                raise RehearsalError(f"{url} answered HTTP {e.code} {e.reason}") from e
+        except OSError:
+            pass
         time.sleep(0.5)
     raise RehearsalError(f"{url} did not answer within {deadline_s:.0f} s")
 
@@ -282,6 +288,9 @@ def run(args: argparse.Namespace) -> int:
         HF_HUB_OFFLINE="1",
         TRANSFORMERS_OFFLINE="1",
         RAY_DEDUP_LOGS="0",
+        # Ray >= 2.5x turns token authentication on for `ray start` once a token exists in
+        # ~/.ray (any local ray.init() writes one); this private head on 127.0.0.1 goes without
+        RAY_AUTH_MODE="disabled",
     )
     runtime = {**runtime, "env_vars": env_vars}
     print(f"rehearsal: weight version +{stride} per update (--max-weight-staleness {k})")
