@@ -34,6 +34,12 @@ is gone (``eval_container_lost``). A test run that the container's fixed memory 
 killed (the container's cgroup counts an ``oom_kill``, or the container itself died of
 it) is the patch's doing: unresolved, reason ``tests_oom``.
 
+A patch that applies only in reverse (the tree already holds the change it describes) does
+not apply: ``patch_apply_failed``, reason ``patch_already_applied``. swesmith's third
+command (``patch --batch``) assumes such a patch was reversed by mistake and reverses it,
+so the bug patch itself, submitted forward, would resolve its own task; rescue refuses it
+before swesmith's commands run (checked with ``git apply --check``, both ways).
+
 ``reverse=True`` applies the patch in reverse, as the SWE-smith harness applies a
 task's reference solution (its ``patch`` field is the bug; ``swesmith.harness.utils.
 _apply_patch`` adds ``--reverse``): what ``rescue swe validate`` grades.
@@ -161,6 +167,21 @@ def grade_from_log(instance: Mapping[str, Any], patch: str | None, log: str | Pa
     )
 
 
+def _already_applied(container: Container, path: str) -> bool:
+    """Whether the patch at ``path`` applies in reverse and not forward: the tree already
+    holds what it makes. swesmith's third apply command (``patch --batch``) would take it for
+    a reversed patch and reverse it, undoing the change it describes."""
+    forward = container.exec(f"git apply --check {path} 2>&1", timeout_s=120)
+    if forward.returncode == -1 or lost(container, forward.output, forward.returncode):
+        raise SandboxError("grader_exec_failed", forward.output[-500:])
+    if forward.returncode == 0:
+        return False
+    back = container.exec(f"git apply --check --reverse {path} 2>&1", timeout_s=120)
+    if back.returncode == -1 or lost(container, back.output, back.returncode):
+        raise SandboxError("grader_exec_failed", back.output[-500:])
+    return back.returncode == 0
+
+
 def grade_patch(
     container: Container,
     instance: Mapping[str, Any],
@@ -195,6 +216,15 @@ def grade_patch(
     )
     if wrote.returncode != 0:
         raise SandboxError("grader_copy_failed", wrote.output[-500:])
+    if not reverse and _already_applied(container, f"{scratch}/patch.diff"):
+        _keep(log_dir, patch=patch, log="the patch is already applied: it applies only in reverse")
+        return Grade(
+            "error",
+            False,
+            patch_apply_failed=True,
+            reason="patch_already_applied",
+            seconds=time.monotonic() - start,
+        )
     applied = None
     for apply_cmd in GIT_APPLY_CMDS:
         if reverse:  # patch's -i takes the file: --reverse goes before it

@@ -301,12 +301,13 @@ def test_the_reference_solution_is_the_bug_patch_in_reverse(container):
     assert (grade.status, grade.resolved) == ("completed", True)
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="swesmith's third apply command (`patch --batch --fuzz=5 -p1 -i`) takes a patch "
-    "that is already applied for a reversed one and reverses it, so the bug patch applied "
-    "forward to the buggy tree fixes it; the grader runs swesmith's commands as they are",
-)
 def test_the_bug_patch_applied_forward_does_not_resolve(container):
+    """The bug patch is already in the buggy tree: swesmith's `patch --batch` would reverse
+    it (fixing the bug); rescue grades it as a patch that does not apply."""
     grade = grade_patch(container, METADATA, BUG_PATCH)
     assert not grade.resolved
+    assert (grade.status, grade.patch_apply_failed, grade.reason) == (
+        "error",
+        True,
+        "patch_already_applied",
+    )
