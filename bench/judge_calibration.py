@@ -19,9 +19,13 @@ runs, with the family-wise rule over the report's deciding checks.
   (its trend against b is c higher: the mask drifts, the matched control does not); P4,
   the survivor arm's cap-hit rate + c·step/100 (its drift); P5, the drop arm's turns of
   successes − c₁·step/100 and of failures + c₂·step/100 (every generated rollout); P6 and
-  P7 online, the protect / turn arm's success − c over the final window (a shortfall the
-  equivalence must call ``opposite``). Power is the share of blocks whose prediction gets
-  the verdict the planted effect makes true. Goal: at least 65% at n = 5.
+  P7 online, the protect / turn arm's success − (m + c) over the final window, m the
+  block's equivalence margin (a shortfall the equivalence must call ``opposite``: an
+  equivalence's null is the margin, so its effect is measured from there, as a difference's
+  is from 0). Power is the share of blocks whose prediction gets the verdict the planted
+  effect makes true. Goal: at least 65% at n = 5. The same runs regrouped into fewer
+  blocks of more seeds (``--power-seeds``) give the power at larger n: how many seeds a
+  prediction needs, under the report's family-wise rule and alone.
 - Beside them: the A/A rate of P4's gap-growth check, against the mean of the two arms'
   rates (the judge's) and against the mask arm's own rate (the rule it replaced); and P5
   decided on the trends (the judge's) against the same prediction decided on the level
@@ -30,7 +34,7 @@ runs, with the family-wise rule over the report's deciding checks.
 The runs are shorter than the scenarios' (``--steps``, ``--groups-per-step``): what is
 calibrated is the judge's statistics on runs shaped like the scenarios', not the
 scenarios' outcomes. Run: ``.venv/bin/python bench/judge_calibration.py [--blocks 30]
-[--seeds 5] [--workers N]``; prints the wall-clock it took.
+[--seeds 5] [--power-seeds 8,10] [--workers N]``; prints the wall-clock it took.
 """
 
 from __future__ import annotations
@@ -132,8 +136,10 @@ def _with_rows(run: Run, edit: Callable[[int, dict], None]) -> Run:
     return Run(run.condition, run.seed, rows, run.source, dict(run.offline))
 
 
-def plant(pid: str, runs: list[Run], sigma: dict[str, float]) -> list[Run]:
-    """The block's runs with the prediction's effect planted (module docstring)."""
+def plant(pid: str, runs: list[Run], sigma: dict[str, float], margin: float = 0.0) -> list[Run]:
+    """The block's runs with the prediction's effect planted (module docstring); ``margin``
+    is the block's equivalence margin of the deciding check (P6, P7 online), the boundary the
+    shortfall is measured from."""
     out = []
     for run in runs:
         label = run.label
@@ -162,7 +168,7 @@ def plant(pid: str, runs: list[Run], sigma: dict[str, float]) -> list[Run]:
                         row[GEN + f"turns_mean/{o}"] += c2 * i / 100
 
         elif (pid, label) in (("P6", "protect-a0.5"), ("P7 online", "turn-baseline")):
-            c, start = EFFECT * sigma[pid], qs.final_start(len(run.rows) - 1)
+            c, start = margin + EFFECT * sigma[pid], qs.final_start(len(run.rows) - 1)
 
             def edit(i, row, c=c, start=start):
                 if i >= start and GEN + "outcome/solved" in row:
@@ -215,7 +221,34 @@ def declared(values: list[float]) -> bool:
 # ---------------------------------------------------------------- the run
 
 
-def calibrate(setup: Setup, n: int, k: int, workers: int, settings: dict) -> dict:
+def power(results, setup: Setup, n: int, k: int, sigma: dict[str, float]):
+    """Per prediction, the share of ``k`` blocks of ``n`` seeds whose verdict is the one the
+    planted effect makes true: under the report's rule and alone. An equivalence's shortfall
+    is planted beyond the block's own margin (read from the block judged without it)."""
+    rule, alone = {}, {}
+    for pid in setup.predictions:
+        hits_rule = hits_alone = 0
+        for runs in blocks(results, setup, n, k):
+            margin = 0.0
+            if not EXPECTS_DIFFERENCE[pid]:
+                aa = next(
+                    r for c in judge(runs).cohorts for r in c.results if r.prediction.id == pid
+                )
+                start = SIGMA_OF[pid][1]
+                margin = next(c.margin for c in aa.checks if c.name.startswith(start))
+                if not np.isfinite(margin):
+                    continue  # no margin: the block cannot call a shortfall (counted a miss)
+            j = judge(plant(pid, runs, sigma, margin))
+            r = next(r for c in j.cohorts for r in c.results if r.prediction.id == pid)
+            hits_rule += r.verdict == PLANTED_TRUTH[pid]
+            hits_alone += r.alone == PLANTED_TRUTH[pid]
+        rule[pid], alone[pid] = hits_rule / k, hits_alone / k
+    return rule, alone
+
+
+def calibrate(
+    setup: Setup, n: int, k: int, workers: int, settings: dict, more_seeds: tuple[int, ...] = ()
+) -> dict:
     cfg = sc.preset(setup.scenario).sim_config(**settings)
     seeds = list(range(FIRST_SEED, FIRST_SEED + k * len(setup.roles) * n))
     t0 = time.perf_counter()
@@ -244,16 +277,9 @@ def calibrate(setup: Setup, n: int, k: int, workers: int, settings: dict) -> dic
                 for x in differences(c)
             ]
             sigma[key] = float(np.std(d, ddof=1)) if len(d) > 1 else float("nan")
-    power_rule, power_alone = {}, {}
-    for pid in setup.predictions:
-        hits_rule = hits_alone = total = 0
-        for runs in blocks(results, setup, n, k):
-            j = judge(plant(pid, runs, sigma))
-            r = next(r for c in j.cohorts for r in c.results if r.prediction.id == pid)
-            total += 1
-            hits_rule += r.verdict == PLANTED_TRUTH[pid]
-            hits_alone += r.alone == PLANTED_TRUTH[pid]
-        power_rule[pid], power_alone[pid] = hits_rule / total, hits_alone / total
+    power_rule, power_alone = power(results, setup, n, k, sigma)
+    by_n = {m: power(results, setup, m, len(results) // (len(setup.roles) * m), sigma)
+            for m in more_seeds if len(results) // (len(setup.roles) * m) >= 1}  # fmt: skip
     extra = {}
     if "P4" in setup.predictions:
         new = [next(c for c in res["P4"].checks if c.name.startswith("growth")) for res in by_block]
@@ -277,6 +303,7 @@ def calibrate(setup: Setup, n: int, k: int, workers: int, settings: dict) -> dic
         "alone": alone,
         "power_rule": power_rule,
         "power_alone": power_alone,
+        "power_by_seeds": by_n,
         "sigma": sigma,
         "extra": extra,
         "sim_s": sim_s,
@@ -324,6 +351,12 @@ def report(out: dict, n: int, k: int) -> list[str]:
     lines.append(
         "σ of the planted effects: " + ", ".join(f"{k} {v:.3g}" for k, v in out["sigma"].items())
     )
+    for m, (rule, alone) in out["power_by_seeds"].items():
+        blocks_m = len(s.roles) * n * k // (len(s.roles) * m)
+        lines.append(
+            f"power at n = {m} ({blocks_m} blocks of the same runs), rule / alone: "
+            + ", ".join(f"{pid} {rule[pid]:.2f} / {alone[pid]:.2f}" for pid in s.predictions)
+        )
     lines += [f"{name}: {v:.3f}" for name, v in out["extra"].items()]
     return lines
 
@@ -337,10 +370,22 @@ def main() -> None:
     p.add_argument(
         "--workers", type=int, default=os.cpu_count() or 1, help="processes (default: the CPUs)"
     )
+    p.add_argument(
+        "--power-seeds",
+        default="8,10",
+        help="more seed counts n to measure power at, comma-separated, by regrouping the same "
+        "runs into fewer blocks of n seeds (default 8,10; empty: none)",
+    )
     args = p.parse_args()
+    try:
+        more = tuple(int(x) for x in args.power_seeds.replace(",", " ").split())
+    except ValueError:
+        p.error(f"--power-seeds={args.power_seeds!r}: seed counts, e.g. 8,10")
+    if any(m < 3 for m in more):
+        p.error(f"--power-seeds={args.power_seeds!r}: each count at least 3 (a verdict's minimum)")
     t0 = time.perf_counter()
     settings = {"steps": args.steps, "groups_per_step": args.groups_per_step}
-    outs = [calibrate(s, args.seeds, args.blocks, args.workers, settings) for s in SETUPS]
+    outs = [calibrate(s, args.seeds, args.blocks, args.workers, settings, more) for s in SETUPS]
     lines = []
     for out in outs:
         lines += [*report(out, args.seeds, args.blocks), ""]
