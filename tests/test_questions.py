@@ -156,8 +156,28 @@ def test_the_rehearsal_names_its_training_stage_simulated_and_only_that_one(tmp_
         train = next(st for st in stages if st.name == "train")
         assert train.note.startswith("SIMULATED") and "--seeds" in train.command
         assert train.command[train.command.index("--seeds") + 1] == "2"
-        real = [st for st in stages if st.name not in ("train", "pilot", "record", "dumps")]
+        simulated = ("train", "pilot", "validate", "record", "dumps")
+        real = [st for st in stages if st.name not in simulated]
         assert all(not st.note.startswith("SIMULATED") for st in real)
+
+
+def test_q3_validates_the_pilots_subset_before_the_training_prompts_are_written(tmp_path):
+    for rehearsal in (False, True):
+        stages = {st.name: st for st in chains.q3(chains.Settings(tmp_path, rehearsal=rehearsal))}
+        names = list(stages)
+        assert names.index("pilot") < names.index("validate") < names.index("subset")
+        validated = f"{tmp_path}/validate/subset.txt"
+        assert stages["validate"].outputs == (validated,)
+        assert stages["subset"].inputs == (validated,)
+        subset = stages["subset"].command
+        assert subset[subset.index("--subset") + 1] == validated
+        command = stages["validate"].command
+        if rehearsal:
+            assert command[3] == "validate" and stages["validate"].note.startswith("SIMULATED")
+        else:
+            assert command[:3] == ("make", "--no-print-directory", "swe-validate")
+            assert f"VALIDATE_OUT={tmp_path}/validate" in command
+            assert f"SUBSET_FILE={tmp_path}/pilot/subset.txt" in command
 
 
 def test_q1_needs_dumps_and_a_model_on_the_cluster(tmp_path):

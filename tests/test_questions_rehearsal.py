@@ -96,6 +96,15 @@ def test_q3_rehearsal_is_refused_without_go_and_forced_says_so_in_its_report(q2_
     data = json.loads((report / "report.json").read_text())
     assert data["forced"] is True and data["notes"][0].startswith("FORCE=1")
     assert (report / "report.md").read_text().startswith("> **FORCE=1")
+    # the grader validated the pilot's subset (reference solutions graded, all resolve) and
+    # the training prompts are that validated subset
+    summary = (tmp_path / "q3" / "validate" / "summary.md").read_text()
+    picked = [
+        x for x in (tmp_path / "q3" / "pilot" / "subset.txt").read_text().split() if "__" in x
+    ]
+    assert picked and f"Reference solutions resolved: {len(picked)} of {len(picked)}" in summary
+    trained = (tmp_path / "q3" / "data" / "train.jsonl").read_text().splitlines()
+    assert sorted(json.loads(x)["metadata"]["instance_id"] for x in trained) == sorted(picked)
     compare = json.loads((tmp_path / "q3" / "oracle" / "compare.json").read_text())
     assert compare  # the oracle compared the arms on the recorded cohort
     assert read_state(tmp_path / "q3")["settings"]["FORCE"] == 1

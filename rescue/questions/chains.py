@@ -5,7 +5,9 @@ this module only orders them and names what each reads and writes under the run 
 
 - q2 (budget regime, single-turn): prepare -> calibrate -> train (arms x seeds as Ray
   jobs) -> wait -> collect -> report -> gate (P3's verdict and interval, go / no go).
-- q3 (infrastructure regime, SWE-smith): prepare -> pilot -> subset -> train (drop,
+- q3 (infrastructure regime, SWE-smith): prepare -> pilot -> validate (the subset's
+  reference solutions graded in the training sandbox; the tasks whose reference does not
+  resolve leave the subset) -> subset -> train (drop,
   never-drop, protect a = 0.25 and 0.5, pace, with dumps) -> record -> oracle-build ->
   oracle-grad -> oracle-compare -> report (P5, P6). Started only after q2's gate said go,
   or with FORCE=1, which the report then states.
@@ -370,6 +372,32 @@ def q3(s: Settings) -> list[Stage]:
                 job="make pilot",
             )
         )
+    checked = s.path("validate")
+    if s.rehearsal:
+        stages.append(
+            Stage(
+                "validate",
+                (*REHEARSE, "validate", "--tasks", tasks, "--subset", f"{pilot}/subset.txt",
+                 "--out", checked),
+                inputs=(tasks, f"{pilot}/subset.txt"),
+                outputs=(f"{checked}/subset.txt",),
+                job="rescue swe validate through the stand-in docker",
+                note="SIMULATED: each task's image is the tiny calc repository under the "
+                "task's id and its reference that repository's bug patch; `rescue swe "
+                "validate` and the grader are real",
+            )
+        )  # fmt: skip
+    else:
+        stages.append(
+            Stage(
+                "validate",
+                _make("swe-validate", TASKS_JSONL=tasks, SUBSET_FILE=f"{pilot}/subset.txt",
+                      VALIDATE_OUT=checked),
+                inputs=(tasks, f"{pilot}/subset.txt"),
+                outputs=(f"{checked}/subset.txt",),
+                job="make swe-validate",
+            )
+        )  # fmt: skip
     stages.append(
         Stage(
             "subset",
@@ -380,10 +408,10 @@ def q3(s: Settings) -> list[Stage]:
                 "--out",
                 train_data,
                 "--subset",
-                f"{pilot}/subset.txt",
+                f"{checked}/subset.txt",
                 *(("--source", source) if s.rehearsal else ()),
             ),
-            inputs=(f"{pilot}/subset.txt",),
+            inputs=(f"{checked}/subset.txt",),
             outputs=(train_data,),
             job="rescue swe prepare --subset (the training prompts)",
         )

@@ -14,6 +14,10 @@ commands' code, called as they are.
 - ``dumps``: synthetic debug dumps (``rescue.replay.synthetic``), ``--recorded`` as a
   never-drop recording tagged by rescue's gate.
 - ``pilot``: drawn trial outcomes per task, then ``rescue swe pilot --summarize-only``.
+- ``validate``: ``rescue swe validate`` of the pilot's subset through the stand-in docker
+  (``rescue.rehearsal.docker``), each task's image the tiny calc repository
+  (``rescue.rehearsal.tasks``) under the task's own id and image, its reference solution
+  that repository's bug patch.
 - ``swe-runs``: ``make swe-arm`` for every (arm, seed), one after another (cluster).
 - ``link``: a symlink to the one folder a glob matches (cluster).
 - ``force-note``: writes into a report that it was made with FORCE=1.
@@ -255,6 +259,38 @@ def pilot(args: argparse.Namespace) -> int:
     return _cli(["swe", "pilot", "--tasks", args.tasks, "--out", str(out), "--summarize-only"])
 
 
+def validate(args: argparse.Namespace) -> int:
+    from rescue.rehearsal import tasks as tiny
+    from swe_smith_tasks.prepare import read_subset
+
+    out = Path(args.out)
+    rows = [json.loads(x) for x in Path(args.tasks).read_text().splitlines() if x.strip()]
+    wanted = set(read_subset(args.subset))
+    root = tiny.docker_state(out / "docker")
+    shim = tiny.write_docker_shim(out / "bin", sys.executable)
+    stand_in, references = [], []
+    for row in rows:
+        meta = row["metadata"]
+        iid = meta["instance_id"]
+        if iid not in wanted:
+            continue
+        if not tiny.image_folder(root / "images", meta["image"]).exists():
+            tiny.make_task_image(root / "images", meta["image"], iid)
+        # the tiny repository's tests stand for the task's: the grader runs them
+        meta = {**meta, "FAIL_TO_PASS": list(tiny.F2P), "PASS_TO_PASS": list(tiny.P2P)}
+        stand_in.append(json.dumps({**row, "metadata": meta}))
+        references.append(json.dumps({"instance_id": iid, "patch": tiny.BUG_PATCH}))
+    tasks = out / "tasks.jsonl"
+    refs = out / "tasks.reference.jsonl"
+    tasks.write_text("\n".join(stand_in) + "\n")
+    refs.write_text("\n".join(references) + "\n")
+    os.environ.update(FAKE_DOCKER_ROOT=str(root), MSWEA_DOCKER_EXECUTABLE=str(shim))
+    return _cli(
+        ["swe", "validate", "--tasks", str(tasks), "--subset", args.subset,
+         "--references", str(refs), "--out", str(out), "--concurrency", "2", "--no-progress"]
+    )  # fmt: skip
+
+
 def swe_runs(args: argparse.Namespace) -> int:
     runs = [r.split(":") for r in args.runs.split()]
     total = len(runs) * args.seeds
@@ -357,6 +393,10 @@ def build_parser() -> argparse.ArgumentParser:
     q.add_argument("--tasks", required=True)
     q.add_argument("--out", required=True)
     q.set_defaults(fn=pilot)
+    v = sub.add_parser("validate")
+    for name in ("--tasks", "--subset", "--out"):
+        v.add_argument(name, required=True)
+    v.set_defaults(fn=validate)
     r = sub.add_parser("swe-runs")
     for name in ("--runs", "--prompt-data", "--output-dir", "--out"):
         r.add_argument(name, required=True)
