@@ -98,24 +98,35 @@ class ScriptedSource:
     """Miles' ``RolloutDataSource`` on the rows, with each sample's routing key naming its
     player: the first group drawn has an engine fault in ``fault`` (if any)."""
 
-    def __init__(self, args, fault: str | None):
+    def __init__(self, args, fault: str | None, every_group: bool = False):
         from miles.rollout.data_source import RolloutDataSource
 
         self.source = RolloutDataSource(args)
         self.fault = fault
+        self.every_group = every_group
+        self.drawn = 0
 
     def __call__(self, n: int):
         groups = self.source.get_samples(n)
+        self.drawn += len(groups)
         for group in groups:
             scripts = list(SCRIPTS)
-            if self.fault and group[0].group_index == 0:
+            if self.fault and (self.every_group or group[0].group_index == 0):
                 scripts[-1] = self.fault
             for k, (sample, script) in enumerate(zip(group, scripts, strict=True)):
                 sample.routing_key = f"{script}|{sample.metadata['game']}|{k}"
         return groups
 
 
-def run_rollout(args, fault: str | None = None):
+@pytest.fixture(autouse=True)
+def fresh_watchdog(monkeypatch):
+    """Each test's rollout process starts with no watchdog (it is made at the first call)."""
+    from rescue.miles import textgame
+
+    monkeypatch.setattr(textgame, "_watchdog", None)
+
+
+def run_rollout(args, fault: str | None = None, source=None):
     """Miles' synchronous rollout of one step: (groups, metrics, server requests)."""
     from miles.rollout.inference_rollout import inference_rollout_common as common
     from miles.rollout.inference_rollout.inference_rollout_train import generate_rollout_async
@@ -127,7 +138,8 @@ def run_rollout(args, fault: str | None = None):
         http_utils._http_client = None
         http_utils.init_http_client(args)
         state = common.GenerateState(args)
-        output, _ = asyncio.run(generate_rollout_async(state, 0, ScriptedSource(args, fault)))
+        source = source or ScriptedSource(args, fault)
+        output, _ = asyncio.run(generate_rollout_async(state, 0, source))
     return output.samples, output.metrics, server.requests
 
 
@@ -212,6 +224,30 @@ def test_a_game_without_a_result_drops_its_group_counted_and_another_is_drawn(
     kept = {g[0][0].group_index for g in groups}
     assert len(groups) == 2 == len(kept) and 0 not in kept
     assert all(rollout_record(t).outcome is not Outcome.INFRA_NO_RESULT for g in groups for t in g)
+
+
+def test_a_fault_in_every_game_stops_the_synchronous_rollout_instead_of_drawing_forever(
+    miles_args, monkeypatch
+):
+    """Miles' synchronous rollout draws groups until enough pass the filter: with every game
+    faulted none ever does, and the watchdog ends it with one line naming the reason."""
+    from miles.utils import http_utils
+
+    from rescue.watchdog import WatchdogStop
+
+    real_post = http_utils._post
+
+    async def post(url, payload, max_retries=60, action="post", headers=None):
+        return await real_post(http_utils._http_client, url, payload, 2, action, headers)
+
+    monkeypatch.setattr(http_utils, "post", post)
+    monkeypatch.setenv("RESCUE_WATCHDOG_WINDOW", "3")
+    monkeypatch.setenv("RESCUE_WATCHDOG_MAX_NO_RESULT", "0.5")
+    source = ScriptedSource(miles_args, "fail", every_group=True)
+    with pytest.raises(WatchdogStop, match="3 of the last 3 groups had no result") as stop:
+        run_rollout(miles_args, source=source)
+    assert "engine_error" in stop.value.line
+    assert source.drawn < 20  # it stopped after a few groups, not after the data ran out
 
 
 def test_the_filter_names_the_fault_and_keeps_every_other_group(miles_args):

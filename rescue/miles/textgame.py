@@ -60,6 +60,15 @@ whose rollouts has no result (``rescue.census.no_result``, the rule of rescue's 
 buffer) with the reason ``no_result_<reason>``, which Miles counts as
 ``rollout/dynamic_filter/drop_no_result_<reason>``; Miles' synchronous rollout then draws
 another group. No other group is dropped: the filter never reads a reward.
+
+Miles' synchronous rollout draws groups until enough pass the filter, so a fault that hits
+every game (an engine that is down, a game file that cannot load) would make it draw
+forever. The filter reports every group to the run's watchdog (``rescue.watchdog``, the
+asynchronous buffer's, with its ``RESCUE_WATCHDOG_WINDOW`` and
+``RESCUE_WATCHDOG_MAX_NO_RESULT``): when more than that fraction of the last window of
+groups had no result, it raises ``WatchdogStop`` with one line naming the dominant reason
+and the last errors, which ends the rollout and the run. The idle check does not apply
+here: nothing waits between the filter's calls to run it.
 """
 
 from __future__ import annotations
@@ -67,12 +76,14 @@ from __future__ import annotations
 import argparse
 import asyncio
 import copy
+import dataclasses
 import logging
 from typing import Any
 
 from rescue.envs.episode import Episode
 from rescue.envs.games import open_game
 from rescue.errors import InputError
+from rescue.watchdog import Watchdog, WatchdogSettings
 
 logger = logging.getLogger(__name__)
 
@@ -242,14 +253,41 @@ def _add_arguments(parser: argparse.ArgumentParser) -> None:
 generate.add_arguments = _add_arguments
 
 
+#: The rollout process's watchdog, made at the filter's first call (module docstring).
+_watchdog: Watchdog | None = None
+
+
+def filter_watchdog() -> Watchdog:
+    """The watchdog ``drop_no_result`` reports to, its settings read once from the
+    environment (the idle check off: module docstring)."""
+    global _watchdog
+    if _watchdog is None:
+        settings = dataclasses.replace(WatchdogSettings.from_env(), idle_s=0.0)
+        _watchdog = Watchdog(settings, flush=logger.error)
+        logger.info("rescue text games: watchdog: %s", settings.describe())
+    return _watchdog
+
+
+def _first_error(group: list) -> str | None:
+    for item in group:
+        for sample in item if isinstance(item, list) else [item]:
+            meta = getattr(sample, "metadata", None) or {}
+            error = meta.get("env_error") or meta.get("engine_error")
+            if error:
+                return str(error)
+    return None
+
+
 def drop_no_result(args: Any, group: list, **kwargs: Any) -> Any:
-    """Miles' dynamic filter: drop a group with a rollout that has no result (docstring)."""
+    """Miles' dynamic filter: drop a group with a rollout that has no result, and report
+    every group to the watchdog (docstring)."""
     from miles.rollout.filter_hub.base_types import DynamicFilterOutput
 
     from rescue.census import no_result
     from rescue.samples import group_records
 
     reason = no_result(group_records(group, reward_key=getattr(args, "reward_key", None)))
+    filter_watchdog().observe(reason, _first_error(group) if reason is not None else None)
     if reason is None:
         return DynamicFilterOutput(keep=True)
     return DynamicFilterOutput(keep=False, reason=f"no_result_{reason}")
