@@ -235,4 +235,6 @@ def test_a_docs_command_block_runs_as_written(where, body, timeout, tmp_path):
         text=True,
         timeout=timeout,
     )
-    assert result.returncode == 0, f"{where}\n{body}\n--- stdout\n{result.stdout}\n--- stderr\n{result.stderr}"
+    assert result.returncode == 0, (
+        f"{where}\n{body}\n--- stdout\n{result.stdout}\n--- stderr\n{result.stderr}"
+    )
