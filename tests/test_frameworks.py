@@ -53,8 +53,8 @@ def test_pinned_commits_are_full_commits_and_name_the_archives(framework):
     assert framework.archive == f"{framework.package}-{framework.commit[:8]}.tar.gz"
 
 
-def test_the_readme_states_the_pinned_commits():
-    readme = (ROOT / "README.md").read_text()
+def test_the_docs_state_the_pinned_commits():
+    readme = (ROOT / "docs" / "development.md").read_text()
     for framework in (MILES, SLIME):
         assert f"{framework.repository}@{framework.commit}" in readme
 

@@ -206,10 +206,10 @@ def test_outcome_parse_errors_list_allowed_values():
         Outcome.parse("lost")
 
 
-def test_the_readme_table_of_reasons_is_the_reason_table():
+def test_the_docs_table_of_reasons_is_the_reason_table():
     from pathlib import Path
 
-    readme = (Path(__file__).resolve().parents[1] / "README.md").read_text()
+    readme = (Path(__file__).resolve().parents[1] / "docs" / "census.md").read_text()
     section = readme[readme.index("**Outcome reasons.**") :]
     rows = [
         [cell.strip() for cell in line.strip("|").split("|")]

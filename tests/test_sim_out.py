@@ -1,6 +1,6 @@
-"""`rescue sim` as the README writes it: settings that cannot run are refused before the
-first step, the README's example runs, each run without --out has its own folder, and what
-an earlier run wrote in a folder is replaced, never mixed into the new one."""
+"""`rescue sim` as the docs write it (docs/simulator.md): settings that cannot run are
+refused before the first step, the docs' example runs, each run without --out has its own
+folder, and what an earlier run wrote in a folder is replaced, never mixed into the new one."""
 
 from __future__ import annotations
 
@@ -36,14 +36,14 @@ TINY = [*SMALL, "--max-turns", "8"]
 
 def test_the_default_buffer_holds_the_pace_window():
     assert SimConfig().capacity == DEFAULT_BUFFER_CAPACITY == 32  # (K + 1) x B = 32: unchanged
-    assert SimConfig(max_staleness=2).capacity == 48  # the README's example: W = 3 x 16
+    assert SimConfig(max_staleness=2).capacity == 48  # the docs' example: W = 3 x 16
     assert SimConfig(max_staleness=2, pace_window=20).capacity == 32
     assert SimConfig(max_staleness=2, buffer_capacity=40).capacity == 40  # as given
     with pytest.raises(InputError, match=r"--buffer-capacity=-1; allowed: an integer >= 0"):
         SimConfig(buffer_capacity=-1)
 
 
-def test_the_readme_example_runs_as_written(tmp_path):
+def test_the_docs_example_runs_as_written(tmp_path):
     """`rescue sim --arms drop,never-drop,protect:0.5,pace --max-staleness 2 --out runs/mine`,
     shortened (steps, group size) but with the defaults that made it fail: B = 16, capacity."""
     out = tmp_path / "mine"
