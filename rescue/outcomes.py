@@ -28,10 +28,10 @@ Every finished rollout lands in exactly one of four classes:
     cancellation. Never counted as a scored failure.
 
 The rule is written once: ``REASONS`` maps every reason label the classifier (or an agent
-that calls ``because``) gives to its class, with what it means; the README's table of
-reasons is this table. A reason outside it is an exit status the table does not name (an
-exception raised out of the agent, e.g. ``APIConnectionError``): ``OTHER_EXIT`` says it is
-``infra_no_result``.
+that calls ``because``) gives to its class, with what it means; the docs' table of
+reasons (``docs/census.md``) is this table. A reason outside it is an exit status the
+table does not name (an exception raised out of the agent, e.g. ``APIConnectionError``):
+``OTHER_EXIT`` says it is ``infra_no_result``.
 
 Rules, first match wins (``classify``):
 
@@ -118,7 +118,11 @@ REASONS: dict[str, Reason] = {
         Reason("resolved", _S, "submitted, and the grader resolved the task (or reward > threshold)"),
         Reason("unresolved", _F, "submitted, graded unresolved (an empty patch too), or reward <= threshold"),
         Reason("tests_timeout", _F, "submitted; the tests ran past the grader's timeout"),
-        Reason("patch_apply_failed", _F, "submitted a patch that does not apply"),
+        Reason(
+            "patch_apply_failed",
+            _F,
+            "submitted a patch that does not apply, or applies only in reverse (already applied)",
+        ),
         Reason("tests_oom", _F, "submitted; the tests under the patch exhausted the grader container's memory"),
         Reason("sandbox_oom", _F, "the agent's processes exhausted its container's memory and killed it"),
         Reason("turn_cap", _B, "the turn cap: LimitsExceeded, OpenEnv max_turns"),
