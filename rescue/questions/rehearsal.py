@@ -261,21 +261,28 @@ def pilot(args: argparse.Namespace) -> int:
 
 def validate(args: argparse.Namespace) -> int:
     from rescue.rehearsal import tasks as tiny
-    from swe_smith_tasks.prepare import read_subset
 
     out = Path(args.out)
     rows = [json.loads(x) for x in Path(args.tasks).read_text().splitlines() if x.strip()]
-    wanted = set(read_subset(args.subset))
     root = tiny.docker_state(out / "docker")
     shim = tiny.write_docker_shim(out / "bin", sys.executable)
     stand_in, references = [], []
+    # every task gets its image and reference; `rescue swe validate --subset` picks the subset
     for row in rows:
         meta = row["metadata"]
         iid = meta["instance_id"]
-        if iid not in wanted:
-            continue
-        if not tiny.image_folder(root / "images", meta["image"]).exists():
+        folder = tiny.image_folder(root / "images", meta["image"])
+        if not folder.exists():
             tiny.make_task_image(root / "images", meta["image"], iid)
+        else:  # tasks of one repository share its image: each has its own branch there
+            first = next(
+                r["metadata"]["instance_id"]
+                for r in rows
+                if r["metadata"]["image"] == meta["image"]
+            )
+            subprocess.run(
+                ["git", "branch", "-f", iid, first], cwd=folder, check=True, capture_output=True
+            )
         # the tiny repository's tests stand for the task's: the grader runs them
         meta = {**meta, "FAIL_TO_PASS": list(tiny.F2P), "PASS_TO_PASS": list(tiny.P2P)}
         stand_in.append(json.dumps({**row, "metadata": meta}))
