@@ -167,19 +167,24 @@ def grade_from_log(instance: Mapping[str, Any], patch: str | None, log: str | Pa
     )
 
 
+def _apply_step(container: Container, command: str) -> Any:
+    """One patch-application command; a ``docker exec`` that could not run, or whose
+    container is gone, is the grader's fault (``grader_exec_failed``), not the patch's."""
+    result = container.exec(f"{command} 2>&1", timeout_s=120)
+    if result.returncode != 0 and (
+        result.returncode == -1 or lost(container, result.output, result.returncode)
+    ):
+        raise SandboxError("grader_exec_failed", result.output[-500:])
+    return result
+
+
 def _already_applied(container: Container, path: str) -> bool:
     """Whether the patch at ``path`` applies in reverse and not forward: the tree already
     holds what it makes. swesmith's third apply command (``patch --batch``) would take it for
     a reversed patch and reverse it, undoing the change it describes."""
-    forward = container.exec(f"git apply --check {path} 2>&1", timeout_s=120)
-    if forward.returncode == -1 or lost(container, forward.output, forward.returncode):
-        raise SandboxError("grader_exec_failed", forward.output[-500:])
-    if forward.returncode == 0:
+    if _apply_step(container, f"git apply --check {path}").returncode == 0:
         return False
-    back = container.exec(f"git apply --check --reverse {path} 2>&1", timeout_s=120)
-    if back.returncode == -1 or lost(container, back.output, back.returncode):
-        raise SandboxError("grader_exec_failed", back.output[-500:])
-    return back.returncode == 0
+    return _apply_step(container, f"git apply --check --reverse {path}").returncode == 0
 
 
 def grade_patch(
@@ -233,11 +238,9 @@ def grade_patch(
                 if apply_cmd.endswith(" -i")
                 else apply_cmd + " --reverse"
             )
-        applied = container.exec(f"{apply_cmd} {scratch}/patch.diff 2>&1", timeout_s=120)
+        applied = _apply_step(container, f"{apply_cmd} {scratch}/patch.diff")
         if applied.returncode == 0:
             break
-        if applied.returncode == -1 or lost(container, applied.output, applied.returncode):
-            raise SandboxError("grader_exec_failed", applied.output[-500:])
     else:
         _keep(log_dir, patch=patch, log=applied.output if applied else "")
         return Grade(
