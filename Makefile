@@ -15,9 +15,10 @@
 #   make docs          the documentation site (docs/, mkdocs.yml) built with `mkdocs build
 #                      --strict` into site/: a broken link or a page missing from nav fails it
 #   make venv          the base VENV only;  make clean: remove VENV, REHEARSAL_VENV and caches
-#   make rehearsal     MILES_SRC=... [ARM=protect] [A=0.5] [STEPS=6] [REHEARSAL_ARGS=...]: the
-#                      first steps of a SWE arm through Miles' own process tree, on the CPU
-#   make rehearsal-test  MILES_SRC=...: the rehearsal's pytest marker (one arm end to end)
+#   make rehearsal     MILES_SRC=... MEGATRON_SRC=... [ARM=protect] [A=0.5] [STEPS=3]
+#                      [REHEARSAL_ARGS=...]: an arm trained through Miles' own loop on the CPU
+#   make rehearsal-test  MILES_SRC=... MEGATRON_SRC=... [REHEARSAL_MARKERS=rehearsal_ci]: the
+#                      rehearsal's tests (protect and turn, the faults; `rehearsal`: every arm)
 #   make help          this text (also plain `make`)
 #
 # One command per research question (resumable stages in RUN_DIR; `rescue status RUN_DIR`):
@@ -47,8 +48,8 @@
 #   make rlvr-sweep    [ARMS=zero,mask,...] [SEEDS=3]: every (arm, seed) as a Ray job
 #
 # Variables of this file: PYTHON (python3), VENV (.venv), TORCH (torch==2.13.0),
-# REHEARSAL_VENV (.venv-rehearsal), PYTEST_ARGS, MILES_SRC, SLIME_SRC, ARM, A, STEPS,
-# REHEARSAL_ARGS, RESCUE_PY, DRY_RUN, and the questions' RUN_DIR, REHEARSAL, FORCE, Q2_DIR,
+# REHEARSAL_VENV (.venv-rehearsal), PYTEST_ARGS, MILES_SRC, SLIME_SRC, MEGATRON_SRC, ARM, A,
+# STEPS, REHEARSAL_ARGS, REHEARSAL_MARKERS, RESCUE_PY, DRY_RUN, and the questions' RUN_DIR, REHEARSAL, FORCE, Q2_DIR,
 # DUMPS, MODEL; each is described where it is set below.
 
 .DEFAULT_GOAL := help
@@ -133,17 +134,25 @@ docs: $(VENV)/.stamp-docs
 clean:
 	rm -rf $(VENV) $(REHEARSAL_VENV) build site *.egg-info .pytest_cache .ruff_cache
 
-# ── make rehearsal: the first steps of a SWE arm through Miles' own process tree, on the CPU
-#   make rehearsal MILES_SRC=/path/to/miles [ARM=protect] [A=0.5] [STEPS=6] [REHEARSAL_ARGS=...]
-# ARM: drop | never-drop | protect (default protect). A: keep probability of protect
-# (default 0.5). STEPS: steps checked (default 6). REHEARSAL_ARGS: more flags of
-# `python -m rescue.miles.rehearsal` (--help lists them), e.g.
+# ── make rehearsal: an arm trained through Miles' own loop on the CPU, a few steps
+#   make rehearsal MILES_SRC=/path/to/miles MEGATRON_SRC=/path/to/Megatron-LM [ARM=protect]
+#                  [A=0.5] [STEPS=3] [OFFPOLICY=tis-sc] [REHEARSAL_ARGS=...]
+# ARM: drop | never-drop | protect | pace | zero | mask | matched | drgrpo-mask | survivor |
+# turn (default protect). A: keep probability of protect (default 0.5). STEPS: trained steps
+# checked (default 3). OFFPOLICY: tis-sc (default) or tis. MEGATRON_SRC: a Megatron-LM tree
+# (megatron.core and megatron.training; the commit in rescue/frameworks.py, unpacked from
+# megatron-2e64d788.tar.gz; default unset, required). REHEARSAL_ARGS: more flags of
+# `python -m rescue.rehearsal.miles` (--help lists them), e.g.
 # REHEARSAL_ARGS=--without=--sglang-tool-call-parser (stops at pre-flight, saying why).
 # REHEARSAL_VENV: its own virtual environment (default .venv-rehearsal): Miles' rollout side
 # needs transformers 5, the [replay] and [integration] extras pin transformers < 5. It gets
 # TORCH (above) like .venv, and PyPI sglang 0.5.23 with --no-deps (its pins would move torch).
+# REHEARSAL_MARKERS: the pytest marker expression `make rehearsal-test` runs (default
+# rehearsal_ci: the protect and turn arms, the faults that must fail a rehearsal, and the
+# interrupted run; rehearsal: every arm as well).
 REHEARSAL_VENV ?= .venv-rehearsal
 REHEARSAL_PY := $(REHEARSAL_VENV)/bin/python
+REHEARSAL_MARKERS ?= rehearsal_ci
 
 $(REHEARSAL_VENV)/.stamp: pyproject.toml
 	test -x $(REHEARSAL_PY) || $(PYTHON) -m venv $(REHEARSAL_VENV)
@@ -153,15 +162,20 @@ $(REHEARSAL_VENV)/.stamp: pyproject.toml
 	$(REHEARSAL_PY) -m pip --disable-pip-version-check -q install --no-deps 'sglang==0.5.23'
 	touch $@
 
-rehearsal: $(REHEARSAL_VENV)/.stamp
-	@test -n "$(MILES_SRC)" || { echo "rehearsal: set MILES_SRC=/path/to/miles (a checkout with train_async.py)"; exit 2; }
-	$(REHEARSAL_PY) -m rescue.miles.rehearsal --arm "$(or $(ARM),protect)" $(if $(A),--a "$(A)") \
-		--miles-src "$(MILES_SRC)" --steps "$(or $(STEPS),6)" $(REHEARSAL_ARGS)
+REHEARSAL_SOURCES = @test -n "$(MILES_SRC)" || { echo "$@: set MILES_SRC=/path/to/miles (a checkout with train_async.py)"; exit 2; }; \
+	test -n "$(MEGATRON_SRC)" || { echo "$@: set MEGATRON_SRC=/path/to/Megatron-LM (megatron.training; the vendored megatron-2e64d788)"; exit 2; }
 
-# The pytest marker `rehearsal`: one arm end to end, and the parser-less run failing at pre-flight.
+rehearsal: $(REHEARSAL_VENV)/.stamp
+	$(REHEARSAL_SOURCES)
+	$(REHEARSAL_PY) -m rescue.rehearsal.miles --arm "$(or $(ARM),protect)" $(if $(A),--a "$(A)") \
+		--miles-src "$(MILES_SRC)" --megatron-src "$(MEGATRON_SRC)" --steps "$(or $(STEPS),3)" \
+		$(if $(OFFPOLICY),--offpolicy "$(OFFPOLICY)") $(REHEARSAL_ARGS)
+
+# The pytest markers REHEARSAL_MARKERS of tests/test_rehearsal_miles.py.
 rehearsal-test: $(VENV)/.stamp-dev $(REHEARSAL_VENV)/.stamp
-	@test -n "$(MILES_SRC)" || { echo "rehearsal-test: set MILES_SRC=/path/to/miles"; exit 2; }
-	MILES_SRC="$(MILES_SRC)" REHEARSAL_PY="$(REHEARSAL_PY)" $(PY) -m pytest -ra -q -m rehearsal --timeout=0 tests/test_rehearsal_miles.py $(PYTEST_ARGS)
+	$(REHEARSAL_SOURCES)
+	MILES_SRC="$(MILES_SRC)" MEGATRON_SRC="$(MEGATRON_SRC)" REHEARSAL_PY="$(REHEARSAL_PY)" \
+		$(PY) -m pytest -ra -q -m "$(REHEARSAL_MARKERS)" --timeout=0 tests/test_rehearsal_miles.py $(PYTEST_ARGS)
 
 # ── The SWE arms on Miles (GPU nodes). Every variable, with its default, is documented in
 # launch/config.sh; set any of them on the command line. DRY_RUN=1 prints the commands.

@@ -1,4 +1,5 @@
-"""The Miles and slime commits, and the SGLang release, rescue is built and tested against.
+"""The Miles, slime and Megatron-LM commits, and the SGLang release, rescue is built and
+tested against.
 
 The adapters (``rescue.miles``, ``rescue.slime``) follow the data path and hooks of these
 commits; the integration tests run against sources at these commits (CI unpacks their
@@ -41,5 +42,11 @@ MILES = PinnedFramework(
     "Miles", "miles", "radixark/miles", "31f1ca961a94cb860cec3b2dea34ec332bfa8f76"
 )
 SLIME = PinnedFramework("slime", "slime", "THUDM/slime", "624b824a898ab0ec1fcb4d373004c7f3852bf515")
+#: The Megatron-LM tree Miles' Megatron backend imports (``megatron.core``,
+#: ``megatron.training``): radixark's fork at the commit Miles' Dockerfile clones. The training
+#: rehearsal runs it on a CPU; its archive is ``megatron-<commit[:8]>.tar.gz``.
+MEGATRON = PinnedFramework(
+    "Megatron-LM", "megatron", "radixark/Megatron-LM", "2e64d788b67fe8155774200c87606e1e449c494b"
+)
 #: The SGLang release the SWE arms' sampling, parsers and error messages are read from.
 SGLANG_VERSION = "0.5.23"

@@ -1,4 +1,5 @@
-"""The CPU-change table, its import hook, and the driver's command rewriting (no Miles needed)."""
+"""The CPU-change table, its import hook and faults, and the driver's command rewriting (no
+Miles needed)."""
 
 from __future__ import annotations
 
@@ -12,15 +13,25 @@ from pathlib import Path
 
 import pytest
 
-from rescue.miles import cpu_changes
-from rescue.miles.cpu_changes import CHANGES, _Hook
-from rescue.miles.rehearsal import SETTINGS, launcher_settings, main, parse_args, version_stride
-from rescue.miles.rehearsal_command import (
+from rescue.rehearsal.miles import hook as hook_module
+from rescue.rehearsal.miles.changes import CHANGES, FAULTS
+from rescue.rehearsal.miles.command import (
+    GPU_ONLY,
+    NO_FUSION,
     cpu_flags,
     drop_option,
     launcher_command,
     option_values,
     set_option,
+)
+from rescue.rehearsal.miles.hook import Hook
+from rescue.rehearsal.miles.run import (
+    ARMS,
+    SETTINGS,
+    launcher_settings,
+    main,
+    megatron_model_args,
+    parse_args,
 )
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -28,6 +39,8 @@ ROOT = Path(__file__).resolve().parents[1]
 
 def test_every_row_has_a_kind_and_a_reason_and_patches_name_their_module():
     assert {c.kind for c in CHANGES} <= {"argument", "patch", "probe"}
+    assert {c.kind for c in FAULTS.values()} == {"fault"}
+    assert all(c.module and c.apply for c in FAULTS.values())
     for c in CHANGES:
         assert c.what and len(c.reason) >= 15
         if c.apply is not None:
@@ -45,25 +58,47 @@ def test_option_helpers_replace_and_drop_with_their_values():
     assert set_option(flags, "--c", "y") == ["--a", "1", "2", "--b", "--c", "y"]
 
 
-def test_cpu_flags_remove_unknown_flags_with_their_values_and_add_the_cpu_ones():
-    flags = ["--hidden-size", "4096", "--num-rollout", "7", "--context-parallel-size", "2"]
-    known = {"--num-rollout", "--context-parallel-size", "--train-backend"}
-    out, removed = cpu_flags(flags, known, engine_port=1, router_port=2, session_port=3)
-    assert removed == ["--hidden-size"]
-    assert "4096" not in out and option_values(out, "--num-rollout") == ["7"]
-    assert option_values(out, "--context-parallel-size") == ["1"]
-    assert option_values(out, "--train-backend") == ["fsdp"]
-    assert option_values(out, "--debug-rollout-only") == []
+def test_cpu_flags_remove_the_gpu_only_flags_and_add_the_cpu_ones():
+    flags = [
+        "--num-rollout", "7", "--attention-backend", "flash", "--optimizer-cpu-offload",
+        "--use-precision-aware-optimizer", "--tensor-model-parallel-size", "1",
+    ]  # fmt: skip
+    out, removed = cpu_flags(flags, engine_port=1, router_port=2, session_port=3)
+    assert removed == ["--attention-backend", "--optimizer-cpu-offload",
+                       "--use-precision-aware-optimizer"]  # fmt: skip
+    assert set(removed) <= set(GPU_ONLY)
+    assert "flash" not in out and option_values(out, "--num-rollout") == ["7"]
+    assert option_values(out, "--tensor-model-parallel-size") == ["1"]
+    assert option_values(out, "--train-backend") == ["megatron"]
+    assert option_values(out, "--transformer-impl") == ["local"]
+    assert all(option_values(out, name) == [] for name in NO_FUSION)
+    assert option_values(out, "--debug-rollout-only") is None  # Miles trains
     assert option_values(out, "--rollout-external-engine-addrs") == ["127.0.0.1:1"]
     assert option_values(out, "--use-miles-router") == []
     assert option_values(out, "--distributed-backend") == ["gloo"]
     assert option_values(out, "--sglang-router-port") == ["2"]
     assert option_values(out, "--session-server-port") == ["3"]
-    sglang, _ = cpu_flags(
-        flags, known, engine_port=1, router_port=2, session_port=3, router="sglang"
-    )
+    sglang, _ = cpu_flags(flags, engine_port=1, router_port=2, session_port=3, router="sglang")
     assert option_values(sglang, "--worker-urls") == ["http://127.0.0.1:1"]
     assert option_values(sglang, "--use-miles-router") is None
+
+
+def test_the_tiny_models_megatron_flags_are_read_from_its_config():
+    config = {
+        "num_hidden_layers": 2, "hidden_size": 64, "intermediate_size": 128,
+        "num_attention_heads": 2, "num_key_value_heads": 1, "rms_norm_eps": 1e-6,
+        "rope_parameters": {"rope_theta": 1000000.0}, "vocab_size": 1304, "head_dim": 32,
+        "tie_word_embeddings": True,
+    }  # fmt: skip
+    args = megatron_model_args(config).split()
+    assert option_values(args, "--num-layers") == ["2"]
+    assert option_values(args, "--num-query-groups") == ["1"]
+    assert option_values(args, "--rotary-base") == ["1000000"]
+    assert option_values(args, "--vocab-size") == ["1304"]
+    assert option_values(args, "--kv-channels") == ["32"]
+    assert "--untie-embeddings-and-output-weights" not in args
+    untied = megatron_model_args({**config, "tie_word_embeddings": False, "rope_theta": 1e4})
+    assert "--untie-embeddings-and-output-weights" in untied and "--rotary-base 10000" in untied
 
 
 def test_the_hook_patches_a_module_right_after_its_first_import(tmp_path, monkeypatch):
@@ -75,7 +110,7 @@ def test_the_hook_patches_a_module_right_after_its_first_import(tmp_path, monkey
         seen.append(module.f())
         module.f = lambda: 2
 
-    hook = _Hook({"rehearsal_target": [patch]})
+    hook = Hook({"rehearsal_target": [patch]})
     sys.meta_path.insert(0, hook)
     try:
         module = importlib.import_module("rehearsal_target")
@@ -85,30 +120,34 @@ def test_the_hook_patches_a_module_right_after_its_first_import(tmp_path, monkey
     assert seen == [1] and module.f() == 2
 
 
-def test_a_missing_module_miles_imports_is_created_empty(monkeypatch):
-    monkeypatch.setattr(cpu_changes, "_MISSING", ("rehearsal_missing_mod",))
-    hook = _Hook({})
+def test_a_missing_module_miles_imports_is_a_stand_in_whose_names_fail_when_used(monkeypatch):
+    monkeypatch.setattr(hook_module, "MISSING", ("rehearsal_missing_pkg.engine",))
+    hook = Hook({})
     sys.meta_path.insert(0, hook)
     try:
-        module = importlib.import_module("rehearsal_missing_mod")
+        from rehearsal_missing_pkg.engine import TransferEngine  # type: ignore[import-not-found]
     finally:
         sys.meta_path.remove(hook)
-        sys.modules.pop("rehearsal_missing_mod", None)
-    assert "rehearsal" in module.__doc__
+        for name in [n for n in sys.modules if n.startswith("rehearsal_missing_pkg")]:
+            sys.modules.pop(name)
+    with pytest.raises(RuntimeError, match=r"rehearsal_missing_pkg\.engine is not installed"):
+        TransferEngine()
 
 
 def test_the_placeholder_package_fails_when_used_and_only_once_switched_on(monkeypatch):
-    monkeypatch.setattr(cpu_changes, "_PLACEHOLDERS", ("rehearsal_absent_pkg",))
-    hook = _Hook({})
+    monkeypatch.setattr(hook_module, "PLACEHOLDERS", ("rehearsal_absent_pkg",))
+    hook = Hook({})
     sys.meta_path.insert(0, hook)
     try:
-        monkeypatch.setattr(cpu_changes, "_PLACEHOLDERS_ON", False)
+        monkeypatch.setattr(hook_module, "_placeholders", False)
         with pytest.raises(ImportError):
             importlib.import_module("rehearsal_absent_pkg")
-        monkeypatch.setattr(cpu_changes, "_PLACEHOLDERS_ON", True)
+        monkeypatch.setattr(hook_module, "_placeholders", True)
         transforms = importlib.import_module("rehearsal_absent_pkg.transforms")
         mode = transforms.InterpolationMode.BICUBIC  # import-time use works
-        with pytest.raises(RuntimeError, match="rehearsal_absent_pkg is not installed"):
+        with pytest.raises(
+            RuntimeError, match=r"rehearsal_absent_pkg\.transforms is not installed"
+        ):
             transforms.Compose([mode])
     finally:
         sys.meta_path.remove(hook)
@@ -117,14 +156,53 @@ def test_the_placeholder_package_fails_when_used_and_only_once_switched_on(monke
 
 
 def test_sitecustomize_installs_the_hook_only_in_a_rehearsal(tmp_path):
-    site = ROOT / "rescue" / "miles" / "rehearsal_site"
-    code = "import sys; print(any(type(f).__name__ == '_Hook' for f in sys.meta_path))"
+    site = ROOT / "rescue" / "rehearsal" / "miles" / "site"
+    code = "import sys; print(any(type(f).__name__ == 'Hook' for f in sys.meta_path))"
     env = {**os.environ, "PYTHONPATH": f"{site}{os.pathsep}{ROOT}"}
     env.pop("RESCUE_REHEARSAL_DIR", None)
     off = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True)
     env["RESCUE_REHEARSAL_DIR"] = str(tmp_path)
     on = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True)
     assert off.stdout.strip() == "False" and on.stdout.strip() == "True"
+
+
+def test_a_named_fault_is_installed_and_an_unknown_one_refused(tmp_path):
+    site = ROOT / "rescue" / "rehearsal" / "miles" / "site"
+    code = (
+        "import sys; h = next(f for f in sys.meta_path if type(f).__name__ == 'Hook'); "
+        "print(len(h.patches.get('rescue.miles.loss', [])))"
+    )
+    env = {**os.environ, "PYTHONPATH": f"{site}{os.pathsep}{ROOT}",
+           "RESCUE_REHEARSAL_DIR": str(tmp_path)}  # fmt: skip
+    plain = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True)
+    env["RESCUE_REHEARSAL_FAULT"] = "turn-channel"
+    broken = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True)
+    assert plain.stdout.strip() == "0" and broken.stdout.strip() == "1"
+    env["RESCUE_REHEARSAL_FAULT"] = "gremlins"
+    bad = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True)
+    assert "RESCUE_REHEARSAL_FAULT='gremlins'; allowed: turn-channel, missing-head" in bad.stderr
+
+
+def test_the_turn_channel_fault_makes_the_loss_train_the_scalar_part_only():
+    from rescue.rehearsal.miles.patches import fault_turn_channel
+
+    module = types.SimpleNamespace(trained_advantages=lambda batch: "with the channel")
+    fault_turn_channel(module)
+    assert module.trained_advantages({"advantages": "scalar only"}) == "scalar only"
+
+
+def test_the_missing_head_fault_drops_the_first_trained_positions_head():
+    import numpy as np
+
+    from rescue.rehearsal.miles.patches import fault_missing_head
+
+    class Trainer:
+        def rows(self, *args):
+            return {"ids": np.zeros((3, 2)), "has": np.array([False, True, True])}
+
+    module = types.SimpleNamespace(Trainer=Trainer)
+    fault_missing_head(module)
+    assert Trainer().rows().get("has").tolist() == [False, False, True]
 
 
 def test_launcher_command_is_the_dry_run_of_the_arm(tmp_path):
@@ -154,7 +232,7 @@ def test_launcher_command_is_the_dry_run_of_the_arm(tmp_path):
 
 
 def test_launcher_errors_stop_the_rehearsal_with_its_line(tmp_path):
-    from rescue.miles.rehearsal_command import RehearsalError
+    from rescue.rehearsal.miles.command import RehearsalError
 
     with pytest.raises(RehearsalError, match="ARM="):
         launcher_command({"ARM": "sometimes", "MILES_DIR": str(tmp_path)})
@@ -166,94 +244,122 @@ def test_launcher_errors_stop_the_rehearsal_with_its_line(tmp_path):
         (["--arm", "keep"], "--arm"),
         (["--router", "nginx"], "--router"),
         (["--steps", "0"], "--steps"),
-        (["--version-stride", "0"], "--version-stride"),
+        (["--offpolicy", "ppo"], "--offpolicy"),
+        (["--fault", "gremlins"], "--fault"),
+        (["--timeout", "0"], "--timeout"),
     ],
 )
 def test_bad_flags_are_one_line_naming_the_flag(tmp_path, capsys, argv, named):
+    sources = fake_sources(tmp_path)
     with pytest.raises(SystemExit) as e:
-        main(["--miles-src", str(tmp_path), *argv])
+        main([*sources, *argv])
     assert e.value.code == 2 and named in capsys.readouterr().err
 
 
-def test_missing_miles_checkout_is_one_line(tmp_path, capsys):
-    assert main(["--miles-src", str(tmp_path), "--out", str(tmp_path / "o")]) == 1
-    err = capsys.readouterr().err
-    assert err.startswith("rehearsal: FAILED: MILES_SRC=") and "train_async.py" in err
+def fake_sources(tmp_path: Path) -> list[str]:
+    (tmp_path / "miles").mkdir(exist_ok=True)
+    (tmp_path / "miles" / "train_async.py").write_text("")
+    (tmp_path / "megatron" / "megatron" / "training").mkdir(parents=True, exist_ok=True)
+    return ["--miles-src", str(tmp_path / "miles"), "--megatron-src", str(tmp_path / "megatron")]
+
+
+@pytest.mark.parametrize("which", ["--miles-src", "--megatron-src"])
+def test_a_missing_checkout_is_one_line_naming_its_flag(tmp_path, capsys, which):
+    sources = fake_sources(tmp_path)
+    sources[sources.index(which) + 1] = str(tmp_path / "nothing")
+    with pytest.raises(SystemExit) as e:
+        main([*sources, "--out", str(tmp_path / "o")])
+    err = capsys.readouterr().err.strip().splitlines()[-1]
+    assert e.value.code == 2 and f"{which}={tmp_path / 'nothing'}" in err
 
 
 def test_command_json_round_trips():
     assert json.loads(json.dumps({"flags": ["--a", "b c"]}))["flags"][1] == "b c"
 
 
-def _settings(*argv: str) -> dict[str, str]:
-    args = parse_args(["--miles-src", "/m", *argv])
-    inputs = {"model": Path("/mdl"), "prompts": Path("/p.jsonl")}
-    return launcher_settings(args, Path("/m"), Path("/o"), inputs, "/py")
+def _settings(tmp_path: Path, *argv: str) -> dict[str, str]:
+    args = parse_args([*fake_sources(tmp_path), *argv])
+    model = tmp_path / "mdl"
+    model.mkdir(exist_ok=True)
+    (model / "config.json").write_text(json.dumps({
+        "num_hidden_layers": 2, "hidden_size": 64, "intermediate_size": 128,
+        "num_attention_heads": 2, "num_key_value_heads": 1, "rms_norm_eps": 1e-6,
+        "rope_theta": 1e6, "vocab_size": 600, "head_dim": 32, "tie_word_embeddings": True,
+    }))  # fmt: skip
+    inputs = {"model": model, "prompts": Path("/p.jsonl")}
+    return launcher_settings(args, Path("/m"), Path("/meg"), Path("/o"), inputs)
 
 
-def test_each_flag_reaches_the_launcher_settings():
-    base = _settings()
-    assert base["ARM"] == "protect" and base["A"] == "0.5"
-    assert base["NUM_ROLLOUT"] == "7" and base["SEED"] == "1"
-    assert "STALENESS" not in base and "CENSUS_BUFFER" not in base
-    assert base["HF_CHECKPOINT"] == "/mdl" and base["PROMPT_DATA"] == "/p.jsonl"
+def test_each_flag_reaches_the_launcher_settings(tmp_path):
+    base = _settings(tmp_path)
+    assert base["ARM"] == "protect" and base["A"] == "0.5" and base["OFFPOLICY"] == "tis-sc"
+    assert base["NUM_ROLLOUT"] == "4" and base["SEED"] == "1" and base["STALENESS"] == "0"
+    assert base["HF_CHECKPOINT"] == str(tmp_path / "mdl") and base["PROMPT_DATA"] == "/p.jsonl"
     assert base["OUTPUT_DIR"] == "/o/runs" and base["MILES_DIR"] == "/m"
-    assert _settings("--a", "0.25")["A"] == "0.25"
-    assert _settings("--steps", "3")["NUM_ROLLOUT"] == "4"
-    assert _settings("--seed", "9")["SEED"] == "9"
-    assert _settings("--staleness", "0")["STALENESS"] == "0"
-    assert _settings("--extra-args", "--x 1")["EXTRA_ARGS"] == "--x 1"
-    drop = _settings("--arm", "drop")
+    assert base["MEGATRON_DIR"] == "/meg" and base["REF_LOAD"] == "/o/ref"
+    assert "--num-layers 2" in base["MODEL_ARGS"]
+    assert _settings(tmp_path, "--a", "0.25")["A"] == "0.25"
+    assert _settings(tmp_path, "--steps", "5")["NUM_ROLLOUT"] == "6"
+    assert _settings(tmp_path, "--seed", "9")["SEED"] == "9"
+    assert _settings(tmp_path, "--staleness", "2")["STALENESS"] == "2"
+    assert _settings(tmp_path, "--arm", "pace")["STALENESS"] == "1"
+    assert _settings(tmp_path, "--offpolicy", "tis")["OFFPOLICY"] == "tis"
+    extra = _settings(tmp_path, "--extra-args", "--x 1")["EXTRA_ARGS"]
+    assert extra == "--async-max-concurrent-samples 16 --x 1"
+    drop = _settings(tmp_path, "--arm", "drop")
     assert drop["ARM"] == "drop" and "A" not in drop
+    assert set(ARMS) == {"drop", "never-drop", "protect", "pace", "zero", "mask", "matched",
+                         "drgrpo-mask", "survivor", "turn"}  # fmt: skip
 
 
-def test_version_stride_defaults_to_k_plus_one_and_can_be_chosen():
-    assert version_stride(None, ["--max-weight-staleness", "2"]) == 3
-    assert version_stride(None, []) == 1
-    assert version_stride(5, ["--max-weight-staleness", "2"]) == 5
-
-
-def test_router_without_out_and_timeout_flags_are_read():
-    args = parse_args(
-        [
-            "--miles-src",
-            "/m",
-            "--router",
-            "sglang",
-            "--without=--x",
-            "--out",
-            "/r",
-            "--timeout",
-            "9",
-        ]
-    )
+def test_router_without_out_and_timeout_flags_are_read(tmp_path):
+    sources = fake_sources(tmp_path)
+    args = parse_args([*sources, "--router", "sglang", "--without=--x", "--out", "/r",
+                       "--timeout", "9", "--fault", "missing-head"])  # fmt: skip
     assert (args.router, args.without, args.out, args.timeout) == ("sglang", ["--x"], "/r", 9)
-    assert parse_args(["--miles-src", "/m"]).out.startswith(str(ROOT / "runs" / "rehearsal"))
+    assert args.fault == "missing-head"
+    assert parse_args(sources).out.startswith(str(ROOT / "runs" / "rehearsal"))
 
 
 def test_make_rehearsal_passes_its_variables(tmp_path):
     venv = tmp_path / "v"
     (venv / "bin").mkdir(parents=True)
     (venv / ".stamp").write_text("")
-    run = subprocess.run(
-        [
-            "make", "-n", "rehearsal", f"REHEARSAL_VENV={venv}", "MILES_SRC=/src", "ARM=drop",
-            "STEPS=3", "REHEARSAL_ARGS=--router sglang",
-        ],
-        cwd=ROOT, capture_output=True, text=True,
-    )  # fmt: skip
+
+    def make(*assignments: str) -> subprocess.CompletedProcess:
+        return subprocess.run(
+            ["make", "-n", "rehearsal", f"REHEARSAL_VENV={venv}", *assignments],
+            cwd=ROOT, capture_output=True, text=True,
+        )  # fmt: skip
+
+    run = make("MILES_SRC=/src", "MEGATRON_SRC=/meg", "ARM=drop", "STEPS=5", "OFFPOLICY=tis",
+               "REHEARSAL_ARGS=--router sglang")  # fmt: skip
     text = " ".join(run.stdout.replace("\\\n", " ").split())
-    line = next(ln for ln in text.split(" && ") if "rescue.miles.rehearsal" in ln)
-    assert f'{venv}/bin/python -m rescue.miles.rehearsal --arm "drop"' in line
-    assert '--miles-src "/src"' in line and '--steps "3"' in line and "--router sglang" in line
-    assert "--a " not in line
-    with_a = subprocess.run(
-        ["make", "-n", "rehearsal", f"REHEARSAL_VENV={venv}", "MILES_SRC=/src", "A=0.3"],
-        cwd=ROOT, capture_output=True, text=True,
-    )  # fmt: skip
+    assert f'{venv}/bin/python -m rescue.rehearsal.miles --arm "drop"' in text
+    assert '--miles-src "/src"' in text and '--megatron-src "/meg"' in text
+    assert '--steps "5"' in text and '--offpolicy "tis"' in text and "--router sglang" in text
+    assert "--a " not in text
+    with_a = make("MILES_SRC=/src", "MEGATRON_SRC=/meg", "A=0.3")
     assert '--arm "protect" --a "0.3"' in " ".join(with_a.stdout.split())
-    missing = subprocess.run(
-        ["make", "rehearsal", f"REHEARSAL_VENV={venv}", "MILES_SRC="],
-        cwd=ROOT, capture_output=True, text=True,
-    )  # fmt: skip
-    assert missing.returncode == 2 and "set MILES_SRC" in missing.stdout
+    for missing, named in (("MILES_SRC=", "set MILES_SRC"), ("MEGATRON_SRC=", "set MEGATRON_SRC")):
+        given = [
+            a for a in ("MILES_SRC=/src", "MEGATRON_SRC=/meg") if a.split("=")[0] != missing[:-1]
+        ]
+        done = subprocess.run(
+            ["make", "rehearsal", f"REHEARSAL_VENV={venv}", *given, missing],
+            cwd=ROOT, capture_output=True, text=True,
+        )  # fmt: skip
+        assert done.returncode == 2 and named in done.stdout
+
+
+def test_make_rehearsal_test_runs_the_markers_it_is_given(tmp_path):
+    venv = tmp_path / "v"
+    (venv / "bin").mkdir(parents=True)
+    (venv / ".stamp").write_text("")
+    args = ["make", "-n", "rehearsal-test", f"REHEARSAL_VENV={venv}", "MILES_SRC=/src",
+            "MEGATRON_SRC=/meg"]  # fmt: skip
+    default = subprocess.run(args, cwd=ROOT, capture_output=True, text=True)
+    assert '-m "rehearsal_ci"' in default.stdout and 'MEGATRON_SRC="/meg"' in default.stdout
+    every = subprocess.run([*args, "REHEARSAL_MARKERS=rehearsal"], cwd=ROOT, capture_output=True,
+                           text=True)  # fmt: skip
+    assert '-m "rehearsal"' in every.stdout

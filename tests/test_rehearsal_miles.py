@@ -1,34 +1,47 @@
-"""The rehearsal end to end through Miles' real process tree (marker ``rehearsal``).
+"""The training rehearsal end to end: arms trained through Miles' own loop on the CPU, the
+faults that must fail it, and no process left behind (markers ``rehearsal``, and
+``rehearsal_ci`` for what CI runs).
 
-Needs ``MILES_SRC`` and the rehearsal's environment (``make rehearsal`` creates
-``.venv-rehearsal``; ``REHEARSAL_PY`` names another interpreter); skipped with the reason
-otherwise. Run with ``make rehearsal-test MILES_SRC=/path/to/miles``.
+Needs ``MILES_SRC``, ``MEGATRON_SRC`` and the rehearsal's environment (``make rehearsal``
+creates ``.venv-rehearsal``; ``REHEARSAL_PY`` names another interpreter); skipped with the
+reason otherwise. Run with ``make rehearsal-test MILES_SRC=... MEGATRON_SRC=...``
+(``REHEARSAL_MARKERS=rehearsal`` for every arm).
 """
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
+import signal
 import subprocess
+import time
 from pathlib import Path
 
 import pytest
 
+from rescue.rehearsal.processes import reap, survivors
+from rescue.rehearsal.report import CHECKS
+
 ROOT = Path(__file__).resolve().parents[1]
 MILES_SRC = os.environ.get("MILES_SRC") or None
+MEGATRON_SRC = os.environ.get("MEGATRON_SRC") or None
 REHEARSAL_PY = os.environ.get("REHEARSAL_PY") or str(ROOT / ".venv-rehearsal" / "bin" / "python")
-PARSERS = "--sglang-tool-call-parser qwen25 --sglang-reasoning-parser qwen3"
+#: Seconds a rehearsal may take before its test stops it (its own --timeout is shorter).
+LIMIT = 1500
 
 pytestmark = pytest.mark.rehearsal
 
 
 def _require() -> None:
-    if MILES_SRC is None:
-        pytest.skip("needs real Miles sources: set MILES_SRC=/path/to/miles to run")
+    if MILES_SRC is None or MEGATRON_SRC is None:
+        pytest.skip(
+            "needs real sources: set MILES_SRC=/path/to/miles MEGATRON_SRC=/path/to/Megatron-LM"
+        )
     if not Path(REHEARSAL_PY).exists():
         pytest.skip(f"no rehearsal environment at {REHEARSAL_PY}: run `make rehearsal` once")
     probe = subprocess.run(
-        [REHEARSAL_PY, "-c", "import sglang, sglang_router, ray, transformers"],
+        [REHEARSAL_PY, "-c", "import sglang, sglang_router, ray, transformers, torch_memory_saver"],
         capture_output=True,
         text=True,
     )
@@ -36,46 +49,141 @@ def _require() -> None:
         pytest.skip(f"{REHEARSAL_PY} lacks the [rehearsal] extra: run `make rehearsal` once")
 
 
-def _rehearse(tmp_path: Path, *flags: str, timeout: int) -> subprocess.CompletedProcess:
-    return subprocess.run(
-        [REHEARSAL_PY, "-m", "rescue.miles.rehearsal", "--miles-src", MILES_SRC, *flags],
-        cwd=ROOT,
-        capture_output=True,
-        text=True,
-        timeout=timeout,
-    )
+def _start(out: Path, *flags: str) -> subprocess.Popen:
+    return subprocess.Popen(
+        [REHEARSAL_PY, "-m", "rescue.rehearsal.miles", "--miles-src", MILES_SRC,
+         "--megatron-src", MEGATRON_SRC, "--out", str(out), *flags],
+        cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+        start_new_session=True,
+    )  # fmt: skip
 
 
-def test_without_a_tool_call_parser_the_rehearsal_stops_at_preflight_saying_why(tmp_path):
-    _require()
-    run = _rehearse(
-        tmp_path,
-        "--out",
-        str(tmp_path / "r"),
-        "--extra-args",
-        "--sglang-reasoning-parser qwen3",
-        "--without=--sglang-tool-call-parser",
-        timeout=600,
-    )
-    assert run.returncode == 1
-    last = run.stderr.strip().splitlines()[-1]
-    assert last.startswith("rehearsal: FAILED: pre-flight:")
-    assert "--sglang-tool-call-parser" in last and "tool_calls" in last
-    assert not (tmp_path / "r" / "job.log").exists()  # stopped before Ray
+def _stop(proc: subprocess.Popen, out: Path, sig: int = signal.SIGTERM) -> tuple[str, str]:
+    """Stop a rehearsal as a time limit or Ctrl-C does (``sig`` to the driver, which stops
+    everything it started), then anything left of its run (``reap``)."""
+    with contextlib.suppress(ProcessLookupError):
+        os.kill(proc.pid, sig)
+    try:
+        return proc.communicate(timeout=180)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        return proc.communicate()
+    finally:
+        reap(out)
 
 
-def test_protect_arm_passes_every_check_through_miles(tmp_path):
+def _rehearse(out: Path, *flags: str, limit: int = LIMIT) -> tuple[int, str, str]:
+    proc = _start(out, "--timeout", str(limit - 200), *flags)
+    try:
+        stdout, stderr = proc.communicate(timeout=limit)
+    except subprocess.TimeoutExpired:
+        stdout, stderr = _stop(proc, out)
+        pytest.fail(f"the rehearsal ran past {limit} s:\n{stdout[-3000:]}\n{stderr[-3000:]}")
+    left = survivors(out)
+    reap(out)
+    assert not left, f"processes of the run outlived it: {[p.pid for p in left]}"
+    return proc.returncode, stdout, stderr
+
+
+def _report(out: Path) -> dict[str, dict]:
+    report = json.loads((out / "report.json").read_text())
+    return {c["name"]: c for c in report["checks"]}
+
+
+ARMS = [
+    pytest.param("protect", "tis-sc", marks=pytest.mark.rehearsal_ci),
+    pytest.param("turn", "tis-sc", marks=pytest.mark.rehearsal_ci),
+    *[pytest.param(arm, "tis-sc") for arm in ("drop", "never-drop", "pace", "zero", "mask",
+                                               "matched", "drgrpo-mask", "survivor")],
+    pytest.param("protect", "tis"),
+]  # fmt: skip
+
+
+@pytest.mark.parametrize(("arm", "offpolicy"), ARMS)
+def test_the_arm_trains_through_miles_and_passes_every_check(tmp_path, arm, offpolicy):
     _require()
     out = tmp_path / "r"
-    # about 2,000 s on 2 idle cores: the steps whose groups all went stale regenerate them
-    run = _rehearse(
-        tmp_path, "--arm", "protect", "--a", "0.5", "--out", str(out), "--extra-args", PARSERS,
-        "--timeout", "2700", timeout=3000,
-    )  # fmt: skip
-    assert run.returncode == 0, run.stdout[-3000:] + run.stderr[-3000:]
-    assert run.stdout.strip().splitlines()[-1] == "rehearsal: PASSED"
-    report = json.loads((out / "report.json").read_text())
-    assert {c["name"] for c in report["checks"]} == {
-        "job", "steps", "weights", "unused", "outcomes", "infra", "replay",
-    }  # fmt: skip
-    assert "[patch] miles.ray.placement_group._get_placement_group_layout" in run.stdout
+    rc, stdout, stderr = _rehearse(out, "--arm", arm, "--offpolicy", offpolicy)
+    assert rc == 0, stdout[-4000:] + stderr[-3000:]
+    assert stdout.strip().splitlines()[-1] == "rehearsal: PASSED"
+    checks = _report(out)
+    assert list(checks) == list(CHECKS) and all(c["ok"] for c in checks.values())
+    assert "[patch] DotProductAttention.forward takes packed sequences" in stdout
+
+
+@pytest.mark.rehearsal_ci
+def test_a_loss_that_ignores_the_turn_channel_fails_the_rehearsal(tmp_path):
+    _require()
+    out = tmp_path / "r"
+    rc, stdout, stderr = _rehearse(out, "--arm", "turn", "--fault", "turn-channel", "--steps", "1")
+    assert rc == 1, stdout[-3000:] + stderr[-3000:]
+    checks = _report(out)
+    assert checks["job"]["ok"]  # the run itself goes through
+    assert not checks["advantages"]["ok"], checks["advantages"]
+    assert "advantage sum trained" in checks["advantages"]["detail"]
+    assert "rehearsal: FAILED: advantages:" in stdout
+
+
+@pytest.mark.rehearsal_ci
+def test_a_missing_head_under_tis_sc_stops_the_step(tmp_path):
+    _require()
+    out = tmp_path / "r"
+    rc, stdout, stderr = _rehearse(out, "--arm", "zero", "--fault", "missing-head", "--steps", "1")
+    assert rc == 1, stdout[-3000:] + stderr[-3000:]
+    job = _report(out)["job"]
+    assert not job["ok"] and "trains a position without its recorded head" in job["detail"]
+
+
+@pytest.mark.rehearsal_ci
+def test_a_run_without_the_before_train_step_hook_fails_naming_the_flag(tmp_path):
+    _require()
+    out = tmp_path / "r"
+    flag = "--custom-megatron-before-train-step-hook-path"
+    rc, stdout, stderr = _rehearse(out, "--arm", "zero", f"--without={flag}", "--steps", "1")
+    assert rc == 1, stdout[-3000:] + stderr[-3000:]
+    job = _report(out)["job"]
+    assert not job["ok"] and flag in job["detail"], job
+
+
+@pytest.mark.rehearsal_ci
+def test_without_a_tool_call_parser_the_rehearsal_stops_at_preflight_saying_why(tmp_path):
+    _require()
+    out = tmp_path / "r"
+    rc, _, stderr = _rehearse(out, "--without=--sglang-tool-call-parser", limit=600)
+    assert rc == 1
+    last = stderr.strip().splitlines()[-1]
+    assert last.startswith("rehearsal: FAILED: pre-flight:")
+    assert "--sglang-tool-call-parser" in last and "tool_calls" in last
+    assert not (out / "job.log").exists()  # stopped before Ray
+
+
+@pytest.mark.rehearsal_ci
+@pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM], ids=["ctrl-c", "time-limit"])
+def test_an_interrupted_rehearsal_leaves_no_process_behind(tmp_path, sig):
+    _require()
+    out = tmp_path / "r"
+    proc = _start(out, "--timeout", "1200")
+    try:
+        deadline = time.monotonic() + 600
+        while (
+            time.monotonic() < deadline and not (out / "probes" / "trainer_weights.jsonl").exists()
+        ):
+            assert proc.poll() is None, proc.communicate()
+            time.sleep(2)  # until Miles' first weight update: Ray, the actors, the engine all up
+        alive = survivors(out)
+        assert len(alive) > 5, [p.pid for p in alive]
+        os.kill(proc.pid, sig)
+        _, stderr = proc.communicate(timeout=180)
+        left = survivors(out)
+    finally:
+        if proc.poll() is None:
+            _stop(proc, out)
+        reap(out)
+    assert not left, f"left running: {[(p.pid, p.name()) for p in left]}"
+    if sig == signal.SIGINT:
+        assert proc.returncode == 130
+        assert stderr.strip().splitlines()[-1] == (
+            "rehearsal: interrupted; every process it started was stopped"
+        )
+    else:
+        assert proc.returncode == 143

@@ -35,7 +35,8 @@ What it mirrors of the docker CLI (and the daemon behind it):
 
 Tests make a container die as docker reports it by writing its ``state.json``
 (``{"running": false, "oom_killed": true}`` is a container its memory limit killed).
-Every call is appended to ``calls.log`` (one JSON list per line). ``BASH_ENV`` is dropped.
+Every call is appended to ``calls.log`` (one JSON list per line), and its wall time to
+``timing.log``. ``BASH_ENV`` is dropped.
 """
 
 from __future__ import annotations
@@ -47,6 +48,7 @@ import os
 import shutil
 import subprocess
 import sys
+import time
 import uuid
 from pathlib import Path
 
@@ -268,5 +270,19 @@ def main(argv: list[str]) -> int:
     return 2
 
 
+def timed(argv: list[str]) -> int:
+    """``main``, with its wall time appended to ``timing.log`` (command, seconds and, for
+    ``exec``, the start of the command run): the rehearsal's profile reads it."""
+    start = time.monotonic()
+    try:
+        return main(argv)
+    finally:
+        what = argv[0] if argv else ""
+        if what == "exec" and argv[-1:]:
+            what = f"exec {argv[-1][:60]}"
+        with open(ROOT / "timing.log", "a") as log:
+            log.write(json.dumps({"call": what, "s": round(time.monotonic() - start, 4)}) + "\n")
+
+
 if __name__ == "__main__":
-    sys.exit(main(sys.argv[1:]))
+    sys.exit(timed(sys.argv[1:]))

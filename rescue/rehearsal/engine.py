@@ -46,6 +46,7 @@ import json
 import signal
 import sys
 import threading
+import time
 from collections import Counter
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
@@ -54,6 +55,13 @@ from typing import Any
 from rescue.rehearsal.model import BEHAVIOURS, DEFAULT_MIXTURE, Model, error_body
 
 __all__ = ["BEHAVIOURS", "DEFAULT_MIXTURE", "Engine", "Model", "main"]
+
+#: Miles' weight update by broadcast (``rescue.rehearsal.weights``).
+WEIGHT_ROUTES = (
+    "/init_weights_update_group",
+    "/destroy_weights_update_group",
+    "/update_weights_from_distributed",
+)
 
 
 class Engine:
@@ -68,8 +76,16 @@ class Engine:
         base_gpu_id: int = 0,
         tp_size: int = 1,
         record: Path | None = None,
+        weights_record: Path | None = None,
     ) -> None:
+        from rescue.rehearsal.weights import Receiver
+
         self.model = model
+        self.receiver = Receiver()
+        self.weights_record = Path(weights_record) if weights_record else None
+        self._pending: dict[str, Any] = {}
+        self._running = threading.Event()
+        self._running.set()
         self.server_info = {
             "host": host,
             "port": port,
@@ -151,29 +167,93 @@ class Engine:
 
     def post(self, path: str, body: dict[str, Any]) -> tuple[int, Any]:
         m = self.model
-        if path in ("/flush_cache", "/abort_request", "/pause_generation", "/continue_generation"):
+        if path in ("/flush_cache", "/abort_request", "/begin_weight_update"):
             return 200, {"success": True}
+        if path == "/pause_generation":
+            self._running.clear()
+            return 200, {"success": True}
+        if path == "/continue_generation":
+            self._running.set()
+            return 200, {"success": True}
+        if path in WEIGHT_ROUTES:
+            return self._weights(path, body)
         if path == "/update_weight_version":
             m.weight_version = str(body["new_version"])
+            self._record_weights()
             return 200, {"success": True, "message": f"weight_version {m.weight_version}"}
+        if path == "/end_weight_update":
+            self._record_weights()
+            return 200, {"success": True}
         if path == "/generate":
+            self._running.wait()
             ids = body.get("input_ids")
             if ids is None:
                 ids = m.tokenizer.encode(str(body.get("text", "")), add_special_tokens=False).ids
-            max_new = (body.get("sampling_params") or {}).get("max_new_tokens")
+            params = body.get("sampling_params") or {}
+            max_new = params.get("max_new_tokens")
             if error := m.context_error(len(ids), max_new):
                 return 400, error_body(error, 400)
             budget = max_new if max_new is not None else m.context_length - len(ids)
             top = int(body.get("top_logprobs_num") or 0) if body.get("return_logprob") else 0
-            return 200, m.generate(
-                m.raw_reply("solve", 0, budget), len(ids), budget, top,
-                with_text=bool(body.get("return_text_in_logprobs")),
-            )  # fmt: skip
+            with_text = bool(body.get("return_text_in_logprobs"))
+            if m.policy is not None:
+                temperature = float(params.get("temperature", 1.0))
+                return 200, m.sample(ids, budget, temperature, top, with_text=with_text)
+            return 200, m.generate(m.raw_reply("solve", 0, budget), ids, budget, top, with_text)
         if path in ("/v1/chat/completions", "/chat/completions"):
+            self._running.wait()
+            start = time.monotonic()
             status, response, record = m.chat(body)
+            record["s"] = round(time.monotonic() - start, 4)
             self._note(record)
             return status, response
         return 404, error_body(f"no route {path}", 404)
+
+    def _weights(self, path: str, body: dict[str, Any]) -> tuple[int, Any]:
+        """Miles' weight update by broadcast (``rescue.rehearsal.weights``); a refusal is
+        ``success: false`` with the reason, as SGLang answers."""
+        from rescue.rehearsal.weights import WeightUpdateError
+
+        try:
+            if path == "/init_weights_update_group":
+                self.receiver.join(
+                    master_address=body["master_address"], master_port=int(body["master_port"]),
+                    rank_offset=int(body["rank_offset"]), world_size=int(body["world_size"]),
+                    group_name=body["group_name"], backend=body.get("backend", "nccl"),
+                )  # fmt: skip
+            elif path == "/destroy_weights_update_group":
+                self.receiver.leave(body["group_name"])
+            else:
+                if self.model.policy is None:
+                    raise WeightUpdateError("this engine serves no policy to load weights into")
+                named = self.receiver.receive(
+                    body["group_name"], body["names"], body["dtypes"], body["shapes"]
+                )
+                self.model.policy.load(named)
+                self._pending.update(named)
+                if body.get("weight_version") is not None:
+                    self.model.weight_version = str(body["weight_version"])
+        except (WeightUpdateError, KeyError, ValueError) as e:
+            return 200, {"success": False, "message": str(e)}
+        return 200, {"success": True, "message": "ok"}
+
+    def _record_weights(self) -> None:
+        """One line per update (the tensors received since the last line): the version and
+        the digest of what arrived, and of the whole model after loading it."""
+        if not self._pending:
+            return
+        from rescue.rehearsal.policy import digest
+
+        row = {
+            "version": self.model.weight_version,
+            "digest": digest(self._pending.items()),
+            "tensors": len(self._pending),
+            "model_digest": self.model.policy.state_digest(),
+        }
+        self._pending = {}
+        if self.weights_record is not None:
+            with self._write, self.weights_record.open("a") as f:
+                f.write(json.dumps(row) + "\n")
 
     def _note(self, record: dict[str, Any]) -> None:
         if self.record is None:
@@ -211,7 +291,23 @@ def main(argv: list[str] | None = None) -> int:
         help=f"behaviours per task, round robin (default {','.join(DEFAULT_MIXTURE)})",
     )
     p.add_argument("--record", default=None, help="append one JSON line per chat turn here")
+    p.add_argument(
+        "--policy",
+        action="store_true",
+        help="serve the tiny model of --model-path (rescue.rehearsal.policy): log-probs and "
+        "heads from it, /generate sampled from it, weights updated by Miles (default off: "
+        "fixed log-probs, no weight update)",
+    )
+    p.add_argument("--seed", type=int, default=0, help="the policy's sampling seed (default 0)")
+    p.add_argument(
+        "--weights-record", default=None, help="append one JSON line per weight update here"
+    )
     a = p.parse_args(argv)
+    policy = None
+    if a.policy:
+        from rescue.rehearsal.policy import Policy
+
+        policy = Policy(Path(a.model_path), seed=a.seed)
     try:
         model = Model(
             Path(a.model_path),
@@ -219,12 +315,14 @@ def main(argv: list[str] | None = None) -> int:
             reasoning_parser=a.reasoning_parser,
             context_length=a.context_length,
             mixture=tuple(x for x in a.mixture.split(",") if x),
+            policy=policy,
         )
     except ValueError as e:
         p.error(str(e))
     engine = Engine(
-        model, port=a.port, base_gpu_id=a.base_gpu_id, tp_size=a.tp_size, record=a.record
-    )
+        model, port=a.port, base_gpu_id=a.base_gpu_id, tp_size=a.tp_size, record=a.record,
+        weights_record=a.weights_record,
+    )  # fmt: skip
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(0))
     print(f"engine ready on 127.0.0.1:{engine.port}", flush=True)
     engine.serve_forever()

@@ -49,6 +49,7 @@ class Model:
         reasoning_parser: str | None = None,
         context_length: int | None = None,
         mixture: tuple[str, ...] = DEFAULT_MIXTURE,
+        policy: Any = None,
     ) -> None:
         from tokenizers import Tokenizer
 
@@ -70,6 +71,9 @@ class Model:
         self.tool_call_parser = tool_call_parser
         self.reasoning_parser = reasoning_parser
         self.mixture = tuple(mixture)
+        #: ``rescue.rehearsal.policy.Policy``: log-probs and heads from the tiny model (and
+        #: ``/generate`` sampled from it); None: the fixed ``SAMPLED_LOGPROB`` (shaping tests)
+        self.policy = policy
         self.weight_version = "default"
         self._eos = self.tokenizer.token_to_id("<|im_end|>")
         self._trials: Counter[str] = Counter()
@@ -131,15 +135,19 @@ class Model:
         return None
 
     def generate(
-        self, text: str, n_input: int, max_new_tokens: int, top_logprobs_num: int = 0,
+        self, text: str, prompt: list[int], max_new_tokens: int, top_logprobs_num: int = 0,
         with_text: bool = False,
     ) -> dict[str, Any]:  # fmt: skip
-        """Output ids, decoded text and ``meta_info`` of one generation of ``text``.
+        """Output ids, decoded text and ``meta_info`` of one generation of ``text`` after the
+        ``prompt`` ids.
 
-        With ``top_logprobs_num`` > 0, ``meta_info.output_top_logprobs`` holds, per output
-        position, the ``top_logprobs_num`` most likely ``[logprob, id, text]`` in decreasing
-        order, of one distribution with the sampled token's own log-prob (SGLang's
-        ``detokenize_top_logprobs_tokens``; ``text`` None unless ``with_text``, as chat asks).
+        The ids are ``text`` tokenized, then end of turn, cut at ``max_new_tokens``. Their
+        log-probs are the policy's (``policy.score``: one forward pass of the tiny model over
+        prompt and output), or ``SAMPLED_LOGPROB`` without a policy. With
+        ``top_logprobs_num`` > 0, ``meta_info.output_top_logprobs`` holds, per output position,
+        the ``top_logprobs_num`` most likely ``[logprob, id, text]`` in decreasing order of the
+        same distribution (SGLang's ``detokenize_top_logprobs_tokens``; ``text`` None unless
+        ``with_text``, as chat asks).
         """
         ids = [*self.tokenizer.encode(text, add_special_tokens=False).ids, self._eos]
         if len(ids) > max_new_tokens:
@@ -148,32 +156,68 @@ class Model:
             text = self.tokenizer.decode(ids, skip_special_tokens=False)
         else:
             finish = {"type": "stop", "matched": self._eos}
-        logprobs = [[SAMPLED_LOGPROB, i, None] for i in ids]
+        if self.policy is not None:
+            chosen, heads = self.policy.score(list(prompt), ids, top_logprobs_num)
+        else:
+            chosen = [SAMPLED_LOGPROB] * len(ids)
+            heads = [self._head(i, top_logprobs_num) for i in ids] if top_logprobs_num else []
+        return self._output(text, ids, chosen, heads, finish, len(prompt), with_text)
+
+    def sample(
+        self, prompt: list[int], max_new_tokens: int, temperature: float,
+        top_logprobs_num: int = 0, with_text: bool = False,
+    ) -> dict[str, Any]:  # fmt: skip
+        """One ``/generate`` drawn from the policy (needs one): tokens until end of turn or
+        ``max_new_tokens`` (``finish_reason`` ``length``)."""
+        ids, chosen, heads = self.policy.sample(
+            list(prompt), max_new_tokens, eos=self._eos, temperature=temperature,
+            top_k=top_logprobs_num,
+        )  # fmt: skip
+        if ids and ids[-1] == self._eos:
+            finish: dict[str, Any] = {"type": "stop", "matched": self._eos}
+        else:
+            finish = {"type": "length", "length": max_new_tokens}
+        text = self.tokenizer.decode(ids, skip_special_tokens=False)
+        return self._output(text, ids, chosen, heads, finish, len(prompt), with_text)
+
+    def _output(
+        self, text: str, ids: list[int], chosen: list[float], heads: list, finish: dict,
+        n_input: int, with_text: bool,
+    ) -> dict[str, Any]:  # fmt: skip
         meta = {
             "id": uuid.uuid4().hex,
             "finish_reason": finish,
             "prompt_tokens": n_input,
             "completion_tokens": len(ids),
             "cached_tokens": 0,
-            "output_token_logprobs": logprobs,
+            "output_token_logprobs": [[lp, i, None] for lp, i in zip(chosen, ids, strict=True)],
             "weight_version": self.weight_version,
             "e2e_latency": 0.0,
         }
-        if top_logprobs_num > 0:
-            meta["output_top_logprobs"] = [self._head(i, top_logprobs_num, with_text) for i in ids]
+        if heads:
+            meta["output_top_logprobs"] = [
+                [
+                    [
+                        lp,
+                        t,
+                        self.tokenizer.decode([t], skip_special_tokens=False)
+                        if with_text
+                        else None,
+                    ]
+                    for lp, t in row
+                ]
+                for row in heads
+            ]
         return {"text": text, "output_ids": ids, "meta_info": meta}
 
-    def _head(self, token: int, k: int, with_text: bool) -> list[list[Any]]:
-        """The top ``k`` of a distribution giving ``token`` the sampled log-prob and the
-        rest of the head equal shares of half the remaining mass (so the tail holds mass)."""
+    def _head(self, token: int, k: int) -> list[tuple[float, int]]:
+        """Without a policy: the top ``k`` of a distribution giving ``token`` the sampled
+        log-prob and the rest of the head equal shares of half the remaining mass (so the
+        tail holds mass)."""
         vocab = self.tokenizer.get_vocab_size()
         others = [(token + j) % vocab for j in range(1, min(k, vocab))]
         rest = math.log((1 - math.exp(SAMPLED_LOGPROB)) / 2 / max(1, len(others)))
-        entries = [[SAMPLED_LOGPROB, token]] + [[rest, t] for t in others]
-        return [
-            [lp, t, self.tokenizer.decode([t], skip_special_tokens=False) if with_text else None]
-            for lp, t in entries
-        ]
+        return [(SAMPLED_LOGPROB, token)] + [(rest, t) for t in others]
 
     def chat(self, body: dict[str, Any]) -> tuple[int, dict[str, Any], dict[str, Any]]:
         """(status, response, record) of one ``/v1/chat/completions`` request."""
@@ -194,7 +238,7 @@ class Model:
         # nothing of it without logprobs (return_logprob=request.logprobs)
         top = int(body.get("top_logprobs") or 0) if body.get("logprobs") else 0
         out = self.generate(
-            self.raw_reply(behaviour, turn, budget), len(input_ids), budget, top, with_text=True
+            self.raw_reply(behaviour, turn, budget), input_ids, budget, top, with_text=True
         )
         meta = out["meta_info"]
         text = out["text"]

@@ -1,62 +1,52 @@
-"""Checks of a finished rehearsal run, from what the run left on disk (no framework imports).
+"""Checks of a finished rehearsal, from what the run left on disk (no framework imports).
 
-``check_run(out, arm, a, job_status)`` reads, under the run folder ``out``:
+``check_run(out, arm, a, offpolicy, job_status, steps_checked)`` reads, under the run folder
+``out``:
 
 - the offline wandb history (``runs/*/wandb/**/offline-run-*/run-*.wandb``: wandb's
   LevelDB-log framing, parsed here since wandb 0.2x dropped its Python reader, and
   wandb's own protobuf ``Record``),
-- the probes (``probes/train_data.jsonl``: every trained sample after the reward hook;
-  ``probes/unused.jsonl``: every group Miles' unused handler received;
-  ``probes/engine.jsonl``: every chat turn the stand-in engine served),
+- the probes (``rescue.rehearsal.miles.probes``: ``census``, ``unused``, ``train_data``,
+  ``trainer_weights``, ``reducer``) and the engine's records (``engine.jsonl``: every chat
+  turn; ``engine_weights.jsonl``: every weight update it received),
 - the debug rollout dumps (``runs/*/dumps/rollout_data/*.pt``) through ``rescue replay
-  census``'s loader.
+  census``'s loader, and the stand-in docker's log.
 
 A progress bar on stderr (``rescue.progress``; ``progress=False`` turns it off) counts the
-checks as they finish: reading the wandb history and loading the dumps take the time.
+checks as they finish. The checks, in order (``CHECKS``; each a line of the report, any
+failure fails the run; ``rescue.rehearsal.checks`` has each one's rule):
 
-Checks (each a line of the report; any failure makes the run fail):
-
-1. ``job``: the Ray job succeeded.
-2. ``steps``: every step has the ``rollout/census/*`` group keys and conservation holds:
-   groups entered up to a step = groups settled in a bucket up to it + groups buffered.
-3. ``weights``: protect: at least one protected sample was trained, each with weight 1/a,
-   and every sample's reward after the hook is its weight times its group's GRPO
-   advantage (``rescue.advantages.group_advantages`` on the raw rewards); other arms: no
-   sample carries a weight.
-4. ``unused``: every group the census counts as dropped stale or aborted reached Miles'
-   unused handler (drop and protect: at least one dropped stale group).
-5. ``outcomes``: each class appeared with its expected reason: solved/resolved,
-   submitted_failure/unresolved, budget_failure/turn_cap, budget_failure/context_limit
-   among the trained samples, and infra_no_result as groups aborted because their sandbox
-   never started (before any model call, so Miles aborts them).
-6. ``infra``: no ``infra_no_result`` rollout reached the loss (non-zero loss mask).
-7. ``replay``: the dumps load with ``rescue replay census`` and their outcome counts equal
-   the logged ``rollout/census/samples/*`` counts step by step.
+``job`` the Ray job succeeded; ``steps`` the steps trained; ``weights`` the engine received
+the trainer's weights at every version and each update changed them; ``finite`` every
+optimizer step's ``train/*`` finite with rescue's keys (score centering: a head at every
+trained token); ``census`` exact conservation at every flush; ``unused`` every group Miles'
+unused handler received is one the census counted in that step, and the other way round;
+``stale`` stale groups happened and the arm handled them as it says; ``protect`` the 1/a
+weights (other arms: none); ``advantages`` the loss trained exactly the train data's
+advantages (the turn channel included); ``matched`` the control's two copies; ``drgrpo``
+the constant divisor; ``judged`` the keys ``rescue report`` reads; ``outcomes`` each outcome
+class with its reason; ``infra`` no infrastructure fault reached the loss; ``replay`` the
+dumps load and agree with the logged census.
 """
 
 from __future__ import annotations
 
 import json
+import re
 from collections import Counter, defaultdict
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from rescue.rehearsal import checks
+from rescue.rehearsal.checks import GROUPS, RunFiles
+
 EXPECTED_REASONS = (
     ("solved", "resolved"),
     ("submitted_failure", "unresolved"),
     ("budget_failure", "turn_cap"),
     ("budget_failure", "context_limit"),
-)
-GROUPS = "rollout/census/groups/"
-BUCKETS = (
-    "trained_fresh",
-    "trained_stale",
-    "trained_protected",
-    "dropped_stale",
-    "aborted",
-    "filtered",
 )
 
 
@@ -87,6 +77,8 @@ class Report:
         for c in self.checks:
             lines.append(f"  {'ok  ' if c.ok else 'FAIL'} {c.name}: {c.detail}")
         for k, v in self.facts.items():
+            if k == "profile":  # printed on its own (rescue.rehearsal.profile.render)
+                continue
             lines.append(f"  {k}: {v}")
         if wall_s is not None:
             lines.append(f"  wall time: {wall_s:.0f} s")
@@ -175,8 +167,75 @@ def _steps(history: list[dict[str, Any]], key: str = "rollout/step") -> dict[int
     return dict(sorted(merged.items()))
 
 
-#: The checks of the module docstring, in order (the progress bar's total).
-CHECKS = ("job", "steps", "weights", "unused", "outcomes", "infra", "replay")
+_ERROR = re.compile(r"\b((?:\w+\.)*\w*(?:Error|Exception|Stop)): (.+)$")
+_ANSI = re.compile(r"\x1b\[[0-9;]*m")
+
+
+def job_error(job_log: Path) -> str:
+    """The exception that failed the job (``Name: message``), or ``""``: the last one a Ray
+    task raised (``RayTaskError(Name)``) when there is one, else the log's last exception
+    line (tear-down errors after a task's failure are passed over)."""
+    if not job_log.exists():
+        return ""
+    text = _ANSI.sub("", job_log.read_text(errors="replace"))
+    raised = set(re.findall(r"RayTaskError\((\w+)\)", text))
+    found = last = ""
+    for line in text.splitlines():
+        m = _ERROR.search(line)
+        if not m or m.group(1).startswith("ray."):
+            continue
+        name = m.group(1).rsplit(".", 1)[-1]
+        last = f"{name}: {m.group(2).strip()}"
+        if name in raised:
+            found = last
+    return (found or last)[:500]
+
+
+def read_run(
+    out: Path, *, arm: str, a: float | None, offpolicy: str, steps_checked: int
+) -> RunFiles:
+    """Everything the checks read, from the run folder ``out``."""
+    command = out / "command.json"
+    flags = json.loads(command.read_text())["flags"] if command.exists() else []
+    response = next(
+        (flags[i + 1] for i, x in enumerate(flags[:-1]) if x == "--rollout-max-response-len"), 0
+    )
+    probes = out / "probes"
+    return RunFiles(
+        arm=arm,
+        a=a,
+        offpolicy=offpolicy,
+        steps_checked=steps_checked,
+        max_response_len=int(response),
+        history=wandb_history(sorted(out.glob("runs/*/wandb/**/offline-run-*"))),
+        census=_jsonl(probes / "census.jsonl"),
+        unused=_jsonl(probes / "unused.jsonl"),
+        train_data=[row["samples"] for row in _jsonl(probes / "train_data.jsonl")],
+        trainer_weights=_jsonl(probes / "trainer_weights.jsonl"),
+        engine_weights=_jsonl(probes / "engine_weights.jsonl"),
+        reducer=_jsonl(probes / "reducer.jsonl"),
+    )
+
+
+#: The checks of the module docstring, in order (the progress bar's total); ``job``,
+#: ``outcomes``, ``infra`` and ``replay`` are this module's, the rest ``checks``'.
+CHECKS = (
+    "job", "steps", "weights", "finite", "census", "unused", "stale", "protect", "advantages",
+    "matched", "drgrpo", "judged", "outcomes", "infra", "replay",
+)  # fmt: skip
+_RULES = {
+    "steps": checks.trained_steps,
+    "weights": checks.weights,
+    "finite": checks.finite,
+    "census": checks.census,
+    "unused": checks.unused,
+    "stale": checks.stale,
+    "protect": checks.protect,
+    "advantages": checks.advantages,
+    "matched": checks.matched,
+    "drgrpo": checks.drgrpo,
+    "judged": checks.judged_keys,
+}
 
 
 def check_run(
@@ -186,146 +245,57 @@ def check_run(
     a: float | None,
     job_status: str,
     steps_checked: int,
+    offpolicy: str = "tis-sc",
     progress: bool = True,
 ) -> Report:
-    """Every check of the module docstring on the run folder ``out``, for rollout steps
-    ``0 .. steps_checked-1`` (the run makes one more: Miles never finishes the rollout
-    manager's wandb run, so the last step's rollout metrics can be lost at exit)."""
+    """Every check of the module docstring on the run folder ``out``."""
     from rescue.progress import progress_bar
 
+    out = Path(out)
     with progress_bar(len(CHECKS), unit="checks", desc="rehearsal report", enabled=progress) as bar:
         report = Report()
         report.on_add = lambda: bar.update(1)
-        _check_all(report, Path(out), arm, a, job_status, steps_checked)
+        ok = job_status == "SUCCEEDED"
+        cause = "" if ok else job_error(out / "job.log")
+        report.add("job", ok, f"Ray job {job_status}" + (f": {cause}" if cause else ""))
+        f = read_run(out, arm=arm, a=a, offpolicy=offpolicy, steps_checked=steps_checked)
+        for name, rule in _RULES.items():
+            try:
+                ok, detail = rule(f)
+            except Exception as e:  # a check that cannot read its input fails, saying why
+                ok, detail = False, f"could not be checked: {type(e).__name__}: {e}"
+            report.add(name, ok, detail)
+        report.facts["groups by bucket"] = {b: int(v) for b, v in checks._totals(f).items()}
+        train = [s for step in f.train_data for s in step]
+        _check_outcomes(report, train, f.census, out)
+        infra = [
+            s for s in train if s.get("outcome") == "infra_no_result" and s["loss_mask_sum"] > 0
+        ]
+        report.add(
+            "infra",
+            not infra,
+            "no infra_no_result rollout reached the loss"
+            if not infra
+            else f"{len(infra)} infra_no_result rollouts reached the loss with reward 0 "
+            f"(reasons: {dict(Counter(s.get('outcome_reason') for s in infra))})",
+        )
+        logged = _steps(f.history)
+        report.facts["rollout steps in wandb"] = sorted(logged)
+        _check_replay(report, out, logged)
+        engine = _jsonl(out / "probes" / "engine.jsonl")
+        report.facts["engine turns"] = dict(Counter(r["behaviour"] for r in engine))
+        report.facts["engine 400s"] = sum(r.get("status") == 400 for r in engine)
     report.on_add = None
     return report
 
 
-def _check_all(
-    report: Report, out: Path, arm: str, a: float | None, job_status: str, steps_checked: int
-) -> None:
-    report.add("job", job_status == "SUCCEEDED", f"Ray job {job_status}")
-    history = wandb_history(sorted(out.glob("runs/*/wandb/**/offline-run-*")))
-    logged = _steps(history)
-    steps = {s: logged.get(s, {}) for s in range(steps_checked)}
-    report.facts["rollout steps in wandb"] = sorted(logged)
-    _check_steps(report, steps)
-    report.facts["groups by bucket"] = {
-        b: int(sum(row.get(GROUPS + b, 0) for row in steps.values())) for b in BUCKETS
-    }
-    per_step = [row["samples"] for row in _jsonl(out / "probes" / "train_data.jsonl")]
-    train = [s for step in per_step for s in step]
-    unused = _jsonl(out / "probes" / "unused.jsonl")
-    _check_weights(report, per_step, arm, a)
-    _check_unused(report, steps, unused, arm)
-    _check_outcomes(report, train, steps, out)
-    infra = [s for s in train if s.get("outcome") == "infra_no_result" and s["loss_mask_sum"] > 0]
-    report.add(
-        "infra",
-        not infra,
-        "no infra_no_result rollout reached the loss"
-        if not infra
-        else f"{len(infra)} infra_no_result rollouts reached the loss with reward 0 "
-        f"(reasons: {dict(Counter(s.get('outcome_reason') for s in infra))})",
-    )
-    _check_replay(report, out, steps)
-    engine = _jsonl(out / "probes" / "engine.jsonl")
-    report.facts["engine turns"] = dict(Counter(r["behaviour"] for r in engine))
-    report.facts["engine 400s"] = sum(r.get("status") == 400 for r in engine)
-
-
-def _check_steps(report: Report, steps: dict[int, dict]) -> None:
-    if not steps:
-        report.add("steps", False, "no rollout step in the wandb history")
-        return
-    keys = [f"{GROUPS}entered", f"{GROUPS}buffered", *(GROUPS + b for b in BUCKETS)]
-    missing = [s for s, row in steps.items() if any(k not in row for k in keys)]
-    if missing == list(steps):
-        report.add("steps", False, f"no step of 0..{len(steps) - 1} has the group census keys")
-        return
-    broken, entered, settled = [], 0.0, 0.0
-    for s, row in steps.items():
-        if s in missing:
-            continue
-        entered += row[f"{GROUPS}entered"]
-        settled += sum(row[GROUPS + b] for b in BUCKETS)
-        if entered != settled + row[f"{GROUPS}buffered"]:
-            broken.append(s)
-    ok = not missing and not broken
-    detail = f"{len(steps)} steps with the group census, conservation held in each"
-    if missing:
-        detail = f"steps {missing} have no rollout/census/* group keys"
-    elif broken:
-        detail = f"conservation broken at steps {broken}"
-    report.add("steps", ok, detail)
-
-
-def _check_weights(report: Report, steps: list[list[dict]], arm: str, a: float | None) -> None:
-    """Protect: the reward after the hook of every sample equals its weight times the GRPO
-    advantage of its group (mean and std over all members, as the hook's default), and
-    protected samples carry weight 1/a. Other arms: no sample carries a weight."""
-    train = [s for step in steps for s in step]
-    weighted = [s for s in train if s.get("rescue_weight") not in (None, 1, 1.0)]
-    if arm != "protect":
-        report.add(
-            "weights",
-            not weighted,
-            "no sample carries a weight" if not weighted else f"{len(weighted)} weighted samples",
-        )
-        return
-    import numpy as np
-
-    from rescue.advantages import group_advantages
-
-    assert a is not None
-    wrong_weight = [s for s in weighted if abs(float(s["rescue_weight"]) - 1 / a) > 1e-9]
-    off = 0
-    for step in steps:
-        if not step:
-            continue
-        raw = np.array([s["raw_reward"] for s in step], dtype=float)
-        ids = np.array([s["group_index"] for s in step])
-        w = np.array([float(s.get("rescue_weight") or 1.0) for s in step])
-        expected = group_advantages(raw, ids) * w
-        got = np.array([s["reward"] for s in step], dtype=float)
-        off += int(np.sum(np.abs(expected - got) > 1e-4 * np.maximum(1.0, np.abs(expected))))
-    ok = bool(weighted) and not wrong_weight and not off
-    if not weighted:
-        detail = "no protected sample was trained"
-    elif wrong_weight:
-        detail = f"{len(wrong_weight)} protected samples with a weight other than 1/a"
-    elif off:
-        detail = f"{off} samples whose trained reward is not weight x group advantage"
-    else:
-        detail = (
-            f"{len(weighted)} protected samples trained with weight 1/a = {1 / a:g}, "
-            "each reward = weight x its group's advantage"
-        )
-    report.add("weights", ok, detail)
-
-
-def _check_unused(report: Report, steps: dict[int, dict], unused: list[dict], arm: str) -> None:
-    dropped = sum(int(r.get("rollout/census/groups/dropped_stale", 0)) for r in steps.values())
-    aborted = sum(int(r.get("rollout/census/groups/aborted", 0)) for r in steps.values())
-    received = len(unused)
-    need = dropped + aborted
-    ok = received >= need and (arm == "never-drop" or dropped > 0)
-    report.add(
-        "unused",
-        ok,
-        f"{dropped} dropped stale + {aborted} aborted groups counted; the unused handler "
-        f"received {received}"
-        + ("" if arm == "never-drop" or dropped else " (no stale group was dropped)"),
-    )
-
-
-def _check_outcomes(report: Report, train: list[dict], steps: dict[int, dict], out: Path) -> None:
+def _check_outcomes(report: Report, train: list[dict], census: list[dict], out: Path) -> None:
     """Scored classes from the trained samples; ``infra_no_result`` from the groups the
     census counted as aborted, whose sandbox failed to start (the stand-in docker's log):
     Miles replaces such a sample by an aborted copy of the prompt, so no reason survives."""
     seen = Counter((s.get("outcome"), s.get("outcome_reason")) for s in train)
     missing = [f"{o}/{r}" for o, r in EXPECTED_REASONS if not seen[(o, r)]]
-    aborted = sum(int(r.get(f"{GROUPS}aborted", 0)) for r in steps.values())
+    aborted = sum(int(r["groups"].get(f"{GROUPS}aborted", 0)) for r in census)
     calls = out / "docker" / "calls.log"
     failed_starts = sum(
         1

@@ -50,8 +50,11 @@ def build_model_dir(
     *,
     vocab_size: int = 600,
     max_position_embeddings: int = 40960,
+    corpus: tuple[str, ...] = (),
 ) -> Path:
-    """Write the tokenizer and an architecture-only config into ``folder``; returns it."""
+    """Write the tokenizer and an architecture-only config into ``folder``; returns it.
+    ``corpus``: more text to learn merges from (the agent's prompts, so they take fewer
+    tokens), beside the fixed local corpus."""
     from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
 
     folder = Path(folder)
@@ -65,7 +68,7 @@ def build_model_dir(
         initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
         show_progress=False,
     )
-    tokenizer.train_from_iterator(list(_CORPUS) * 4, trainer=trainer)
+    tokenizer.train_from_iterator([*_CORPUS, *corpus] * 4, trainer=trainer)
     tokenizer.save(str(folder / "tokenizer.json"))
     added = {
         str(tokenizer.token_to_id(t)): {

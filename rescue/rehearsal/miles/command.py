@@ -2,8 +2,7 @@
 
 ``launcher_command`` runs ``launch/swe_arm.sh`` with ``DRY_RUN=1`` and returns the runtime
 env and the ``train_async.py`` flags it would submit; ``cpu_flags`` applies the ``argument``
-rows of ``rescue.miles.cpu_changes.CHANGES`` to them; ``fsdp_known_flags`` asks Miles'
-FSDP-backend parser which flags it knows (the others are Megatron's).
+rows of ``rescue.rehearsal.miles.changes.CHANGES`` to them.
 """
 
 from __future__ import annotations
@@ -13,11 +12,10 @@ import os
 import shlex
 import socket
 import subprocess
-import sys
 from pathlib import Path
 from typing import Any
 
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = Path(__file__).resolve().parents[3]
 
 
 class RehearsalError(RuntimeError):
@@ -79,28 +77,26 @@ def launcher_command(env: dict[str, str]) -> tuple[dict[str, Any], list[str]]:
     return runtime, rest[2:]
 
 
-def fsdp_known_flags(miles_src: Path, flags: list[str]) -> set[str]:
-    """Option strings of Miles' FSDP-backend parser for this command line (imports Miles
-    with the CPU hook; the custom generate function adds its own flags, as in Miles)."""
-    from rescue.miles.cpu_changes import install
-
-    install()
-    if str(miles_src) not in sys.path:
-        sys.path.insert(0, str(miles_src))
-    from miles.backends.fsdp_utils.arguments import build_fsdp_parser
-    from miles.utils.arguments import get_miles_extra_args_provider
-
-    argv, sys.argv = sys.argv, ["train_async.py", *flags, "--train-backend", "fsdp"]
-    try:
-        parser = build_fsdp_parser(get_miles_extra_args_provider())
-    finally:
-        sys.argv = argv
-    return set(parser._option_string_actions)
+#: Flags whose fused CUDA kernels (Transformer Engine, Apex) a CPU lacks: each turns one off.
+NO_FUSION = (
+    "--no-rope-fusion",
+    "--no-gradient-accumulation-fusion",
+    "--no-masked-softmax-fusion",
+    "--no-bias-swiglu-fusion",
+    "--no-bias-dropout-fusion",
+    "--no-persist-layer-norm",
+)
+#: Flags the launcher sets that need a GPU (removed, with their values).
+GPU_ONLY = (
+    "--attention-backend",
+    "--optimizer-cpu-offload",
+    "--overlap-cpu-optimizer-d2h-h2d",
+    "--use-precision-aware-optimizer",
+)
 
 
 def cpu_flags(
     flags: list[str],
-    known: set[str],
     *,
     engine_port: int,
     router_port: int,
@@ -108,13 +104,13 @@ def cpu_flags(
     router: str = "miles",
 ) -> tuple[list[str], list[str]]:
     """The ``argument`` rows applied to ``flags``; returns (flags, removed flag names)."""
-    removed = sorted({f for f in flags if f.startswith("--") and f not in known})
+    removed = [name for name in GPU_ONLY if option_values(flags, name) is not None]
     for name in removed:
         flags = drop_option(flags, name)
-    flags = set_option(flags, "--train-backend", "fsdp")
-    flags = set_option(flags, "--debug-rollout-only")
-    if "--context-parallel-size" in known:
-        flags = set_option(flags, "--context-parallel-size", "1")
+    flags = set_option(flags, "--train-backend", "megatron")
+    flags = set_option(flags, "--transformer-impl", "local")
+    for name in NO_FUSION:
+        flags = set_option(flags, name)
     flags = set_option(flags, "--rollout-external")
     flags = set_option(flags, "--rollout-external-engine-addrs", f"127.0.0.1:{engine_port}")
     if router == "miles":

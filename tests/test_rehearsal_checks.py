@@ -1,0 +1,238 @@
+"""Each check of a trained rehearsal passes on a sound run and fails on the defect it exists
+to catch (synthetic ``RunFiles``: no Miles, no Ray)."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from rescue.advantages import group_advantages
+from rescue.rehearsal import checks
+from rescue.rehearsal.checks import BUCKETS, GROUPS, RunFiles
+
+
+def census_row(flush: int, entered: float, buffered: float = 0.0, **buckets: float) -> dict:
+    groups = {f"{GROUPS}entered": entered, f"{GROUPS}buffered": buffered}
+    groups.update({GROUPS + b: float(buckets.get(b, 0)) for b in BUCKETS})
+    return {"flush": flush, "groups": groups}
+
+
+def samples(weights: list[float | None], channel: float = 0.0) -> list[dict]:
+    """Two groups of four; rewards after the hook are each group's advantage x weight."""
+    raw = np.array([1.0, 0.0, 0.0, 0.0, 1.0, 1.0, 0.0, 0.0])
+    ids = np.array([0, 0, 0, 0, 1, 1, 1, 1])
+    w = np.array([x or 1.0 for x in weights])
+    adv = group_advantages(raw, ids) * w
+    return [
+        {
+            "group_index": int(g),
+            "raw_reward": float(r),
+            "reward": float(v),
+            "rescue_weight": x,
+            "outcome": "solved" if r else "submitted_failure",
+            "loss_mask_sum": 5,
+            "channel_sum": channel,
+        }
+        for g, r, v, x in zip(ids, raw, adv, weights, strict=True)
+    ]
+
+
+def train_row(step: int, data: list[dict], **extra: float) -> dict:
+    total = sum(s["reward"] * s["loss_mask_sum"] + s["channel_sum"] for s in data)
+    tokens = sum(s["loss_mask_sum"] for s in data)
+    row = {
+        "train/step": step,
+        "train/loss": 0.5,
+        "train/rescue/update_norm": 0.1,
+        "train/rescue/adv_mean": total / tokens,
+        "train/rescue/adv_var": 1.0,
+        "train/rescue/adv_tokens": tokens,
+    }
+    row.update(
+        {f"train/rescue/sc/{k}": float(tokens if k == "tokens" else 0.5) for k in checks.SC_KEYS}
+    )
+    row.update(extra)
+    return row
+
+
+def run(arm: str = "never-drop", rollouts: int = 3, **over) -> RunFiles:
+    data = [samples([None] * 8) for _ in range(rollouts)]
+    f = RunFiles(
+        arm=arm,
+        a=None,
+        offpolicy="tis-sc",
+        steps_checked=rollouts - 1,
+        max_response_len=1024,
+        history=[train_row(i, d) for i, d in enumerate(data)],
+        census=[
+            census_row(0, 3, 0, trained_fresh=2, aborted=1),
+            census_row(1, 2, 1, trained_stale=1),
+        ],
+        unused=[{"flush": 0, "samples": []}],
+        train_data=data,
+        trainer_weights=[{"version": str(v), "digest": f"d{v}"} for v in range(1, rollouts + 1)],
+        engine_weights=[{"version": str(v), "digest": f"d{v}"} for v in range(1, rollouts + 1)],
+    )
+    for k, v in over.items():
+        setattr(f, k, v)
+    return f
+
+
+def test_a_sound_run_passes_every_check():
+    f = run()
+    for rule in (checks.trained_steps, checks.weights, checks.finite, checks.census,
+                 checks.unused, checks.stale, checks.protect, checks.advantages,
+                 checks.matched, checks.drgrpo):  # fmt: skip
+        ok, detail = rule(f)
+        assert ok, (rule.__name__, detail)
+
+
+def test_steps_needs_as_many_trained_steps_as_checked():
+    ok, detail = checks.trained_steps(run(steps_checked=3))
+    assert not ok and "2 steps trained" in detail
+
+
+def test_weights_fail_when_the_engine_got_other_weights_or_a_step_changed_nothing():
+    f = run()
+    f.engine_weights[1]["digest"] = "other"
+    ok, detail = checks.weights(f)
+    assert not ok and "versions ['2']" in detail
+    f = run()
+    f.trainer_weights[2]["digest"] = f.engine_weights[2]["digest"] = "d2"
+    ok, detail = checks.weights(f)
+    assert not ok and "equal the previous version" in detail
+    assert not checks.weights(run(trainer_weights=[]))[0]
+
+
+def test_finite_fails_on_a_nan_a_missing_key_and_a_missing_head():
+    f = run()
+    f.history[1]["train/grad_norm"] = float("nan")
+    ok, detail = checks.finite(f)
+    assert not ok and "train/grad_norm" in detail
+    f = run()
+    del f.history[0]["train/rescue/sc/correction_l1"]
+    ok, detail = checks.finite(f)
+    assert not ok and "train/rescue/sc/correction_l1" in detail
+    f = run()
+    f.history[2]["train/rescue/sc/tokens"] -= 1
+    ok, detail = checks.finite(f)
+    assert not ok and "fewer score-centering heads" in detail
+    f = run(offpolicy="tis")
+    for row in f.history:
+        for k in checks.SC_KEYS:
+            del row[f"train/rescue/sc/{k}"]
+    assert checks.finite(f)[0]
+
+
+def test_census_fails_where_a_group_is_in_no_bucket():
+    f = run()
+    f.census[1] = census_row(1, 3, 1, trained_stale=1)
+    ok, detail = checks.census(f)
+    assert not ok and "flushes [1]" in detail
+
+
+def test_unused_must_match_the_census_step_by_step():
+    f = run()
+    f.unused = [{"flush": 1, "samples": []}]  # the aborted group of step 0, seen in step 1
+    ok, detail = checks.unused(f)
+    assert not ok and "census flush 0" in detail
+    f = run()
+    f.unused.append({"flush": 2, "samples": []})  # after the last census: in flight
+    ok, detail = checks.unused(f)
+    assert ok and "1 more after the last census" in detail
+
+
+@pytest.mark.parametrize(
+    ("arm", "buckets", "ok"),
+    [
+        ("drop", {"dropped_stale": 1}, True),
+        ("drop", {"trained_stale": 1}, False),
+        ("drop", {}, False),
+        ("protect", {"dropped_stale": 1, "trained_protected": 1}, True),
+        ("protect", {"dropped_stale": 2}, False),
+        ("never-drop", {"trained_stale": 1}, True),
+        ("never-drop", {}, False),
+        ("turn", {"trained_stale": 2}, True),
+        ("pace", {}, True),
+        ("pace", {"trained_stale": 1}, False),
+    ],
+)
+def test_stale_groups_are_handled_as_the_arm_says(arm, buckets, ok):
+    f = run(arm)
+    f.census = [census_row(0, 1 + sum(buckets.values()), 1, **buckets)]
+    assert checks.stale(f)[0] is ok
+
+
+def test_protect_needs_1_over_a_in_the_trained_reward():
+    f = run("protect", a=0.5)
+    f.train_data = [samples([2.0] * 4 + [None] * 4)]
+    assert checks.protect(f)[0]
+    f.train_data = [samples([None] * 8)]
+    assert "no protected sample" in checks.protect(f)[1]
+    unweighted = samples([None] * 8)
+    for s in unweighted[:4]:
+        s["rescue_weight"] = 2.0  # on the sample, never in the reward
+    f.train_data = [unweighted]
+    assert "not weight x group advantage" in checks.protect(f)[1]
+    f.train_data = [samples([4.0] * 4 + [None] * 4)]
+    assert "other than 1/a" in checks.protect(f)[1]
+    g = run("drop")
+    g.train_data = [samples([2.0] * 4 + [None] * 4)]
+    assert not checks.protect(g)[0]
+
+
+def test_advantages_catch_a_loss_that_ignores_the_turn_channel():
+    f = run("turn")
+    f.train_data = [samples([None] * 8, channel=0.25) for _ in range(3)]
+    f.history = [train_row(i, d) for i, d in enumerate(f.train_data)]
+    assert checks.advantages(f)[0]
+    # the loss trained the scalar part only: its recorded sum lacks the channel
+    f.history = [
+        train_row(i, [{**s, "channel_sum": 0.0} for s in d]) for i, d in enumerate(f.train_data)
+    ]
+    ok, detail = checks.advantages(f)
+    assert not ok and "rollout 0" in detail
+    g = run("turn")  # a turn run whose channel never arrived
+    ok, detail = checks.advantages(g)
+    assert not ok and "channel is zero" in detail
+
+
+def test_matched_needs_copy_a_measured_and_copy_b_at_its_norm():
+    data = [samples([None] * 8) for _ in range(4)]
+    rows = []
+    for i, d in enumerate(data):
+        copy = i % 2
+        rows.append(
+            train_row(
+                i,
+                d,
+                **{
+                    "train/rescue/matched_copy": copy,
+                    "train/rescue/update_norm": 0.0 if copy == 0 else 0.3,
+                    "train/rescue/update_norm_ref": 0.3,
+                },
+            )
+        )
+    f = run("matched", train_data=data, history=rows)
+    assert checks.matched(f)[0], checks.matched(f)
+    rows[2]["train/rescue/update_norm"] = 0.2
+    assert "copy A's update was applied" in checks.matched(f)[1]
+    rows[2]["train/rescue/update_norm"] = 0.0
+    rows[3]["train/rescue/update_norm"] = 0.31
+    assert "update norm 0.31" in checks.matched(f)[1]
+    assert checks.matched(run())[1] == "does not apply to this arm"
+
+
+def test_drgrpo_needs_the_constant_divisor():
+    f = run("drgrpo-mask", reducer=[{"ones": 300 / 1024, "tokens": 300.0, "divisor": 1024.0}])
+    assert checks.drgrpo(f)[0]
+    f.reducer = [{"ones": 1.0, "tokens": 300.0, "divisor": 1024.0}]  # divided by its tokens
+    ok, detail = checks.drgrpo(f)
+    assert not ok and "divisor 300" in detail
+    assert not checks.drgrpo(run("drgrpo-mask"))[0]  # never ran
+    assert not checks.drgrpo(run("mask", reducer=f.reducer))[0]  # ran where it should not
+
+
+def test_judged_keys_name_what_rescue_report_cannot_read():
+    ok, detail = checks.judged_keys(run())
+    assert not ok and "rescue report cannot read" in detail and "success" in detail
