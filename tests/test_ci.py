@@ -98,11 +98,11 @@ def test_a_hung_test_fails_after_the_configured_timeout(request):
 
 def fake_vendor(tmp_path: Path) -> Path:
     """Archives named like the pinned ones, each holding one folder with a file."""
-    from rescue.frameworks import SLIME
+    from rescue.frameworks import MEGATRON, SLIME
 
     vendor = tmp_path / "vendor"
     vendor.mkdir()
-    for fw in (MILES, SLIME):
+    for fw in (MILES, SLIME, MEGATRON):
         folder = tmp_path / fw.archive.removesuffix(".tar.gz")
         folder.mkdir()
         (folder / "README").write_text(fw.package)
@@ -152,8 +152,40 @@ def test_the_integration_step_runs_the_rehearsal_unless_ci_rehearsal_is_0(tmp_pa
         integration, rehearsal = (line.split() for line in calls.read_text().splitlines())
         assert rehearsal[1] == integration[1]  # the same unpacked Miles
         assert rehearsal[1].startswith("MILES_SRC=") and "/miles-" in rehearsal[1]
+        assert rehearsal[2].startswith("MEGATRON_SRC=") and "/megatron-" in rehearsal[2]
+        assert Path(rehearsal[2].split("=", 1)[1]).name.startswith("megatron-")
     else:
         assert "rehearsal not run: CI_REHEARSAL=0" in result.stdout
+
+
+@needs_bash_and_git
+def test_an_archive_of_another_commit_than_the_pinned_one_fails_naming_both(tmp_path):
+    from rescue.frameworks import MEGATRON
+
+    vendor = fake_vendor(tmp_path)
+    repo = tmp_path / "repo"
+    repo.mkdir()
+    git = ["git", "-C", str(repo), "-c", "user.name=t", "-c", "user.email=t@t"]
+    subprocess.run([*git, "init", "-q"], check=True)
+    (repo / "README").write_text("another tree")
+    subprocess.run([*git, "add", "-A"], check=True)
+    subprocess.run([*git, "commit", "-qm", "x"], check=True)
+    other = subprocess.run([*git, "rev-parse", "HEAD"], capture_output=True, text=True).stdout
+    archive = subprocess.run([*git, "archive", "--prefix=megatron-x/", "HEAD"], capture_output=True,
+                             check=True).stdout  # fmt: skip
+    import gzip
+
+    (vendor / MEGATRON.archive).write_bytes(gzip.compress(archive))
+    bin_dir, _ = fake_make(tmp_path)
+    result = subprocess.run(
+        ["bash", str(ROOT / ".ci" / "integration")],
+        env={**os.environ, "VENDOR_DIR": str(vendor), "PATH": f"{bin_dir}:{os.environ['PATH']}"},
+        capture_output=True, text=True, timeout=60,
+    )  # fmt: skip
+    assert result.returncode == 1
+    assert f"records commit {other.strip()}, not the pinned megatron commit {MEGATRON.commit}" in (
+        result.stdout
+    )
 
 
 def test_ci_rehearses_make_q2_only_when_ci_questions_is_1():

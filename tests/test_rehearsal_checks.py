@@ -236,3 +236,16 @@ def test_drgrpo_needs_the_constant_divisor():
 def test_judged_keys_name_what_rescue_report_cannot_read():
     ok, detail = checks.judged_keys(run())
     assert not ok and "rescue report cannot read" in detail and "success" in detail
+
+
+def test_advantages_compare_the_rollouts_whose_steps_were_all_logged():
+    f = run(steps_checked=2)
+    del f.history[2]  # Miles lost the last step's row at exit
+    ok, detail = checks.advantages(f)
+    assert ok and detail.startswith("2 rollouts")
+    f.steps_checked = 3
+    ok, detail = checks.advantages(f)
+    assert not ok and "2 rollouts with every optimizer step logged" in detail
+    g = run(steps_per_rollout=2)  # rows 0 and 1 are both rollout 0's: twice its tokens
+    ok, detail = checks.advantages(g)
+    assert not ok and detail.startswith("rollout 0:") and "over 80 tokens" in detail

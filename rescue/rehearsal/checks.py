@@ -43,6 +43,9 @@ class RunFiles:
     offpolicy: str
     steps_checked: int
     max_response_len: int
+    #: Miles' optimizer steps per rollout (``rollout_batch_size * n_samples_per_prompt //
+    #: global_batch_size``; twice that under the matched control).
+    steps_per_rollout: int = 1
     history: list[dict[str, Any]] = field(default_factory=list)
     census: list[dict[str, Any]] = field(default_factory=list)
     unused: list[dict[str, Any]] = field(default_factory=list)
@@ -73,8 +76,7 @@ def trained_steps(f: RunFiles) -> tuple[bool, str]:
     """Miles trained at least ``steps_checked`` steps: weight updates after the first (which
     only carries the initial weights), and as many rollouts' optimizer steps in wandb."""
     trained = max(0, len(f.trainer_weights) - 1)
-    per_rollout = 2 if f.matched else 1
-    logged = len(f.train_rows) // per_rollout
+    logged = len(f.train_rows) // f.steps_per_rollout
     ok = trained >= f.steps_checked and logged >= f.steps_checked
     return ok, (
         f"{trained} steps trained and followed by a weight update, {logged} rollouts' optimizer "
@@ -243,21 +245,22 @@ def advantages(f: RunFiles) -> tuple[bool, str]:
     """The loss trained exactly the train data's advantages: per rollout, the sum over the
     trained tokens the loss recorded (``adv_mean x adv_tokens`` of its optimizer steps)
     equals the sum in Miles' train data (each sample's reward on each trained token, plus
-    the turn channel), so a loss that ignores the channel fails here."""
-    rows = f.train_rows
+    the turn channel), so a loss that ignores the channel fails here. Rollouts whose every
+    optimizer step is in the wandb history are compared (Miles can lose the last one's row
+    at exit); at least ``steps_checked`` of them."""
+    per = f.steps_per_rollout
     copies = 2 if f.matched else 1
-    conversions = len(f.train_data) // copies
-    if not rows or not conversions:
-        return False, "no optimizer step or no train data to compare"
-    per = len(rows) // conversions if conversions else 0
-    if per == 0:
-        return False, f"{len(rows)} optimizer steps for {conversions} rollouts"
-    channel = 0.0
-    for r in range(min(conversions, len(rows) // per)):
+    by_rollout: dict[int, list[dict[str, Any]]] = defaultdict(list)
+    for row in f.train_rows:
+        by_rollout[int(row["train/step"]) // per].append(row)
+    compared, channel = 0, 0.0
+    for r in range(len(f.train_data) // copies):
+        steps = by_rollout.get(r, [])
+        if len(steps) != per:
+            continue
         data = [s for c in f.train_data[r * copies : (r + 1) * copies] for s in c]
         want = sum(s["reward"] * s["loss_mask_sum"] + s.get("channel_sum", 0.0) for s in data)
         channel += sum(abs(s.get("channel_sum", 0.0)) for s in data)
-        steps = rows[r * per : (r + 1) * per]
         got = sum(s["train/rescue/adv_mean"] * s["train/rescue/adv_tokens"] for s in steps)
         tokens = sum(s["train/rescue/adv_tokens"] for s in steps)
         want_tokens = sum(s["loss_mask_sum"] for s in data)
@@ -266,10 +269,16 @@ def advantages(f: RunFiles) -> tuple[bool, str]:
                 f"rollout {r}: advantage sum trained {got:.4g} over {tokens:.0f} tokens, "
                 f"train data {want:.4g} over {want_tokens} tokens"
             )
+        compared += 1
+    if compared < f.steps_checked:
+        return False, (
+            f"{compared} rollouts with every optimizer step logged and their train data "
+            f"(need {f.steps_checked})"
+        )
     if f.arm == "turn" and channel == 0:
         return False, "the turn arm's per-token channel is zero on every trained token"
     what = " (the turn channel included)" if f.arm == "turn" else ""
-    return True, f"every rollout: the loss trained the train data's advantage sum{what}"
+    return True, f"{compared} rollouts: the loss trained the train data's advantage sum{what}"
 
 
 def matched(f: RunFiles) -> tuple[bool, str]:

@@ -197,16 +197,22 @@ def read_run(
     """Everything the checks read, from the run folder ``out``."""
     command = out / "command.json"
     flags = json.loads(command.read_text())["flags"] if command.exists() else []
-    response = next(
-        (flags[i + 1] for i, x in enumerate(flags[:-1]) if x == "--rollout-max-response-len"), 0
-    )
+
+    def flag(name: str, default: int) -> int:
+        return int(next((flags[i + 1] for i, x in enumerate(flags[:-1]) if x == name), default))
+
+    per = flag("--rollout-batch-size", 1) * flag("--n-samples-per-prompt", 1)
+    per //= max(1, flag("--global-batch-size", per))
+    if "rescue.miles.matched.convert_samples_to_train_data" in flags:
+        per *= 2
     probes = out / "probes"
     return RunFiles(
         arm=arm,
         a=a,
         offpolicy=offpolicy,
         steps_checked=steps_checked,
-        max_response_len=int(response),
+        max_response_len=flag("--rollout-max-response-len", 0),
+        steps_per_rollout=max(1, per),
         history=wandb_history(sorted(out.glob("runs/*/wandb/**/offline-run-*"))),
         census=_jsonl(probes / "census.jsonl"),
         unused=_jsonl(probes / "unused.jsonl"),

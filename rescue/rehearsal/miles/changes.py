@@ -166,7 +166,7 @@ CHANGES: tuple[Change, ...] = (
         "torch.cuda on a CPU (rescue.rehearsal.miles.device): current_device 'cpu', the CUDA "
         "generator a CPU generator of its own, cuda devices in factory functions and .to/.cuda "
         "mapped to the CPU, Tensor.type() naming the cuda type, synchronize/streams/events "
-        "no-ops, memory counters 0",
+        "no-ops, the allocator's counters 0 and mem_get_info the host's memory",
         "Megatron places every tensor on torch.cuda.current_device(), forks the CUDA generator "
         "for model-parallel regions and checks that parameters are cuda tensors; without "
         "CUDA each call raises. No computation changes: every op runs on the CPU",
