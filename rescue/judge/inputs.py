@@ -27,7 +27,10 @@ reports and a note per thing it skipped (never silently):
   own reader of the transaction log: ``wandb leet inspect --json`` (wandb >= 0.31), or
   ``wandb.sdk.internal.datastore.DataStore`` where the installed wandb still has it
   (<= 0.28). The run's group, name, tags and config come from its run record, the rows
-  from its history records.
+  from its history records. The folders of one run id beside each other are one run (Miles'
+  driver, rollout manager and train actor each log to the run from their own process, each
+  into a folder of its own): their rows are joined in the folders' time order, their
+  config merged.
 
 Arm and seed come from ``runs.identify`` (tags, then group, then name, then config).
 """
@@ -165,11 +168,15 @@ def read_inputs(paths: Sequence[str | os.PathLike], *, progress: bool = True) ->
             result.replays.extend(reports)
         bar.update(1)
     if wandb_dirs:
+        by_id: dict[tuple[Path, str], list[Path]] = {}
+        for d in wandb_dirs:
+            by_id.setdefault((d.parent, d.name.rsplit("-", 1)[-1]), []).append(d)
         with ThreadPoolExecutor(max_workers=max(1, os.cpu_count() or 1)) as pool:
-            for run in pool.map(read_wandb, wandb_dirs):
+            for run in pool.map(read_wandb_run, [sorted(v) for v in by_id.values()]):
                 result.runs.append(run)
                 result.sources.append(run.source)
                 bar.update(1)
+        bar.update(len(wandb_dirs) - len(by_id))
     bar.close()
     _attach_offline(result.runs, offline_figures, result.notes)
     return result
@@ -298,20 +305,32 @@ def _run_from_record(record: dict[str, Any], path: Path) -> Run:
 
 def read_wandb(run_dir: Path) -> Run:
     """One wandb offline run, read with wandb's own reader of its transaction log."""
-    run_dir = Path(run_dir)
-    files = sorted(run_dir.glob("run-*.wandb"))
-    if not files:
-        raise InputError(f"{run_dir}: no run-*.wandb transaction log")
-    meta, rows = _scan(files[0])
-    name = meta.get("name") or ""
+    return read_wandb_run([Path(run_dir)])
+
+
+def read_wandb_run(run_dirs: Sequence[Path]) -> Run:
+    """One run from the offline folders of one run id, in time order (module docstring)."""
+    meta: dict[str, Any] = {"config": {}}
+    rows: list[dict[str, Any]] = []
+    for run_dir in run_dirs:
+        files = sorted(Path(run_dir).glob("run-*.wandb"))
+        if not files:
+            raise InputError(f"{run_dir}: no run-*.wandb transaction log")
+        part, part_rows = _scan(files[0])
+        for key in ("name", "group", "tags"):
+            if part.get(key) and not meta.get(key):
+                meta[key] = part[key]
+        meta["config"].update(part.get("config") or {})
+        rows.extend(part_rows)
+    where = str(run_dirs[0]) if len(run_dirs) == 1 else f"{run_dirs[-1]} (+{len(run_dirs) - 1})"
     cond, seed = identify(
         tags=meta.get("tags") or (),
         group=meta.get("group"),
-        name=name,
+        name=meta.get("name") or "",
         config=meta.get("config"),
-        where=str(run_dir),
+        where=where,
     )
-    return Run(cond, seed, rows, source=str(run_dir), config=dict(meta.get("config") or {}))
+    return Run(cond, seed, rows, source=str(run_dirs[-1]), config=dict(meta["config"]))
 
 
 def _scan(path: Path) -> tuple[dict[str, Any], list[dict[str, Any]]]:

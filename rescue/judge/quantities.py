@@ -9,7 +9,11 @@ logs: ``rollout/census/generated/`` (every rollout of every group that entered t
 census, trained, dropped, aborted or filtered alike: the simulator, the Miles buffer and
 the slime drain log it from the same ``rescue.census`` code), else ``sim/generated/``
 (the simulator's name for the same view before the census logged it), else
-``rollout/census/`` (the rollouts of the groups the trainer trained). A check that is a
+``rollout/census/`` (the rollouts of the groups the trainer trained), else
+``rollout/census/samples/`` (the batch Miles trains, from ``rescue.miles.log``: the only
+census a run of Miles' synchronous trainer logs, the single-turn and text-game arms, where
+the batch is every rollout of the step but the groups its filter drops). The batch
+quantities (b, the dropped share) read ``rollout/census/``, else ``rollout/census/samples/``. A check that is a
 claim about generation reads only the generated views (``series(..., GENERATED)``) and
 refuses trained-only data. A quantity whose keys a run never logged raises ``MissingKey``
 naming the key.
@@ -49,8 +53,13 @@ GEN = CENSUS + "generated/"
 SIM_GEN = "sim/generated/"
 #: The generated views, newest name first: what a claim about generation reads.
 GENERATED = (GEN, SIM_GEN)
-#: The policy's behaviour: the generated views, else the trained groups' census.
-BEHAVIOUR = (GEN, SIM_GEN, CENSUS)
+#: The census of the batch Miles trains (``rescue.miles.log``), the synchronous runs' only one.
+SAMPLES = CENSUS + "samples/"
+#: The policy's behaviour: the generated views, else the trained groups' census, else the
+#: trained batch's.
+BEHAVIOUR = (GEN, SIM_GEN, CENSUS, SAMPLES)
+#: The trained batch: the group census, else the sample census.
+BATCH = (CENSUS, SAMPLES)
 
 #: Fraction of the common steps that makes the final window.
 FINAL_FRACTION = 0.2
@@ -243,7 +252,7 @@ QUANTITIES: dict[str, Quantity] = {
         Quantity(
             "b",
             "b (realized, all members)",
-            (CENSUS,),
+            BATCH,
             ("rollouts",),
             _b,
             ("b_all", "b_realized"),
@@ -251,21 +260,21 @@ QUANTITIES: dict[str, Quantity] = {
         Quantity(
             "b_realized",
             "realized baseline of the unmasked rollouts (mean reward of trained, unmasked rollouts)",
-            (CENSUS,),
+            BATCH,
             ("rollouts", "b_realized"),
             _b_realized,
         ),
         Quantity(
             "b_paid",
             "baseline paid to loss-masked rollouts",
-            (CENSUS,),
+            BATCH,
             ("b_paid/masked", "b_paid/masked_rollouts"),
             _b_paid,
         ),
         Quantity(
             "dropped",
             "dropped-stale share of groups",
-            (CENSUS,),
+            BATCH,
             ("groups/dropped_stale",),
             _dropped,
         ),
