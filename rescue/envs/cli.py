@@ -38,7 +38,8 @@ def configure(parser: argparse.ArgumentParser) -> None:
         "--levels",
         type=lambda s: number_list(s, int),
         default=(1, 2, 3, 4, 5),
-        help="cooking: difficulty levels, comma-separated (default 1,2,3,4,5)",
+        help="cooking: difficulty levels, comma-separated, from 0 (the ingredient in hand) "
+        "to 5 (default 1,2,3,4,5)",
     )
     p.add_argument(
         "--data-dir", default="$ALFWORLD_DATA", help="alfworld: the data (default $ALFWORLD_DATA)"

@@ -173,6 +173,11 @@ class Episode:
             self._fault(e)
 
     @property
+    def admissible(self) -> tuple[str, ...]:
+        """The admissible commands of the current observation (empty before ``start``)."""
+        return self._observation.admissible if self._observation is not None else ()
+
+    @property
     def prompt(self) -> str:
         """The prompt of the next step."""
         if self.done or self._observation is None:

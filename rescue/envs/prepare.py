@@ -6,7 +6,8 @@ A row is ``{"prompt": "<env>:<game id>", "metadata": {"env", "game", ...}}``: Mi
 reads ``--input-key prompt --metadata-key metadata``; the generate function
 (``rescue.miles.textgame``) opens ``metadata["game"]`` and builds every prompt itself.
 
-Cooking games (``cooking_rows``): ``GAMES`` per level of ``LEVELS``, each made by
+Cooking games (``cooking_rows``): ``GAMES`` per level of ``DEFAULT_LEVELS`` (or the levels
+given), each made by
 TextWorld's own ``tw-make tw-cooking`` with the level's skills and ``--split train``, at
 seed ``seed_of(seed, level, k)`` (so the set is a pure function of the seed: the same
 files on every machine, any game re-made alone). A level adds skills (more ingredients to
@@ -37,14 +38,19 @@ from pathlib import Path
 
 from rescue.errors import InputError
 
-#: tw-make's skills per level (``tw-make tw-cooking --help``), easiest first.
+#: tw-make's skills per level (``tw-make tw-cooking --help``), easiest first. Level 0 (the
+#: ingredient already in hand: examine the cookbook, prepare the meal, eat it) is not among
+#: the default levels; the CPU rehearsal adds it, so a tiny policy wins some episodes.
 LEVELS: dict[int, tuple[str, ...]] = {
+    0: ("--recipe", "1", "--take", "0", "--go", "1"),
     1: ("--recipe", "1", "--take", "1", "--go", "1"),
     2: ("--recipe", "1", "--take", "1", "--go", "1", "--open", "--cut"),
     3: ("--recipe", "2", "--take", "2", "--go", "1", "--open", "--cut"),
     4: ("--recipe", "2", "--take", "2", "--go", "6", "--open", "--cut"),
     5: ("--recipe", "3", "--take", "3", "--go", "6", "--open", "--cut", "--cook"),
 }
+#: The levels a run's games are made of unless told otherwise.
+DEFAULT_LEVELS = (1, 2, 3, 4, 5)
 #: ALFWorld's task types (``alfred_tw_env.TASK_TYPES``), all of which the recipe trains on.
 ALFWORLD_TASK_TYPES = (1, 2, 3, 4, 5, 6)
 
@@ -97,7 +103,7 @@ def make_cooking_game(folder: Path, level: int, seed: int) -> tuple[Path, int]:
 
 
 def cooking_rows(
-    folder: Path, *, games: int, seed: int, cap: int, levels: Sequence[int] = tuple(LEVELS)
+    folder: Path, *, games: int, seed: int, cap: int, levels: Sequence[int] = DEFAULT_LEVELS
 ) -> tuple[list[dict], int]:
     """The rows of ``games`` games per level (module docstring) and how many were skipped."""
     from tqdm import tqdm

@@ -51,11 +51,13 @@ def build_model_dir(
     vocab_size: int = 600,
     max_position_embeddings: int = 40960,
     corpus: tuple[str, ...] = (),
+    words: tuple[str, ...] = (),
 ) -> Path:
     """Write the tokenizer and an architecture-only config into ``folder``; returns it.
     ``corpus``: more text to learn merges from (the agent's prompts, so they take fewer
-    tokens), beside the fixed local corpus."""
-    from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
+    tokens), beside the fixed local corpus. ``words``: strings that become one token each
+    wherever they appear (not special: decoded as text), e.g. a text game's commands."""
+    from tokenizers import AddedToken, Tokenizer, decoders, models, pre_tokenizers, trainers
 
     folder = Path(folder)
     folder.mkdir(parents=True, exist_ok=True)
@@ -69,6 +71,8 @@ def build_model_dir(
         show_progress=False,
     )
     tokenizer.train_from_iterator([*_CORPUS, *corpus] * 4, trainer=trainer)
+    if words:
+        tokenizer.add_tokens([AddedToken(w, normalized=False) for w in dict.fromkeys(words)])
     tokenizer.save(str(folder / "tokenizer.json"))
     added = {
         str(tokenizer.token_to_id(t)): {
