@@ -363,3 +363,144 @@ def test_make_rehearsal_test_runs_the_markers_it_is_given(tmp_path):
     every = subprocess.run([*args, "REHEARSAL_MARKERS=rehearsal"], cwd=ROOT, capture_output=True,
                            text=True)  # fmt: skip
     assert '-m "rehearsal"' in every.stdout
+
+
+def _miles_with_both_entries(tmp_path: Path) -> Path:
+    miles = tmp_path / "miles"
+    (miles / "scripts" / "models").mkdir(parents=True, exist_ok=True)
+    for name in ("train.py", "train_async.py"):
+        (miles / name).write_text("")
+    return miles
+
+
+@pytest.mark.parametrize(
+    ("launcher", "env", "entry"),
+    [
+        ("rlvr", {"ARM": "mask", "CAP": "32"}, "train.py"),
+        ("agent", {"ARM": "turn", "ENV": "cooking"}, "train.py"),
+    ],
+)
+def test_the_single_turn_and_text_game_launchers_drop_colocate_for_a_broadcast(
+    tmp_path, launcher, env, entry
+):
+    from rescue.rehearsal.miles.command import launcher_entry
+    from rescue.rehearsal.miles.launchers import LAUNCHERS
+
+    spec = LAUNCHERS[launcher]
+    miles = _miles_with_both_entries(tmp_path)
+    prompts = tmp_path / "p.jsonl"
+    prompts.write_text("{}\n")
+    settings = {
+        **{k: v.format(out=tmp_path, model=tmp_path / "m", megatron=tmp_path / "mg")
+           for k, v, _ in spec.settings},
+        **env, "MILES_DIR": str(miles), "MODEL_ARGS": "--num-layers 2",
+        "OUTPUT_DIR": str(tmp_path / "out"), "PROMPT_DATA": str(prompts),
+        "JOB_PYTHON": sys.executable,
+    }  # fmt: skip
+    _, got, flags = launcher_entry(settings, spec.script)
+    assert got == entry == spec.entry
+    assert option_values(flags, "--colocate") == []
+    assert option_values(flags, "--ref-load") == [str(tmp_path / "mg")]
+    cpu, removed = cpu_flags(flags, engine_port=1, router_port=2, session_port=3)
+    assert "--colocate" in removed and option_values(cpu, "--colocate") is None
+    assert option_values(cpu, "--rollout-num-gpus") == ["1"]
+    assert option_values(cpu, "--num-gpus-per-node") == ["2"]
+    assert option_values(cpu, "--rollout-external-engine-addrs") == ["127.0.0.1:1"]
+    assert any("--colocate" in c.what for c in CHANGES if c.kind == "argument")
+
+
+def test_the_swe_launcher_keeps_its_flags_without_colocate(tmp_path):
+    flags = ["--num-gpus-per-node", "2", "--rollout-num-gpus", "1"]
+    cpu, removed = cpu_flags(flags, engine_port=1, router_port=2, session_port=3)
+    assert "--colocate" not in removed and option_values(cpu, "--rollout-num-gpus") == ["1"]
+
+
+def test_each_launcher_has_its_arms_offpolicy_and_defaults(tmp_path):
+    sources = fake_sources(tmp_path)
+    (tmp_path / "miles" / "train.py").write_text("")
+    rlvr = parse_args([*sources, "--launcher", "rlvr"])
+    assert (rlvr.arm, rlvr.a, rlvr.offpolicy) == ("zero", None, "none")
+    agent = parse_args([*sources, "--launcher", "agent", "--arm", "turn"])
+    assert (agent.arm, agent.offpolicy) == ("turn", "none")
+    swe = parse_args(sources)
+    assert (swe.arm, swe.a, swe.offpolicy) == ("protect", "0.5", "tis-sc")
+    many = parse_args([*sources, "--arm", "drop,protect:0.25,protect", "--seeds", "2"])
+    assert many.arm_list == [("drop", None), ("protect", "0.25"), ("protect", "0.5")]
+
+
+@pytest.mark.parametrize(
+    ("argv", "named"),
+    [
+        (["--launcher", "slurm"], "--launcher"),
+        (["--launcher", "rlvr", "--arm", "protect"], "--arm"),
+        (["--launcher", "agent", "--offpolicy", "tis"], "--offpolicy"),
+        (["--arm", "drop:0.5"], "--arm"),
+        (["--arm", "drop", "--a", "0.5"], "--a"),
+        (["--parallel", "0"], "--parallel"),
+        (["--inputs", "x"], "--inputs"),
+        (["--launcher", "rlvr", "--cap-file", "/no/such/cap.json"], "--cap-file"),
+    ],
+)
+def test_bad_launcher_flags_are_one_line_naming_the_flag(tmp_path, capsys, argv, named):
+    sources = fake_sources(tmp_path)
+    (tmp_path / "miles" / "train.py").write_text("")
+    with pytest.raises(SystemExit) as e:
+        main([*sources, *argv])
+    err = capsys.readouterr().err.strip().splitlines()[-1]
+    assert e.value.code == 2 and named in err
+
+
+def test_several_runs_get_a_folder_each_named_by_arm_and_seed(tmp_path):
+    from rescue.rehearsal.miles.run import plan
+
+    sources = fake_sources(tmp_path)
+    one = parse_args(sources)
+    assert [(r.name, r.folder) for r in plan(one, tmp_path)] == [("protect-a0.5-seed1", tmp_path)]
+    args = parse_args([*sources, "--arm", "drop,protect:0.25", "--seeds", "2"])
+    runs = plan(args, tmp_path)
+    assert [r.name for r in runs] == ["drop-seed1", "drop-seed2", "protect-a0.25-seed1",
+                                      "protect-a0.25-seed2"]  # fmt: skip
+    assert all(r.folder == tmp_path / r.name for r in runs)
+
+
+def test_the_single_turn_settings_start_the_trainer_from_the_taught_model(tmp_path):
+    sources = fake_sources(tmp_path)
+    (tmp_path / "miles" / "train.py").write_text("")
+    args = parse_args([*sources, "--launcher", "rlvr", "--arm", "mask", "--steps", "2"])
+    model = tmp_path / "mdl"
+    model.mkdir()
+    (model / "config.json").write_text(json.dumps({
+        "num_hidden_layers": 2, "hidden_size": 64, "intermediate_size": 128,
+        "num_attention_heads": 2, "num_key_value_heads": 1, "rms_norm_eps": 1e-6,
+        "rope_theta": 1e6, "vocab_size": 600, "head_dim": 32, "tie_word_embeddings": True,
+    }))  # fmt: skip
+    inputs = {"model": model, "megatron": tmp_path / "mg", "prompts": Path("/p.jsonl"),
+              "cap_file": Path("/cap.json")}  # fmt: skip
+    s = launcher_settings(args, Path("/m"), Path("/meg"), Path("/o"), inputs)
+    assert s["REF_LOAD"] == str(tmp_path / "mg") and s["HF_CHECKPOINT"] == str(model)
+    assert s["CAP_FILE"] == "/cap.json" and s["OFFPOLICY"] == "none" and s["ARM"] == "mask"
+    assert s["NUM_ROLLOUT"] == "3" and "STALENESS" not in s and "A" not in s
+    agent = parse_args([*sources, "--launcher", "agent", "--arm", "zero"])
+    t = launcher_settings(agent, Path("/m"), Path("/meg"), Path("/o"), inputs)
+    assert "OFFPOLICY" not in t and t["ENV"] == "cooking" and t["CAP"] == "24"
+
+
+def test_survivors_are_the_run_folders_processes_and_those_of_its_runs(tmp_path):
+    from rescue.rehearsal.processes import survivors
+
+    pytest.importorskip("psutil")
+    out = tmp_path / "batch"
+    envs = [str(out), str(out / "zero-seed1"), str(tmp_path / "batch-other")]
+    procs = [
+        subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"],
+                         env={**os.environ, "RESCUE_REHEARSAL_DIR": e})
+        for e in envs
+    ]  # fmt: skip
+    try:
+        found = {p.pid for p in survivors(out)}
+        assert found == {procs[0].pid, procs[1].pid}
+        assert {p.pid for p in survivors(out / "zero-seed1")} == {procs[1].pid}
+    finally:
+        for p in procs:
+            p.kill()
+            p.wait()

@@ -5,7 +5,8 @@ and session server, the agents' stand-in ``docker`` calls) inherits
 ``RESCUE_REHEARSAL_DIR=<run folder>``; nothing is ever found by name, so another run on the
 same machine is never touched.
 
-- ``survivors(out)``: the processes of run ``out`` still alive (this one excepted);
+- ``survivors(out)``: the processes of run ``out`` (and of the run folders under it) still
+  alive (this one excepted);
 - ``reap(out)``: kill them (what ``stop`` and a test's clean-up use after a time-out);
 - ``CpuMeter(out)``: CPU seconds per component of the run, its children's included (the
   agents' sandbox commands are the rollout manager's children), sampled while it runs, for
@@ -32,15 +33,18 @@ COMPONENTS = (
 
 
 def survivors(out: Path) -> list[Any]:
-    """Every process (but this one) whose environment has ``RESCUE_REHEARSAL_DIR=out``."""
+    """Every process (but this one) whose environment has ``RESCUE_REHEARSAL_DIR`` ``out``
+    or a run folder under it (a rehearsal of several runs gives each its own)."""
     import psutil
 
     me, found = os.getpid(), []
+    under = str(out).rstrip(os.sep) + os.sep
     for p in psutil.process_iter(["pid"]):
         if p.pid == me:
             continue
         with contextlib.suppress(psutil.Error):
-            if p.environ().get("RESCUE_REHEARSAL_DIR") == str(out):
+            folder = p.environ().get("RESCUE_REHEARSAL_DIR")
+            if folder is not None and (folder == str(out) or folder.startswith(under)):
                 found.append(p)
     return found
 

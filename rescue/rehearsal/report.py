@@ -42,12 +42,32 @@ from typing import Any
 from rescue.rehearsal import checks
 from rescue.rehearsal.checks import GROUPS, RunFiles
 
-EXPECTED_REASONS = (
-    ("solved", "resolved"),
-    ("submitted_failure", "unresolved"),
-    ("budget_failure", "turn_cap"),
-    ("budget_failure", "context_limit"),
-)
+#: The outcome classes (with their reasons) each launcher's runs must show.
+EXPECTED_REASONS = {
+    "swe": (
+        ("solved", "resolved"),
+        ("submitted_failure", "unresolved"),
+        ("budget_failure", "turn_cap"),
+        ("budget_failure", "context_limit"),
+    ),
+    "rlvr": (
+        ("solved", "resolved"),
+        ("submitted_failure", "unresolved"),
+        ("budget_failure", "truncated"),
+    ),
+    "agent": (
+        ("solved", "won"),
+        ("submitted_failure", "lost"),
+        ("budget_failure", "turn_cap"),
+    ),
+}
+#: Why a class may be missing from a short run, said beside it (text games).
+MISSING_WHY = {
+    "solved/won": "the taught tiny model wins a level-1 game (five moves) in some episodes "
+    "and almost never a harder one; a few steps of a few games may see no win",
+    "submitted_failure/lost": "the model loses by eating an ingredient or cooking one wrongly, "
+    "which it does in some episodes only",
+}
 
 
 @dataclass
@@ -192,8 +212,9 @@ def job_error(job_log: Path) -> str:
 
 
 def read_run(
-    out: Path, *, arm: str, a: float | None, offpolicy: str, steps_checked: int
-) -> RunFiles:
+    out: Path, *, arm: str, a: float | None, offpolicy: str, steps_checked: int,
+    launcher: str = "swe",
+) -> RunFiles:  # fmt: skip
     """Everything the checks read, from the run folder ``out``."""
     command = out / "command.json"
     flags = json.loads(command.read_text())["flags"] if command.exists() else []
@@ -211,6 +232,7 @@ def read_run(
         a=a,
         offpolicy=offpolicy,
         steps_checked=steps_checked,
+        launcher=launcher,
         max_response_len=flag("--rollout-max-response-len", 0),
         steps_per_rollout=max(1, per),
         history=wandb_history(sorted(out.glob("runs/*/wandb/**/offline-run-*"))),
@@ -224,20 +246,24 @@ def read_run(
 
 
 #: The checks of the module docstring, in order (the progress bar's total); ``job``,
-#: ``outcomes``, ``infra`` and ``replay`` are this module's, the rest ``checks``'.
+#: ``start``, ``outcomes``, ``infra``, ``replay`` and ``checkpoint`` are this module's (the
+#: last one the caller's), the rest ``checks``'.
 CHECKS = (
-    "job", "steps", "weights", "finite", "census", "unused", "stale", "protect", "advantages",
-    "matched", "drgrpo", "judged", "outcomes", "infra", "replay",
+    "job", "steps", "weights", "start", "finite", "census", "unused", "stale", "protect",
+    "advantages", "capped", "matched", "drgrpo", "judged", "outcomes", "infra", "replay",
+    "checkpoint",
 )  # fmt: skip
 _RULES = {
     "steps": checks.trained_steps,
     "weights": checks.weights,
+    "start": None,
     "finite": checks.finite,
     "census": checks.census,
     "unused": checks.unused,
     "stale": checks.stale,
     "protect": checks.protect,
     "advantages": checks.advantages,
+    "capped": checks.capped,
     "matched": checks.matched,
     "drgrpo": checks.drgrpo,
     "judged": checks.judged_keys,
@@ -252,9 +278,15 @@ def check_run(
     job_status: str,
     steps_checked: int,
     offpolicy: str = "tis-sc",
+    launcher: str = "swe",
+    model: Path | None = None,
+    checkpoint: Callable[[RunFiles], tuple[bool, str]] | None = None,
     progress: bool = True,
 ) -> Report:
-    """Every check of the module docstring on the run folder ``out``."""
+    """Every check of the module docstring on the run folder ``out``. ``model``: the
+    checkpoint the trainer started from (single-turn and text-game runs; ``start`` compares
+    the first weight update with it); ``checkpoint``: the rule comparing the checkpoint Miles
+    wrote with the engine's last weights (it reads Megatron's format, so the caller's)."""
     from rescue.progress import progress_bar
 
     out = Path(out)
@@ -264,8 +296,12 @@ def check_run(
         ok = job_status == "SUCCEEDED"
         cause = "" if ok else job_error(out / "job.log")
         report.add("job", ok, f"Ray job {job_status}" + (f": {cause}" if cause else ""))
-        f = read_run(out, arm=arm, a=a, offpolicy=offpolicy, steps_checked=steps_checked)
-        for name, rule in _RULES.items():
+        f = read_run(
+            out, arm=arm, a=a, offpolicy=offpolicy, steps_checked=steps_checked,
+            launcher=launcher,
+        )  # fmt: skip
+        rules = {**_RULES, "start": lambda f: started_from(f, model)}
+        for name, rule in rules.items():
             try:
                 ok, detail = rule(f)
             except Exception as e:  # a check that cannot read its input fails, saying why
@@ -273,7 +309,9 @@ def check_run(
             report.add(name, ok, detail)
         report.facts["groups by bucket"] = {b: int(v) for b, v in checks._totals(f).items()}
         train = [s for step in f.train_data for s in step]
-        _check_outcomes(report, train, f.census, out)
+        _check_outcomes(report, train, f.census, out, launcher)
+        if launcher == "agent":
+            report.facts["episodes"] = episodes(train)
         infra = [
             s for s in train if s.get("outcome") == "infra_no_result" and s["loss_mask_sum"] > 0
         ]
@@ -288,6 +326,11 @@ def check_run(
         logged = _steps(f.history)
         report.facts["rollout steps in wandb"] = sorted(logged)
         _check_replay(report, out, logged)
+        try:
+            ok, detail = checkpoint(f) if checkpoint else (False, "no checkpoint rule given")
+        except Exception as e:
+            ok, detail = False, f"could not be checked: {type(e).__name__}: {e}"
+        report.add("checkpoint", ok, detail)
         engine = _jsonl(out / "probes" / "engine.jsonl")
         report.facts["engine turns"] = dict(Counter(r["behaviour"] for r in engine))
         report.facts["engine 400s"] = sum(r.get("status") == 400 for r in engine)
@@ -295,32 +338,86 @@ def check_run(
     return report
 
 
-def _check_outcomes(report: Report, train: list[dict], census: list[dict], out: Path) -> None:
-    """Scored classes from the trained samples; ``infra_no_result`` from the groups the
-    census counted as aborted, whose sandbox failed to start (the stand-in docker's log):
-    Miles replaces such a sample by an aborted copy of the prompt, so no reason survives."""
-    seen = Counter((s.get("outcome"), s.get("outcome_reason")) for s in train)
-    missing = [f"{o}/{r}" for o, r in EXPECTED_REASONS if not seen[(o, r)]]
-    aborted = sum(int(r["groups"].get(f"{GROUPS}aborted", 0)) for r in census)
-    calls = out / "docker" / "calls.log"
-    failed_starts = sum(
-        1
-        for line in (calls.read_text().splitlines() if calls.exists() else [])
-        if json.loads(line)[0] == "run" and ".gone" in line
-    )
-    if not (aborted and failed_starts):
-        missing.append("infra_no_result/sandbox_start (an aborted group)")
+def _check_outcomes(
+    report: Report, train: list[dict], census: list[dict], out: Path, launcher: str = "swe"
+) -> None:
+    """Scored classes from the trained samples (``EXPECTED_REASONS`` of the launcher; a text
+    game's episode counted once, not per step); for SWE runs ``infra_no_result`` from the
+    groups the census counted as aborted, whose sandbox failed to start (the stand-in
+    docker's log): Miles replaces such a sample by an aborted copy of the prompt, so no
+    reason survives."""
+    sample_list = train
+    if launcher == "agent":  # one entry per episode: its steps share their episode's end
+        sample_list = list({(s.get("group_index"), s.get("rollout_id")): s for s in train}.values())
+    seen = Counter((s.get("outcome"), s.get("outcome_reason")) for s in sample_list)
+    missing = [f"{o}/{r}" for o, r in EXPECTED_REASONS[launcher] if not seen[(o, r)]]
+    if launcher == "swe":
+        aborted = sum(int(r["groups"].get(f"{GROUPS}aborted", 0)) for r in census)
+        calls = out / "docker" / "calls.log"
+        failed_starts = sum(
+            1
+            for line in (calls.read_text().splitlines() if calls.exists() else [])
+            if json.loads(line)[0] == "run" and ".gone" in line
+        )
+        if not (aborted and failed_starts):
+            missing.append("infra_no_result/sandbox_start (an aborted group)")
+        report.facts["groups aborted (sandbox never started)"] = aborted
+    why = "; ".join(f"{m}: {MISSING_WHY[m]}" for m in missing if m in MISSING_WHY)
     report.add(
         "outcomes",
         not missing,
         "every outcome class appeared with its reason"
         if not missing
-        else f"never seen: {', '.join(missing)}",
+        else f"never seen: {', '.join(missing)}" + (f" ({why})" if why else ""),
     )
-    report.facts["outcomes trained"] = {
+    what = "episodes" if launcher == "agent" else "samples"
+    report.facts[f"outcomes trained ({what})"] = {
         f"{o}/{r}": n for (o, r), n in sorted(seen.items(), key=str)
     }
-    report.facts["groups aborted (sandbox never started)"] = aborted
+
+
+def episodes(train: list[dict]) -> dict[str, Any]:
+    """A text-game run's episodes: count, ends per difficulty level, the invalid and the
+    inadmissible actions (``rescue.envs.episode`` counts them; every step sample carries its
+    episode's counts)."""
+    by: dict[tuple, dict] = {}
+    for s in train:
+        by.setdefault((s.get("group_index"), s.get("rollout_id")), s)
+    levels: dict[str, Counter] = defaultdict(Counter)
+    for s in by.values():
+        levels[f"level {s.get('difficulty', '?')}"][str(s.get("exit_status"))] += 1
+    return {
+        "episodes": len(by),
+        "steps": len(train),
+        "invalid_actions": sum(int(s.get("invalid_actions") or 0) for s in by.values()),
+        "inadmissible_actions": sum(int(s.get("inadmissible_actions") or 0) for s in by.values()),
+        "ends by level": {k: dict(v) for k, v in sorted(levels.items())},
+    }
+
+
+def started_from(f: RunFiles, model: Path | None) -> tuple[bool, str]:
+    """The trainer started from ``model`` (single-turn and text-game runs): the first
+    weight update (Miles' version 1, the trainer's initial weights) carries exactly the
+    checkpoint's weights in bfloat16, the trainer's dtype, under Hugging Face names. SWE
+    runs start from Megatron's seeded initialization: does not apply."""
+    if model is None:
+        return True, "does not apply: the trainer starts from Megatron's seeded initialization"
+    import torch
+    from safetensors.torch import load_file
+
+    from rescue.rehearsal.policy import digest
+
+    first = next((r for r in f.trainer_weights if str(r["version"]) == "1"), None)
+    if first is None:
+        return False, "no first weight update (version 1) was recorded"
+    state = load_file(str(Path(model) / "model.safetensors"))
+    want = digest({k: v.to(torch.bfloat16) for k, v in state.items()}.items())
+    if first["digest"] != want:
+        return False, (
+            f"the first weight update is not {model}: the trainer did not start from the "
+            "checkpoint the engine serves"
+        )
+    return True, f"the first weight update is the taught checkpoint, bit for bit ({model.name})"
 
 
 def _check_replay(report: Report, out: Path, steps: dict[int, dict]) -> None:

@@ -50,6 +50,15 @@ CHANGES: tuple[Change, ...] = (
     ),
     Change(
         "argument",
+        "removed: --colocate; added: --rollout-num-gpus 1 --num-gpus-per-node 2 (the "
+        "single-turn and text-game launchers)",
+        "colocated training and generation share the GPUs and move the weights by CUDA IPC "
+        "(Miles' UpdateWeightFromTensor); an external engine on a CPU takes them by broadcast "
+        "instead (UpdateWeightFromDistributed, over gloo: the rows below), as a cluster run "
+        "without --colocate does, and holds one Ray logical GPU of its own beside the trainer's",
+    ),
+    Change(
+        "argument",
         "--train-backend megatron --transformer-impl local",
         "the launcher's backend, built from Megatron's own layers: Transformer Engine needs "
         "CUDA. The architecture and the parameters are the same",

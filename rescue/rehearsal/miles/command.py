@@ -1,8 +1,9 @@
 """The training command of the rehearsal: the launcher's dry run and the ``argument`` rows.
 
-``launcher_command`` runs ``launch/swe_arm.sh`` with ``DRY_RUN=1`` and returns the runtime
-env and the ``train_async.py`` flags it would submit; ``cpu_flags`` applies the ``argument``
-rows of ``rescue.rehearsal.miles.changes.CHANGES`` to them.
+``launcher_command`` runs a launcher (``launch/swe_arm.sh``, ``rlvr_arm.sh`` or
+``agent_arm.sh``) with ``DRY_RUN=1`` and returns the runtime env, the Miles entry point
+(``train_async.py``, ``train.py``) and the flags it would submit; ``cpu_flags`` applies the
+``argument`` rows of ``rescue.rehearsal.miles.changes.CHANGES`` to them.
 """
 
 from __future__ import annotations
@@ -58,23 +59,35 @@ def drop_option(flags: list[str], name: str) -> list[str]:
     return out
 
 
-def launcher_command(env: dict[str, str]) -> tuple[dict[str, Any], list[str]]:
-    """(runtime env, train_async.py flags) of the launcher's dry run with ``env``."""
+def launcher_command(
+    env: dict[str, str], script: str = "launch/swe_arm.sh"
+) -> tuple[dict[str, Any], list[str]]:
+    """(runtime env, flags) of the dry run of ``script`` with ``env`` (``launcher_entry``
+    also names the entry point)."""
+    runtime, _, flags = launcher_entry(env, script)
+    return runtime, flags
+
+
+def launcher_entry(
+    env: dict[str, str], script: str = "launch/swe_arm.sh"
+) -> tuple[dict[str, Any], str, list[str]]:
+    """(runtime env, Miles entry point's file name, flags) of ``script``'s dry run."""
     proc = subprocess.run(
-        ["bash", str(ROOT / "launch" / "swe_arm.sh")],
+        ["bash", str(ROOT / script)],
         env={**os.environ, **env, "DRY_RUN": "1"},
         capture_output=True,
         text=True,
     )
     if proc.returncode != 0:
-        raise RehearsalError(f"launcher: {proc.stderr.strip().splitlines()[-1]}")
+        lines = proc.stderr.strip().splitlines() or ["(no message)"]
+        raise RehearsalError(f"launcher: {lines[-1]}")
     line = next((ln for ln in proc.stdout.splitlines() if ln.startswith("ray job submit")), None)
     if line is None:
         raise RehearsalError("launcher printed no `ray job submit` command")
     words = shlex.split(line)
     runtime = json.loads(words[words.index("--runtime-env-json") + 1])
     rest = words[words.index("--") + 1 :]
-    return runtime, rest[2:]
+    return runtime, Path(rest[1]).name, rest[2:]
 
 
 #: Flags whose fused CUDA kernels (Transformer Engine, Apex) a CPU lacks: each turns one off.
@@ -107,6 +120,11 @@ def cpu_flags(
     removed = [name for name in GPU_ONLY if option_values(flags, name) is not None]
     for name in removed:
         flags = drop_option(flags, name)
+    if option_values(flags, "--colocate") is not None:
+        removed.append("--colocate")
+        flags = drop_option(flags, "--colocate")
+        flags = set_option(flags, "--rollout-num-gpus", "1")
+        flags = set_option(flags, "--num-gpus-per-node", "2")
     flags = set_option(flags, "--train-backend", "megatron")
     flags = set_option(flags, "--transformer-impl", "local")
     for name in NO_FUSION:

@@ -119,14 +119,26 @@ def train_data(module: types.ModuleType) -> None:
     module.convert_samples_to_train_data = convert
 
 
+#: Episode fields of a text game's samples the report counts (``rescue.envs.episode``).
+EPISODE_KEYS = ("exit_status", "turns", "step", "invalid_actions", "inadmissible_actions",
+                "difficulty")  # fmt: skip
+
+
 def _write_train_data(samples: Any, data: dict) -> None:
+    from rescue.outcomes import classify
+
     rows = [sample_row(s) for s in samples]
-    for i, row in enumerate(rows):
+    for i, (row, sample) in enumerate(zip(rows, samples, strict=True)):
         mask = [int(m) for m in data["loss_masks"][i]]
         row["reward"] = float(data["rewards"][i])
         row["raw_reward"] = float(data["raw_reward"][i])
         row["loss_mask_sum"] = sum(mask)
         row["channel_sum"] = _channel_sum(data, i, mask)
+        metadata = getattr(sample, "metadata", None) or {}
+        if row["outcome"] is None:  # rescue's one classifier, as the census classifies it
+            c = classify(status=sample.status, reward=row["raw_reward"], metadata=metadata)
+            row["outcome"], row["outcome_reason"] = c.outcome.value, c.reason
+        row.update({k: metadata[k] for k in EPISODE_KEYS if k in metadata})
     record("train_data", {"samples": rows})
 
 

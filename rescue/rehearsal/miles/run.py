@@ -1,27 +1,34 @@
-"""``make rehearsal``: an arm trained through Miles' own loop, on a CPU, for a few steps.
+"""``make rehearsal``: arms trained through Miles' own loop, on a CPU, for a few steps.
 
-``python -m rescue.rehearsal.miles --arm protect --a 0.5 --miles-src M --megatron-src L``
+``python -m rescue.rehearsal.miles [--launcher swe|rlvr|agent] --arm ARM --miles-src M
+--megatron-src L`` (one run), or ``--arms A,B --seeds N [--parallel 2]`` (every arm x seed,
+each its own run, on one Ray head):
 
-1. Builds the rehearsal's inputs in ``--out``: a tiny offline Qwen3-family tokenizer and a
-   tiny Qwen3 checkpoint drawn from ``--seed`` (``rescue.rehearsal.tokenizer``,
-   ``rescue.rehearsal.policy``), tiny SWE-smith-shaped task repositories for the stand-in
-   ``docker`` (one task whose image is missing, so a sandbox fault happens before any model
-   call), their prompt JSONL, and an empty folder the trainer starts from.
-2. Runs ``launch/swe_arm.sh`` with ``DRY_RUN=1`` and the arm's settings plus the
-   rehearsal's (``SETTINGS``), and takes the printed ``ray job submit`` command: the exact
-   training command of the arm, Megatron backend and all.
+1. Builds the inputs the runs share (``rescue.rehearsal.miles.inputs``): the tiny model
+   (the SWE launcher's drawn from ``--seed``; the single-turn and text-game launchers' taught
+   their task first, and written in Megatron's format for the trainer to start from), the
+   prompt rows, and for the single-turn launcher the calibrated cap.
+2. For each run, runs the launcher (``rescue.rehearsal.miles.launchers``: ``swe_arm.sh``,
+   ``rlvr_arm.sh``, ``agent_arm.sh``) with ``DRY_RUN=1`` and the arm's settings plus the
+   rehearsal's, and takes the printed ``ray job submit`` command: the exact training command
+   of the arm and its Miles entry point (``train_async.py`` or ``train.py``).
 3. Applies the ``argument`` rows of ``rescue.rehearsal.miles.changes.CHANGES`` and prints
-   the whole table (patches and probes load in every process through ``sitecustomize``).
-4. Starts the stand-in engine (``rescue.rehearsal.engine --policy``: the tiny model, Miles'
-   weight updates by broadcast) with the parsers and context the command asks SGLang for.
-   Pre-flight: one chat request with a tool must come back with ``tool_calls``; otherwise
-   the run stops there with the reason.
-5. Starts a Ray head of its own (free ports, logical resources), submits Miles'
-   ``train_async.py``, and prints the steps trained every 30 s while it waits.
-6. Stops the Ray head and every process it started (also on failure, Ctrl-C or SIGTERM:
-   processes are found by the run folder in their environment, never by name), then checks
-   the run (``rescue.rehearsal.report``) and prints the report. Exit 0 only when every
-   check holds.
+   the whole table once (patches and probes load in every process through
+   ``sitecustomize``).
+4. Starts one Ray head (free ports, logical resources for ``--parallel`` runs at once),
+   then for each run the stand-in engine (``rescue.rehearsal.engine --policy``: the tiny
+   model, Miles' weight updates by broadcast) with the parsers and context the command asks
+   SGLang for, checks it (pre-flight: a SWE engine must return ``tool_calls``, a single-turn
+   or text-game engine a sampled reply), and submits the run's job; at most ``--parallel``
+   jobs run at once, and the steps each has trained are printed every 30 s.
+5. When a run's job ends, stops its engine and every process of its folder, checks it
+   (``rescue.rehearsal.report``), profiles it and prints its report; at the end stops the
+   Ray head and every process it started (also on failure, Ctrl-C or SIGTERM: processes are
+   found by the run folder in their environment, never by name). Exit 0 only when every
+   check of every run holds.
+
+With one run, its folder is ``--out``; with several, ``--out/<arm>[-a<A>]-seed<S>`` and
+``--out/summary.json`` lists them.
 """
 
 from __future__ import annotations
@@ -38,80 +45,67 @@ import time
 import urllib.error
 import urllib.request
 from collections.abc import Iterator
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from rescue.rehearsal import tasks as task_repos
+from rescue.rehearsal.miles import inputs as run_inputs
 from rescue.rehearsal.miles.changes import CHANGES, FAULT_ENV, FAULTS
+from rescue.rehearsal.miles.checkpoint import check_and_export
 from rescue.rehearsal.miles.command import (
     ROOT,
     RehearsalError,
     cpu_flags,
     drop_option,
     free_port,
-    launcher_command,
+    launcher_entry,
     option_values,
 )
+from rescue.rehearsal.miles.inputs import agent_prompts, megatron_model_args
+from rescue.rehearsal.miles.launchers import LAUNCHERS, SWE, Launcher
 from rescue.rehearsal.processes import CpuMeter, reap
-from rescue.rehearsal.tokenizer import build_model_dir
+
+__all__ = ["agent_prompts", "main", "megatron_model_args", "parse_args"]
 
 SITE = Path(__file__).with_name("site")
-STALE_ARMS = ("drop", "never-drop", "protect", "pace")
-BUDGET_ARMS = ("zero", "mask", "matched", "drgrpo-mask", "survivor", "turn")
-ARMS = (*STALE_ARMS, *BUDGET_ARMS)
-OFFPOLICY = ("tis-sc", "tis")
-
-#: Launcher settings of the rehearsal (name, value, reason). Set on the launcher's command
-#: line like any user setting; everything else is the arm's own default. ``{out}`` is the
-#: run folder.
-SETTINGS: tuple[tuple[str, str, str], ...] = (
-    ("ROLLOUT_BATCH_SIZE", "2", "2 cores: 2 prompts a step"),
-    ("N_SAMPLES", "4", "group size 4: one trial of each scripted behaviour per group"),
-    ("MAX_TURNS", "8", "a turn cap the loop behaviour reaches within seconds"),
-    (
-        "MAX_SEQ_LEN",
-        "4096",
-        "the agent's system prompt (1.3k tokens of the tiny tokenizer) and 8 turns fit; the "
-        "overrun behaviour fills it in a few turns",
-    ),
-    ("MAX_RESPONSE_LEN", "1024", "below MAX_SEQ_LEN, as the launcher requires"),
-    (
-        "STALENESS",
-        "0",
-        "K = 0 (pace: 1): a group generated across a weight update is stale, so a few steps "
-        "have stale groups; pace needs K >= 1 for a window wider than one step's batch",
-    ),
-    ("AGENT_CONCURRENCY", "16", "4 groups' trials at once (with the EXTRA_ARGS below)"),
-    (
-        "EXTRA_ARGS",
-        "--async-max-concurrent-samples 16",
-        "4 groups in flight, not Miles' default of one step's 2: groups that start while "
-        "the trainer steps make model calls before the next weight update, so stale groups "
-        "appear every step (the rehearsal's --extra-args are added after)",
-    ),
-    ("GPUS_PER_NODE", "2", "Ray logical GPUs: one train actor, one (external) engine"),
-    ("TP", "1", "one training process"),
-    ("CP", "1", "one training process"),
-    ("MAX_TOKENS_PER_GPU", "4096", "micro-batches of a few trajectories"),
-    ("LR", "1e-3", "a step moves the bf16 weights (1e-6 moves only the fp32 main weights)"),
-    (
-        "REF_LOAD",
-        "{out}/ref",
-        "empty: the trainer starts from Megatron's seeded initialization; the engine "
-        "receives those weights at Miles' first weight update",
-    ),
-    ("SAVE_INTERVAL", "1000", "one checkpoint, at the last step"),
-    ("WANDB_MODE", "offline", "no network; the report reads the offline history"),
-    ("DUMP_STEPS", "all", "every step's rollout dump, for the replay check"),
-    ("PREFLIGHT", "0", "the cluster pre-flight checks GPUs and Docker; the rehearsal has its own"),
-    ("REAP", "0", "no real containers"),
-    ("RAY_STOP", "0", "never stop another Ray on a shared machine"),
-)
+ARMS = SWE.arms
+#: The SWE launcher's settings (``rescue.rehearsal.miles.launchers.SWE``).
+SETTINGS = SWE.settings
+#: The default arm of each launcher.
+DEFAULT_ARM = {"swe": "protect", "rlvr": "zero", "agent": "zero"}
 
 
-def print_table(removed: list[str], settings: dict[str, str]) -> None:
-    print("rehearsal: launcher settings (everything else is the arm's own)")
-    reasons = {name: why for name, _, why in SETTINGS}
+@dataclass
+class RunSpec:
+    """One run of the rehearsal: an arm (with protect's a), a seed, its folder."""
+
+    arm: str
+    a: str | None
+    seed: int
+    folder: Path
+    status: str = "not submitted"
+    started: float = 0.0
+    wall: float = 0.0
+    ok: bool = False
+    job: subprocess.Popen | None = None
+    engine: subprocess.Popen | None = None
+    meter: CpuMeter | None = None
+    marks: dict[str, float] = field(default_factory=dict)
+    inputs: dict[str, Any] = field(default_factory=dict)
+    ports: dict[str, int] = field(default_factory=dict)
+
+    @property
+    def name(self) -> str:
+        return f"{self.arm}{f'-a{self.a}' if self.a else ''}-seed{self.seed}"
+
+    def mark(self, what: str) -> None:
+        self.marks[what] = time.time()
+        (self.folder / "marks.json").write_text(json.dumps(self.marks))
+
+
+def print_table(launcher: Launcher, removed: list[str], settings: dict[str, str]) -> None:
+    print(f"rehearsal: {launcher.script} settings (everything else is the arm's own)")
+    reasons = {name: why for name, _, why in launcher.settings}
     for name, value in settings.items():
         print(f"  {name}={value}  ({reasons.get(name, 'the rehearsal input')})")
     print("rehearsal: CPU-forced changes (rescue/rehearsal/miles/changes.py)")
@@ -120,8 +114,18 @@ def print_table(removed: list[str], settings: dict[str, str]) -> None:
     print(f"  removed flags: {' '.join(removed) or '(none)'}")
 
 
-def preflight(port: int) -> None:
-    """One chat request with a tool: the reply must carry ``tool_calls``, as the agent needs."""
+def preflight(port: int, launcher: str) -> None:
+    """The engine answers what the launcher's path needs: a SWE engine returns a chat tool
+    call in ``tool_calls`` (the agent reads nothing else); a single-turn or text-game engine
+    a reply sampled from the model with its finish reason."""
+    if launcher != "swe":
+        reply = _post(
+            f"http://127.0.0.1:{port}/generate",
+            {"input_ids": [1, 2, 3], "sampling_params": {"max_new_tokens": 4}},
+        )
+        if not reply.get("output_ids") or "finish_reason" not in reply.get("meta_info", {}):
+            raise RehearsalError(f"pre-flight: /generate returned no sampled reply: {reply}")
+        return
     tool = {
         "type": "function",
         "function": {
@@ -156,7 +160,8 @@ def _post(url: str, body: dict[str, Any], timeout: float = 60) -> Any:
         return json.loads(response.read())
 
 
-def _wait_http(url: str, deadline_s: float, proc: subprocess.Popen | None = None) -> None:
+def wait_http(url: str, deadline_s: float, proc: subprocess.Popen | None = None) -> None:
+    """Wait until ``url`` answers (an error when ``proc`` exits first, or on a refusal)."""
     end = time.monotonic() + deadline_s
     while time.monotonic() < end:
         if proc is not None and proc.poll() is not None:
@@ -173,83 +178,10 @@ def _wait_http(url: str, deadline_s: float, proc: subprocess.Popen | None = None
     raise RehearsalError(f"{url} did not answer within {deadline_s:.0f} s")
 
 
-def megatron_model_args(config: dict[str, Any]) -> str:
-    """Megatron's architecture flags for a Qwen3 ``config.json`` (as Miles' model scripts
-    write them for the family, ``scripts/models/qwen3-*.py``)."""
-    rope_theta = config.get("rope_theta") or config["rope_parameters"]["rope_theta"]
-    args = [
-        "--swiglu",
-        f"--num-layers {config['num_hidden_layers']}",
-        f"--hidden-size {config['hidden_size']}",
-        f"--ffn-hidden-size {config['intermediate_size']}",
-        f"--num-attention-heads {config['num_attention_heads']}",
-        "--group-query-attention",
-        f"--num-query-groups {config['num_key_value_heads']}",
-        "--use-rotary-position-embeddings",
-        "--disable-bias-linear",
-        "--normalization RMSNorm",
-        f"--norm-epsilon {config['rms_norm_eps']}",
-        f"--rotary-base {int(rope_theta)}",
-        f"--vocab-size {config['vocab_size']}",
-        f"--kv-channels {config['head_dim']}",
-        "--qk-layernorm",
-    ]
-    if not config.get("tie_word_embeddings", False):
-        args.append("--untie-embeddings-and-output-weights")
-    return " ".join(args)
-
-
-def agent_prompts() -> tuple[str, ...]:
-    """The SWE agent's prompt templates (mini-swe-agent's config the agent reads), so the
-    tiny tokenizer learns them: the system prompt takes about 1.1k tokens instead of 3.2k."""
-    import yaml
-    from minisweagent.config import get_config_path
-
-    from swe_smith_tasks.agent_settings import AgentSettings
-
-    config = yaml.safe_load(get_config_path(AgentSettings().config).read_text()) or {}
-    agent = config.get("agent", {})
-    return tuple(str(agent[k]) for k in ("system_template", "instance_template") if k in agent)
-
-
-def write_inputs(out: Path, miles_src: Path, seed: int) -> dict[str, Path]:
-    """Tokenizer and checkpoint, task images, docker shim, prompt JSONL and the empty
-    folder the trainer starts from, under ``out``."""
-    from rescue.rehearsal.policy import write_checkpoint
-
-    template = miles_src / "miles/utils/chat_template_utils/templates/qwen3_fixed.jinja"
-    model = build_model_dir(
-        out / "model", template.read_text(), vocab_size=2048, corpus=agent_prompts()
-    )
-    write_checkpoint(model, seed)
-    docker_root = task_repos.docker_state(out / "docker")
-    shim = task_repos.write_docker_shim(out / "bin", sys.executable)
-    rows = []
-    for k in range(3):
-        iid = f"{task_repos.INSTANCE_ID[:-4]}{k:04d}"
-        image = f"{task_repos.IMAGE}.t{k}"
-        task_repos.make_task_image(docker_root / "images", image, iid)
-        rows.append(
-            {
-                "prompt": f"Task {k}: {task_repos.PROBLEM}",
-                "metadata": task_repos.task_metadata(iid, image),
-            }
-        )
-    missing = task_repos.task_metadata(
-        f"{task_repos.INSTANCE_ID[:-4]}9999", f"{task_repos.IMAGE}.gone"
-    )
-    rows.append({"prompt": f"Task 9: {task_repos.PROBLEM}", "metadata": missing})
-    prompts = out / "data" / "tasks.jsonl"
-    prompts.parent.mkdir(parents=True, exist_ok=True)
-    prompts.write_text("".join(json.dumps(r) + "\n" for r in rows))
-    (out / "ref").mkdir()
-    return {"model": model, "docker_root": docker_root, "shim": shim, "prompts": prompts}
-
-
 @contextlib.contextmanager
 def processes(out: Path, ray_dir: Path) -> Iterator[list[subprocess.Popen]]:
-    """Processes started here; on exit every process whose environment names ``out`` is
-    stopped and Ray's temporary folder ``ray_dir`` removed (the job's output is in ``out``)."""
+    """Processes started here; on exit every process whose environment names ``out`` (or a
+    run folder under it) is stopped and Ray's temporary folder ``ray_dir`` removed."""
     started: list[subprocess.Popen] = []
     try:
         yield started
@@ -272,42 +204,58 @@ def stop_all(started: list[subprocess.Popen], out: Path) -> None:
 
 def launcher_settings(
     args: argparse.Namespace, miles_src: Path, megatron_src: Path, out: Path,
-    inputs: dict[str, Path],
+    inputs: dict[str, Any], run: RunSpec | None = None,
 ) -> dict[str, str]:  # fmt: skip
-    """The launcher variables of the rehearsal: ``SETTINGS``, the arm's and the inputs'."""
-    settings = {name: value.format(out=out) for name, value, _ in SETTINGS}
-    config = json.loads((inputs["model"] / "config.json").read_text())
+    """The launcher variables of one run: the launcher's ``settings``, the arm's and the
+    inputs'."""
+    launcher = LAUNCHERS[args.launcher]
+    arm = run.arm if run else args.arm
+    a = run.a if run else args.a
+    seed = run.seed if run else args.seed
+    model = inputs["model"]
+    megatron = inputs.get("megatron", "")
+    settings = {
+        name: value.format(out=out, model=model, megatron=megatron)
+        for name, value, _ in launcher.settings
+    }
+    config = json.loads((Path(model) / "config.json").read_text())
     settings.update(
-        ARM=args.arm,
-        SEED=str(args.seed),
+        ARM=arm,
+        SEED=str(seed),
         OFFPOLICY=args.offpolicy,
         NUM_ROLLOUT=str(args.steps + 1),
         MILES_DIR=str(miles_src),
         MEGATRON_DIR=str(megatron_src),
         OUTPUT_DIR=str(out / "runs"),
-        HF_CHECKPOINT=str(inputs["model"]),
+        HF_CHECKPOINT=str(model),
         MODEL_ARGS=megatron_model_args(config),
         PROMPT_DATA=str(inputs["prompts"]),
         JOB_PYTHON=sys.executable,
         RESCUE_PY=sys.executable,
     )
-    if args.a is not None:
-        settings["A"] = args.a
-    if args.arm == "pace":
-        settings["STALENESS"] = "1"
-    if args.staleness is not None:
-        settings["STALENESS"] = str(args.staleness)
+    if args.launcher == "agent":
+        settings.pop("OFFPOLICY")  # the text-game arms have no off-policy correction
+    if inputs.get("cap_file"):
+        settings["CAP_FILE"] = str(inputs["cap_file"])
+    if a is not None:
+        settings["A"] = a
+    if args.launcher == "swe":
+        if arm == "pace":
+            settings["STALENESS"] = "1"
+        if args.staleness is not None:
+            settings["STALENESS"] = str(args.staleness)
     if args.extra_args:
-        settings["EXTRA_ARGS"] += f" {args.extra_args}"
+        extra = settings.get("EXTRA_ARGS", "")
+        settings["EXTRA_ARGS"] = f"{extra} {args.extra_args}".strip()
     return settings
 
 
-def _engine_command(flags: list[str], port: int, inputs: dict[str, Path], out: Path, seed: int):
+def _engine_command(flags: list[str], port: int, model: Path, folder: Path, seed: int) -> list[str]:
     cmd = [
         sys.executable, "-m", "rescue.rehearsal.engine", "--port", str(port), "--policy",
-        "--seed", str(seed), "--model-path", str(inputs["model"]),
-        "--record", str(out / "probes" / "engine.jsonl"),
-        "--weights-record", str(out / "probes" / "engine_weights.jsonl"), "--base-gpu-id", "1",
+        "--seed", str(seed), "--model-path", str(model),
+        "--record", str(folder / "probes" / "engine.jsonl"),
+        "--weights-record", str(folder / "probes" / "engine_weights.jsonl"), "--base-gpu-id", "1",
     ]  # fmt: skip
     for flag, option in (
         ("--sglang-tool-call-parser", "--tool-call-parser"),
@@ -320,7 +268,7 @@ def _engine_command(flags: list[str], port: int, inputs: dict[str, Path], out: P
     return cmd
 
 
-def _ray_command(ports: dict[str, int], ray_dir: Path) -> list[str]:
+def _ray_command(ports: dict[str, int], ray_dir: Path, parallel: int) -> list[str]:
     return [
         str(Path(sys.executable).with_name("ray")), "start", "--head", "--block",
         "--node-ip-address", "127.0.0.1", "--port", str(ports["gcs"]),
@@ -328,154 +276,327 @@ def _ray_command(ports: dict[str, int], ray_dir: Path) -> list[str]:
         "--ray-client-server-port", str(ports["client"]),
         "--dashboard-agent-listen-port", str(ports["agent"]),
         "--metrics-export-port", str(ports["metrics"]),
-        "--num-cpus", "8", "--num-gpus", "2", "--temp-dir", str(ray_dir),
-        "--disable-usage-stats",
+        "--num-cpus", str(8 * parallel), "--num-gpus", str(2 * parallel),
+        "--temp-dir", str(ray_dir), "--disable-usage-stats",
     ]  # fmt: skip
 
 
-def _progress(out: Path, started_at: float, steps: int) -> str:
-    """One line: seconds since the start and the steps trained so far (weight updates
-    after the first, which only loads the trainer's initial weights)."""
-    log = out / "probes" / "trainer_weights.jsonl"
+def trained(folder: Path) -> int:
+    """Steps a run has trained so far: weight updates after the first (which only loads
+    the trainer's initial weights)."""
+    log = folder / "probes" / "trainer_weights.jsonl"
     updates = len(log.read_text().splitlines()) if log.exists() else 0
-    trained = max(0, updates - 1)
-    return f"rehearsal: {time.monotonic() - started_at:.0f} s, {trained} of {steps} steps trained"
+    return max(0, updates - 1)
+
+
+def plan(args: argparse.Namespace, out: Path) -> list[RunSpec]:
+    """Every run of the rehearsal, in order: arm by arm, seed by seed."""
+    arms = [(arm, a) for arm, a in args.arm_list]
+    seeds = range(1, args.seeds + 1) if args.seeds else [args.seed]
+    specs = [RunSpec(arm, a, s, out) for arm, a in arms for s in seeds]
+    if len(specs) > 1:
+        for spec in specs:
+            spec.folder = out / spec.name
+    return specs
+
+
+class Rehearsal:
+    """The runs of one rehearsal on one Ray head (module docstring)."""
+
+    def __init__(self, args: argparse.Namespace, out: Path) -> None:
+        self.args = args
+        self.out = out
+        self.launcher = LAUNCHERS[args.launcher]
+        self.miles_src = Path(args.miles_src).resolve()
+        self.megatron_src = Path(args.megatron_src).resolve()
+        self.runs = plan(args, out)
+        self.shared: dict[str, Any] = {}
+        self.started: list[subprocess.Popen] = []
+        self.dashboard = ""
+        self.printed_table = False
+
+    def build_inputs(self) -> None:
+        a = self.args
+        folder = self.out if len(self.runs) == 1 else self.out / "inputs"
+        folder = Path(a.inputs).resolve() if a.inputs else folder
+        folder.mkdir(parents=True, exist_ok=True)
+        if a.launcher == "swe":
+            self.shared = run_inputs.swe(folder, self.miles_src, a.seed, a.prompt_data)
+        elif a.launcher == "rlvr":
+            self.shared = run_inputs.rlvr(
+                folder, self.miles_src, model=a.model, prompt_data=a.prompt_data,
+                cap_file=a.cap_file,
+            )  # fmt: skip
+        else:
+            self.shared = run_inputs.agent(
+                folder, self.miles_src, model=a.model, prompt_data=a.prompt_data
+            )
+        print(f"rehearsal: inputs in {folder}: model {self.shared['model']}", flush=True)
+
+    def spawn(self, cmd: list[str], log: Path, env: dict[str, str]) -> subprocess.Popen:
+        with log.open("w") as f:
+            proc = subprocess.Popen(
+                cmd, env=env, stdout=f, stderr=subprocess.STDOUT, start_new_session=True
+            )
+        self.started.append(proc)
+        return proc
+
+    def command(self, run: RunSpec) -> tuple[dict[str, Any], str, list[str], dict[str, str]]:
+        """(runtime env, entry point, flags, settings) of one run, the CPU rows applied."""
+        inputs = run_inputs.for_run(self.args.launcher, run.folder, self.shared)
+        run.inputs = inputs
+        settings = launcher_settings(
+            self.args, self.miles_src, self.megatron_src, run.folder, inputs, run
+        )
+        runtime, entry, flags = launcher_entry(settings, self.launcher.script)
+        if entry != self.launcher.entry:
+            raise RehearsalError(
+                f"{self.launcher.script} submits {entry}, not {self.launcher.entry}"
+            )
+        for name in self.args.without:
+            flags = drop_option(flags, name)
+        run.ports = {k: free_port() for k in ("engine", "router", "session")}
+        flags, removed = cpu_flags(
+            flags,
+            engine_port=run.ports["engine"],
+            router_port=run.ports["router"],
+            session_port=run.ports["session"],
+            router=self.args.router,
+        )
+        if not self.printed_table:
+            print_table(self.launcher, removed, settings)
+            if self.args.without:
+                print(f"rehearsal: removed from the launcher's command (--without): "
+                      f"{' '.join(self.args.without)}")  # fmt: skip
+            self.printed_table = True
+        (run.folder / "command.json").write_text(
+            json.dumps({"runtime_env": runtime, "flags": flags, "entry": entry}, indent=1)
+        )
+        return runtime, entry, flags, settings
+
+    def env_of(self, run: RunSpec, runtime: dict[str, Any]) -> dict[str, str]:
+        env_vars = dict(runtime.get("env_vars", {}))
+        env_vars["PYTHONPATH"] = os.pathsep.join(
+            [str(SITE), str(ROOT), str(self.miles_src), str(self.megatron_src),
+             env_vars.get("PYTHONPATH", "")]
+        )  # fmt: skip
+        env_vars.update(
+            RESCUE_REHEARSAL_DIR=str(run.folder),
+            WANDB_MODE="offline",
+            HF_HUB_OFFLINE="1",
+            TRANSFORMERS_OFFLINE="1",
+            RAY_DEDUP_LOGS="0",
+            # Ray >= 2.5x turns token authentication on for `ray start` once a token exists in
+            # ~/.ray (any local ray.init() writes one); this private head on 127.0.0.1 goes
+            # without
+            RAY_AUTH_MODE="disabled",
+        )
+        inputs = run.inputs
+        if "docker_root" in inputs:
+            env_vars.update(
+                FAKE_DOCKER_ROOT=str(inputs["docker_root"]),
+                MSWEA_DOCKER_EXECUTABLE=str(inputs["shim"]),
+            )
+        if self.args.fault:
+            env_vars[FAULT_ENV] = self.args.fault
+        return env_vars
+
+    def start_ray(self) -> None:
+        ray_dir = Path(f"/tmp/rrh-{os.getpid()}")
+        self.ray_dir = ray_dir
+        ports = {k: free_port() for k in ("gcs", "dashboard", "client", "agent", "metrics")}
+        self.dashboard = f"http://127.0.0.1:{ports['dashboard']}"
+        env = {
+            **os.environ,
+            "PYTHONPATH": os.pathsep.join([str(SITE), str(ROOT)]),
+            "RESCUE_REHEARSAL_DIR": str(self.out),
+            "RAY_AUTH_MODE": "disabled",
+            "RAY_DEDUP_LOGS": "0",
+        }
+        ray = self.spawn(_ray_command(ports, ray_dir, self.args.parallel), self.out / "ray.log",
+                         env)  # fmt: skip
+        wait_http(f"{self.dashboard}/api/version", 180, ray)
+        print(f"rehearsal: Ray head up ({self.dashboard})", flush=True)
+
+    def submit(self, run: RunSpec) -> None:
+        """Start the run's engine, check it, submit its job."""
+        run.started = time.monotonic()
+        (run.folder / "probes").mkdir(parents=True, exist_ok=True)
+        run.mark("start")
+        runtime, entry, flags, _ = self.command(run)
+        run.mark("inputs")
+        env_vars = self.env_of(run, runtime)
+        env = {**os.environ, **env_vars}
+        port = run.ports["engine"]
+        model = run.inputs["model"]
+        run.engine = self.spawn(
+            _engine_command(flags, port, model, run.folder, run.seed), run.folder / "engine.log",
+            env,
+        )  # fmt: skip
+        wait_http(f"http://127.0.0.1:{port}/health", 120, run.engine)
+        preflight(port, self.args.launcher)
+        run.mark("engine")
+        run.mark("ray")
+        run.job = self.spawn(
+            [
+                str(Path(sys.executable).with_name("ray")), "job", "submit",
+                "--address", self.dashboard,
+                "--submission-id", f"rescue-rehearsal-{os.getpid()}-{run.name}",
+                "--runtime-env-json", json.dumps({**runtime, "env_vars": env_vars}), "--",
+                sys.executable, str(self.miles_src / entry), *flags,
+            ],
+            run.folder / "job.log", env,
+        )  # fmt: skip
+        run.mark("submitted")
+        run.meter = CpuMeter(run.folder)
+        run.status = "running"
+        print(f"rehearsal: {run.name}: engine on :{port} passed pre-flight; submitted "
+              f"{self.args.steps} steps", flush=True)  # fmt: skip
+
+    def finish(self, run: RunSpec) -> None:
+        """The run's job ended (or ran out of time): stop its processes, check it."""
+        run.mark("job end")
+        if run.meter is not None:
+            (run.folder / "cpu.json").write_text(json.dumps(run.meter.totals()))
+        rc = run.job.poll() if run.job else None
+        if rc is None:
+            run.status = f"TIMEOUT after {self.args.timeout} s"
+        else:
+            run.status = "SUCCEEDED" if rc == 0 else f"FAILED (ray job submit exit {rc})"
+        for proc in (run.job, run.engine):
+            if proc is not None and proc.poll() is None:
+                with contextlib.suppress(ProcessLookupError):
+                    os.killpg(proc.pid, signal.SIGTERM)
+                with contextlib.suppress(subprocess.TimeoutExpired):
+                    proc.wait(20)
+        if run.folder != self.out:
+            reap(run.folder)
+        run.wall = time.monotonic() - run.started
+        from rescue.rehearsal.profile import profile, render
+        from rescue.rehearsal.report import check_run
+
+        report = check_run(
+            run.folder,
+            launcher=self.args.launcher,
+            arm=run.arm,
+            a=float(run.a) if run.a else None,
+            offpolicy=self.args.offpolicy,
+            job_status=run.status,
+            steps_checked=self.args.steps,
+            model=run.inputs.get("model") if self.args.launcher != "swe" else None,
+            checkpoint=lambda f: check_and_export(
+                run.folder, run.inputs["model"], f.trainer_weights
+            ),
+            progress=len(self.runs) == 1,
+        )
+        report.facts["profile"] = profile(run.folder)
+        run.ok = report.ok
+        print(f"rehearsal: {run.name}")
+        print(render(report.facts["profile"]))
+        print(report.render(wall_s=run.wall), flush=True)
+        (run.folder / "report.json").write_text(
+            json.dumps(report.as_dict(wall_s=run.wall), indent=1)
+        )
+
+    def run(self) -> int:
+        args = self.args
+        started_at = time.monotonic()
+        self.build_inputs()
+        self.start_ray()
+        queue = list(self.runs)
+        active: list[RunSpec] = []
+        said = time.monotonic()
+        while queue or active:
+            while queue and len(active) < args.parallel:
+                run = queue.pop(0)
+                self.submit(run)
+                active.append(run)
+            for run in list(active):
+                if run.meter is not None:
+                    run.meter.sample()
+                late = time.monotonic() - run.started > args.timeout
+                if run.job is not None and (run.job.poll() is not None or late):
+                    active.remove(run)
+                    self.finish(run)
+            if active and time.monotonic() - said >= 30:
+                said = time.monotonic()
+                steps = ", ".join(f"{r.name} {trained(r.folder)}/{args.steps}" for r in active)
+                print(f"rehearsal: {time.monotonic() - started_at:.0f} s, steps trained: {steps}",
+                      flush=True)  # fmt: skip
+            time.sleep(2 if active else 0)
+        wall = time.monotonic() - started_at
+        if len(self.runs) > 1:
+            summary = {
+                "launcher": args.launcher,
+                "wall_s": round(wall),
+                "runs": [
+                    {"run": r.name, "folder": str(r.folder), "status": r.status, "ok": r.ok,
+                     "wall_s": round(r.wall)}
+                    for r in self.runs
+                ],
+            }  # fmt: skip
+            (self.out / "summary.json").write_text(json.dumps(summary, indent=1))
+            for r in self.runs:
+                print(f"  {'ok  ' if r.ok else 'FAIL'} {r.name}: {r.status}, {r.wall:.0f} s")
+            print(f"rehearsal: {len(self.runs)} runs in {wall:.0f} s: "
+                  f"{'PASSED' if all(r.ok for r in self.runs) else 'FAILED'}")  # fmt: skip
+        return 0 if all(r.ok for r in self.runs) else 1
 
 
 def run(args: argparse.Namespace) -> int:
-    miles_src = Path(args.miles_src).resolve()
-    megatron_src = Path(args.megatron_src).resolve()
-    out = Path(args.out).resolve()
-    if out.exists() and any(out.iterdir()):
-        raise RehearsalError(f"--out {out} is not empty: choose a new folder")
-    (out / "probes").mkdir(parents=True)
-    started_at = time.monotonic()
-    marks = {"start": time.time()}
-
-    def mark(name: str) -> None:
-        marks[name] = time.time()
-        (out / "marks.json").write_text(json.dumps(marks))
-
-    inputs = write_inputs(out, miles_src, args.seed)
-    mark("inputs")
-    settings = launcher_settings(args, miles_src, megatron_src, out, inputs)
-    runtime, flags = launcher_command(settings)
-    for name in args.without:
-        flags = drop_option(flags, name)
-    ports = {k: free_port() for k in ("engine", "router", "session")}
-    flags, removed = cpu_flags(
-        flags,
-        engine_port=ports["engine"],
-        router_port=ports["router"],
-        session_port=ports["session"],
-        router=args.router,
-    )
-    print_table(removed, settings)
-    if args.without:
-        print(
-            f"rehearsal: removed from the launcher's command (--without): {' '.join(args.without)}"
-        )
-    (out / "command.json").write_text(
-        json.dumps({"runtime_env": runtime, "flags": flags}, indent=1)
-    )
-
-    env_vars = dict(runtime.get("env_vars", {}))
-    env_vars["PYTHONPATH"] = os.pathsep.join(
-        [str(SITE), str(ROOT), str(miles_src), str(megatron_src), env_vars.get("PYTHONPATH", "")]
-    )
-    env_vars.update(
-        RESCUE_REHEARSAL_DIR=str(out),
-        FAKE_DOCKER_ROOT=str(inputs["docker_root"]),
-        MSWEA_DOCKER_EXECUTABLE=str(inputs["shim"]),
-        WANDB_MODE="offline",
-        HF_HUB_OFFLINE="1",
-        TRANSFORMERS_OFFLINE="1",
-        RAY_DEDUP_LOGS="0",
-        # Ray >= 2.5x turns token authentication on for `ray start` once a token exists in
-        # ~/.ray (any local ray.init() writes one); this private head on 127.0.0.1 goes without
-        RAY_AUTH_MODE="disabled",
-    )
-    if args.fault:
-        env_vars[FAULT_ENV] = args.fault
-    runtime = {**runtime, "env_vars": env_vars}
-    base_env = {**os.environ, **env_vars}
-
+    final = Path(args.out).resolve()
+    out = final.with_name(final.name + ".partial") if args.replace else final
+    if args.replace:  # an unfinished earlier attempt, never a result: start it afresh
+        shutil.rmtree(out, ignore_errors=True)
+    elif out.exists() and any(out.iterdir()):
+        raise RehearsalError(f"--out {out} is not empty: choose a new folder (or --replace)")
+    out.mkdir(parents=True, exist_ok=True)
+    rehearsal = Rehearsal(args, out)
     ray_dir = Path(f"/tmp/rrh-{os.getpid()}")
-    ray_ports = {k: free_port() for k in ("gcs", "dashboard", "client", "agent", "metrics")}
-    dashboard = f"http://127.0.0.1:{ray_ports['dashboard']}"
-    status = "not submitted"
     with processes(out, ray_dir) as started:
+        rehearsal.started = started
+        code = rehearsal.run()
+    if args.replace:
+        if code != 0:
+            print(f"rehearsal: failed: its folder {out} is kept; {final} is unchanged")
+            return code
+        old = final.with_name(final.name + ".old")
+        shutil.rmtree(old, ignore_errors=True)
+        if final.exists():
+            final.rename(old)
+        out.rename(final)
+        shutil.rmtree(old, ignore_errors=True)
+        print(f"rehearsal: every run passed: {final}")
+    return code
 
-        def spawn(cmd: list[str], log: str) -> subprocess.Popen:
-            f = (out / log).open("w")
-            started.append(
-                subprocess.Popen(
-                    cmd, env=base_env, stdout=f, stderr=subprocess.STDOUT, start_new_session=True
-                )
-            )
-            return started[-1]
 
-        engine = spawn(
-            _engine_command(flags, ports["engine"], inputs, out, args.seed), "engine.log"
-        )
-        _wait_http(f"http://127.0.0.1:{ports['engine']}/health", 120, engine)
-        preflight(ports["engine"])
-        mark("engine")
-        print(f"rehearsal: engine on :{ports['engine']} passed pre-flight; starting Ray")
-        ray = spawn(_ray_command(ray_ports, ray_dir), "ray.log")
-        _wait_http(f"{dashboard}/api/version", 180, ray)
-        mark("ray")
-        print(f"rehearsal: Ray head up ({dashboard}); submitting {args.steps} steps")
-        job = spawn(
-            [
-                str(Path(sys.executable).with_name("ray")), "job", "submit", "--address", dashboard,
-                "--submission-id", f"rescue-rehearsal-{os.getpid()}",
-                "--runtime-env-json", json.dumps(runtime), "--",
-                sys.executable, str(miles_src / "train_async.py"), *flags,
-            ],
-            "job.log",
-        )  # fmt: skip
-        mark("submitted")
-        deadline = started_at + args.timeout
-        meter, said = CpuMeter(out), time.monotonic()
-        while job.poll() is None and time.monotonic() < deadline:
-            meter.sample()
-            with contextlib.suppress(subprocess.TimeoutExpired):
-                job.wait(timeout=min(5, max(0.1, deadline - time.monotonic())))
-            if job.poll() is None and time.monotonic() - said >= 30:
-                said = time.monotonic()
-                print(_progress(out, started_at, args.steps), flush=True)
-        mark("job end")
-        (out / "cpu.json").write_text(json.dumps(meter.totals()))
-        rc = job.poll()
-        if rc is None:
-            status = f"TIMEOUT after {args.timeout} s"
-        else:
-            status = "SUCCEEDED" if rc == 0 else f"FAILED (ray job submit exit {rc})"
-    wall = time.monotonic() - started_at
-    from rescue.rehearsal.report import check_run
-
-    report = check_run(
-        out,
-        arm=args.arm,
-        a=float(args.a) if args.a else None,
-        offpolicy=args.offpolicy,
-        job_status=status,
-        steps_checked=args.steps,
-    )
-    from rescue.rehearsal.profile import profile, render
-
-    report.facts["profile"] = profile(out)
-    print(render(report.facts["profile"]))
-    print(report.render(wall_s=wall))
-    (out / "report.json").write_text(json.dumps(report.as_dict(wall_s=wall), indent=1))
-    return 0 if report.ok else 1
+def _arm_list(text: str, launcher: Launcher) -> list[tuple[str, str | None]]:
+    """``ARM[:A],...`` -> [(arm, a)]; protect's a defaults to 0.5."""
+    out = []
+    for item in (x for x in text.replace(" ", ",").split(",") if x):
+        arm, _, a = item.partition(":")
+        if arm not in launcher.arms:
+            raise ValueError(f"{arm!r}; allowed: {', '.join(launcher.arms)}")
+        if a and arm != "protect":
+            raise ValueError(f"{item!r}: a keep probability applies only to protect")
+        out.append((arm, a or ("0.5" if arm == "protect" else None)))
+    return out
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     """The rehearsal's flags, checked (an error names the flag and what is allowed)."""
     p = argparse.ArgumentParser(prog="python -m rescue.rehearsal.miles", description=__doc__)
-    p.add_argument("--arm", default="protect", help=f"one of {', '.join(ARMS)} (default protect)")
+    p.add_argument(
+        "--launcher",
+        default="swe",
+        help=f"the launcher rehearsed: {', '.join(LAUNCHERS)} (default swe)",
+    )
+    p.add_argument(
+        "--arm",
+        default=None,
+        help="the arm, or several as ARM[:A],... (protect's keep probability after the colon); "
+        "default protect (swe), zero (rlvr, agent)",
+    )
     p.add_argument("--a", default=None, help="keep probability for protect (default 0.5)")
     p.add_argument("--miles-src", default=os.environ.get("MILES_SRC"), help="Miles checkout")
     p.add_argument(
@@ -485,8 +606,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     )
     p.add_argument(
         "--offpolicy",
-        default="tis-sc",
-        help="OFFPOLICY of the launcher: tis-sc (default, TIS with score centering) or tis",
+        default=None,
+        help="OFFPOLICY of the launcher: swe tis-sc (default) or tis; rlvr none (default), tis "
+        "or tis-sc; agent none",
     )
     p.add_argument(
         "--steps",
@@ -496,6 +618,15 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         "metrics Miles can lose at exit",
     )
     p.add_argument("--seed", type=int, default=1, help="SEED of the launcher (default 1)")
+    p.add_argument(
+        "--seeds",
+        type=int,
+        default=0,
+        help="run seeds 1..N of every arm, each its own run (default 0: --seed alone)",
+    )
+    p.add_argument(
+        "--parallel", type=int, default=1, help="runs at once on the Ray head (default 1)"
+    )
     p.add_argument("--staleness", type=int, default=None, help="STALENESS K (default 0; pace 1)")
     p.add_argument(
         "--router",
@@ -517,23 +648,65 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         help=f"break the run on purpose, to see the rehearsal catch it: {', '.join(FAULTS)} "
         "(default none)",
     )
-    p.add_argument("--timeout", type=int, default=1200, help="seconds in all (default 1200)")
+    p.add_argument(
+        "--model",
+        default=None,
+        help="rlvr, agent: a taught model folder to reuse (default: teach one into the inputs)",
+    )
+    p.add_argument(
+        "--prompt-data",
+        default=None,
+        help="the runs' prompt rows (swe: task rows, e.g. q3's subset; rlvr: rescue rlvr "
+        "prepare's; agent: rescue agent prepare's); default: the rehearsal's own",
+    )
+    p.add_argument(
+        "--inputs",
+        default=None,
+        help="rlvr, agent: the folder of the inputs the runs share (taught model, rows, games, "
+        "cap), made there when missing and reused when present (default: in --out)",
+    )
+    p.add_argument(
+        "--cap-file",
+        default=None,
+        help="rlvr: the cap file of rescue rlvr calibrate (default: calibrate here)",
+    )
+    p.add_argument(
+        "--timeout", type=int, default=1200, help="seconds per run from its start (default 1200)"
+    )
     p.add_argument("--out", default=None, help="run folder (default runs/rehearsal/ARM-TIME)")
+    p.add_argument(
+        "--replace",
+        action="store_true",
+        help="run in OUT.partial and put it in place of OUT only when every run passed (a "
+        "failed rehearsal leaves OUT as it was); default: OUT must be new or empty",
+    )
     a = p.parse_args(argv)
-    if a.arm not in ARMS:
-        p.error(f"--arm={a.arm!r}; allowed: {', '.join(ARMS)}")
-    if a.arm == "protect" and a.a is None:
-        a.a = "0.5"
-    if a.offpolicy not in OFFPOLICY:
-        p.error(f"--offpolicy={a.offpolicy!r}; allowed: {', '.join(OFFPOLICY)}")
+    if a.launcher not in LAUNCHERS:
+        p.error(f"--launcher={a.launcher!r}; allowed: {', '.join(LAUNCHERS)}")
+    launcher = LAUNCHERS[a.launcher]
+    try:
+        a.arm_list = _arm_list(a.arm or DEFAULT_ARM[a.launcher], launcher)
+    except ValueError as e:
+        p.error(f"--arm={e}")
+    if not a.arm_list:
+        p.error(f"--arm={a.arm!r}; allowed: {', '.join(launcher.arms)}")
+    a.arm = a.arm_list[0][0]
+    if a.a is not None:
+        if a.arm != "protect" or len(a.arm_list) > 1:
+            p.error(f"--a={a.a}; allowed only with --arm protect (or ARM:A in a list)")
+        a.arm_list = [("protect", a.a)]
+    a.a = a.arm_list[0][1]
+    a.offpolicy = a.offpolicy or launcher.offpolicy[0]
+    if a.offpolicy not in launcher.offpolicy:
+        p.error(f"--offpolicy={a.offpolicy!r}; allowed: {', '.join(launcher.offpolicy)}")
     for flag, value, what in (
         ("--miles-src", a.miles_src, "a Miles checkout with train_async.py"),
         ("--megatron-src", a.megatron_src, "a Megatron-LM checkout with megatron/training"),
     ):
         if not value:
             p.error(f"{flag} (or {flag[2:].upper().replace('-', '_')}) is required: {what}")
-    if not (Path(a.miles_src) / "train_async.py").is_file():
-        p.error(f"--miles-src={a.miles_src}: no train_async.py there; allowed: a Miles checkout")
+    if not (Path(a.miles_src) / launcher.entry).is_file():
+        p.error(f"--miles-src={a.miles_src}: no {launcher.entry} there; allowed: a Miles checkout")
     if not (Path(a.megatron_src) / "megatron" / "training").is_dir():
         p.error(
             f"--megatron-src={a.megatron_src}: no megatron/training there; allowed: a "
@@ -546,11 +719,19 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     bad = [f for f in a.without if not f.startswith("--")]
     if bad:
         p.error(f"--without={bad[0]!r}; allowed: a flag name such as --sglang-tool-call-parser")
-    if a.steps < 1:
-        p.error(f"--steps={a.steps}; allowed: an integer >= 1")
-    if a.timeout < 1:
-        p.error(f"--timeout={a.timeout}; allowed: seconds >= 1")
-    a.out = a.out or str(ROOT / "runs" / "rehearsal" / f"{a.arm}-{time.strftime('%Y%m%d-%H%M%S')}")
+    for flag, value, least in (("--steps", a.steps, 1), ("--timeout", a.timeout, 1),
+                               ("--parallel", a.parallel, 1), ("--seeds", a.seeds, 0)):  # fmt: skip
+        if value < least:
+            p.error(f"{flag}={value}; allowed: an integer >= {least}")
+    for flag, value in (("--model", a.model), ("--prompt-data", a.prompt_data),
+                        ("--cap-file", a.cap_file)):  # fmt: skip
+        if value and not Path(value).exists():
+            p.error(f"{flag}={value}: no such file or folder")
+    if a.launcher == "swe" and (a.model or a.cap_file or a.inputs):
+        p.error("--model, --cap-file and --inputs apply to --launcher rlvr or agent")
+    a.out = a.out or str(
+        ROOT / "runs" / "rehearsal" / f"{a.launcher}-{a.arm}-{time.strftime('%Y%m%d-%H%M%S')}"
+    )
     return a
 
 
