@@ -15,8 +15,9 @@
 #   make docs          the documentation site (docs/, mkdocs.yml) built with `mkdocs build
 #                      --strict` into site/: a broken link or a page missing from nav fails it
 #   make venv          the base VENV only;  make clean: remove VENV, REHEARSAL_VENV and caches
-#   make rehearsal     MILES_SRC=... MEGATRON_SRC=... [ARM=protect] [A=0.5] [STEPS=3]
-#                      [REHEARSAL_ARGS=...]: an arm trained through Miles' own loop on the CPU
+#   make rehearsal     MILES_SRC=... MEGATRON_SRC=... [LAUNCHER=swe|rlvr|agent] [ARM=protect]
+#                      [A=0.5] [STEPS=3] [REHEARSAL_ARGS=...]: an arm trained through Miles' own
+#                      loop on the CPU
 #   make rehearsal-test  MILES_SRC=... MEGATRON_SRC=... [REHEARSAL_MARKERS=rehearsal_ci]: the
 #                      rehearsal's tests (protect and turn, the faults; `rehearsal`: every arm)
 #   make help          this text (also plain `make`)
@@ -25,7 +26,8 @@
 #   make q2            [SEEDS=3] [STEPS=] [RUN_DIR=runs/q2]: the budget regime, ending in the P3 gate
 #   make q3            [Q2_DIR=runs/q2] [FORCE=1]: SWE-smith, refused unless q2's gate says go
 #   make q1            DUMPS=DIR MODEL=PATH: offline replay of a finished run's dumps
-#                      REHEARSAL=1: any of the three on this CPU in minutes (training simulated)
+#                      REHEARSAL=1 MILES_SRC=... MEGATRON_SRC=...: any of the three on this CPU,
+#                      training through Miles' own loop with a tiny model
 #
 # On GPU nodes (every variable, with its default, in launch/config.sh and, for the rlvr-*
 # targets, launch/rlvr_config.sh; DRY_RUN=1 prints the commands and runs nothing; RESCUE_PY:
@@ -40,6 +42,7 @@
 #                      (SLIME_DIR; settings in launch/slime_config.sh)
 #   make agent-prepare ENV=cooking|alfworld: the text games' prompt rows
 #   make agent-arm     ENV=alfworld|cooking ARM=zero|mask|matched|drgrpo-mask|survivor|turn
+#                      (REHEARSAL=1 MILES_SRC=... MEGATRON_SRC=...: cooking on this CPU)
 #   make reap          remove task containers trials left behind on this node
 #   make oracle        CKPT=... DUMPS=... [ORACLE_A=0.5] [ORACLE_ARMS=all,drop,stale,protect]
 #   make rlvr-prepare  GSM8K or MATH rows -> PROMPT_DATA (RLVR_DATASET=gsm8k|math)
@@ -48,8 +51,8 @@
 #   make rlvr-sweep    [ARMS=zero,mask,...] [SEEDS=3]: every (arm, seed) as a Ray job
 #
 # Variables of this file: PYTHON (python3), VENV (.venv), TORCH (torch==2.13.0),
-# REHEARSAL_VENV (.venv-rehearsal), PYTEST_ARGS, MILES_SRC, SLIME_SRC, MEGATRON_SRC, ARM, A,
-# STEPS, REHEARSAL_ARGS, REHEARSAL_MARKERS, RESCUE_PY, DRY_RUN, and the questions' RUN_DIR, REHEARSAL, FORCE, Q2_DIR,
+# REHEARSAL_VENV (.venv-rehearsal), PYTEST_ARGS, MILES_SRC, SLIME_SRC, MEGATRON_SRC, LAUNCHER,
+# ARM, A, STEPS, REHEARSAL_ARGS, REHEARSAL_MARKERS, RESCUE_PY, DRY_RUN, and the questions' RUN_DIR, REHEARSAL, FORCE, Q2_DIR,
 # DUMPS, MODEL; each is described where it is set below.
 
 .DEFAULT_GOAL := help
@@ -135,10 +138,12 @@ clean:
 	rm -rf $(VENV) $(REHEARSAL_VENV) build site *.egg-info .pytest_cache .ruff_cache
 
 # ── make rehearsal: an arm trained through Miles' own loop on the CPU, a few steps
-#   make rehearsal MILES_SRC=/path/to/miles MEGATRON_SRC=/path/to/Megatron-LM [ARM=protect]
-#                  [A=0.5] [STEPS=3] [OFFPOLICY=tis-sc] [REHEARSAL_ARGS=...]
-# ARM: drop | never-drop | protect | pace | zero | mask | matched | drgrpo-mask | survivor |
-# turn (default protect). A: keep probability of protect (default 0.5). STEPS: trained steps
+#   make rehearsal MILES_SRC=/path/to/miles MEGATRON_SRC=/path/to/Megatron-LM [LAUNCHER=swe]
+#                  [ARM=protect] [A=0.5] [STEPS=3] [OFFPOLICY=tis-sc] [REHEARSAL_ARGS=...]
+# LAUNCHER: swe (launch/swe_arm.sh, default) | rlvr (launch/rlvr_arm.sh, the single-turn arms)
+# | agent (launch/agent_arm.sh, the cooking games). ARM: drop | never-drop | protect | pace |
+# zero | mask | matched | drgrpo-mask | survivor | turn (default protect; zero for rlvr and
+# agent, which take the last six only). A: keep probability of protect (default 0.5). STEPS: trained steps
 # checked (default 3). OFFPOLICY: tis-sc (default) or tis. MEGATRON_SRC: a Megatron-LM tree
 # (megatron.core and megatron.training; the commit in rescue/frameworks.py, unpacked from
 # megatron-2e64d788.tar.gz; default unset, required). REHEARSAL_ARGS: more flags of
@@ -167,15 +172,18 @@ REHEARSAL_SOURCES = @test -n "$(MILES_SRC)" || { echo "$@: set MILES_SRC=/path/t
 
 rehearsal: $(REHEARSAL_VENV)/.stamp
 	$(REHEARSAL_SOURCES)
-	$(REHEARSAL_PY) -m rescue.rehearsal.miles --arm "$(or $(ARM),protect)" $(if $(A),--a "$(A)") \
+	$(REHEARSAL_PY) -m rescue.rehearsal.miles --launcher "$(or $(LAUNCHER),swe)" \
+		--arm "$(or $(ARM),$(if $(filter-out swe,$(or $(LAUNCHER),swe)),zero,protect))" $(if $(A),--a "$(A)") \
 		--miles-src "$(MILES_SRC)" --megatron-src "$(MEGATRON_SRC)" --steps "$(or $(STEPS),3)" \
 		$(if $(OFFPOLICY),--offpolicy "$(OFFPOLICY)") $(REHEARSAL_ARGS)
 
-# The pytest markers REHEARSAL_MARKERS of tests/test_rehearsal_miles.py.
+# The pytest markers REHEARSAL_MARKERS of tests/test_rehearsal_miles.py (the arms of the three
+# launchers, the faults) and tests/test_questions_rehearsal.py (the three questions' chains).
 rehearsal-test: $(VENV)/.stamp-dev $(REHEARSAL_VENV)/.stamp
 	$(REHEARSAL_SOURCES)
 	MILES_SRC="$(MILES_SRC)" MEGATRON_SRC="$(MEGATRON_SRC)" REHEARSAL_PY="$(REHEARSAL_PY)" \
-		$(PY) -m pytest -ra -q -m "$(REHEARSAL_MARKERS)" --timeout=0 tests/test_rehearsal_miles.py $(PYTEST_ARGS)
+		$(PY) -m pytest -ra -q -m "$(REHEARSAL_MARKERS)" --timeout=0 tests/test_rehearsal_miles.py \
+		tests/test_questions_rehearsal.py $(PYTEST_ARGS)
 
 # ── The SWE arms on Miles (GPU nodes). Every variable, with its default, is documented in
 # launch/config.sh; set any of them on the command line. DRY_RUN=1 prints the commands.
@@ -288,8 +296,24 @@ AGENT_CLI_DEPS := $(if $(RESCUE_PY)$(filter 1,$(DRY_RUN)),,$(VENV)/.stamp-agent)
 agent-prepare: $(AGENT_CLI_DEPS)
 	@launch/agent_prepare.sh
 
-agent-arm:
+# REHEARSAL=1 (default 0): the text-game arm on this CPU instead, ENV=cooking only: Miles'
+# train.py through the training rehearsal (python -m rescue.rehearsal.miles --launcher agent)
+# with MILES_SRC, MEGATRON_SRC (required), ARM, SEED and STEPS trained steps (default 3); the
+# games (levels 0 to 5) and the taught tiny model are made once into
+# runs/rehearsal/agent-cooking-inputs and reused by every arm.
+AGENT_REHEARSAL_INPUTS := runs/rehearsal/agent-cooking-inputs
+
+agent-arm: $(if $(filter 1,$(REHEARSAL)),$(REHEARSAL_VENV)/.stamp)
+ifeq ($(REHEARSAL),1)
+	$(REHEARSAL_SOURCES)
+	@test "$(ENV)" = cooking || { echo "agent-arm: ENV='$(ENV)': REHEARSAL=1 plays ENV=cooking only (ALFWorld's data needs the network and its planner builds from source)"; exit 2; }
+	@test -n "$(ARM)" || { echo "agent-arm: ARM is not set: set ARM=zero, mask, matched, drgrpo-mask, survivor or turn"; exit 2; }
+	$(REHEARSAL_PY) -m rescue.rehearsal.miles --launcher agent --arm "$(ARM)" --seed "$(or $(SEED),1)" \
+		--miles-src "$(MILES_SRC)" --megatron-src "$(MEGATRON_SRC)" --steps "$(or $(STEPS),3)" \
+		--inputs $(AGENT_REHEARSAL_INPUTS) $(REHEARSAL_ARGS)
+else
 	@launch/agent_arm.sh
+endif
 
 # ── One command per research question: the existing targets and commands as resumable
 # stages in RUN_DIR (rescue.questions; `rescue status RUN_DIR` shows them with progress).
@@ -299,22 +323,25 @@ agent-arm:
 #   make q3 [RUN_DIR=runs/q3] [Q2_DIR=runs/q2] [FORCE=1]  refused unless q2's gate says go
 #   make q1 DUMPS=DIR MODEL=PATH [RUN_DIR=runs/q1]    replay arms (a)-(e), P1, P2, offline P7
 #
-# REHEARSAL: 1 runs the chain on this CPU in minutes (default 0): two seeds, 40 steps, the
-# training stage SIMULATED by the embedded simulator (it says so), every other stage real.
+# REHEARSAL: 1 runs the chain on this CPU in minutes (default 0), every training stage through
+# Miles' own loop with a tiny model (the training rehearsal, in REHEARSAL_VENV; needs
+# MILES_SRC and MEGATRON_SRC): two seeds, 2 trained steps a run (q1: one never-drop run of 3).
 # RUN_DIR: the run folder (default runs/qN, runs/qN-rehearsal with REHEARSAL=1). SEEDS: seeds
 # per arm (default 3; 2 in rehearsal). STEPS: training steps per run (default: the
-# launchers' NUM_ROLLOUT; 40 in rehearsal). Q2_DIR: q2's run folder for q3's gate (default
+# launchers' NUM_ROLLOUT; in rehearsal 2, q1 3). Q2_DIR: q2's run folder for q3's gate (default
 # runs/q2, runs/q2-rehearsal with REHEARSAL=1). FORCE: 1 starts q3 without q2's go and
 # records it in the report (default 0). DUMPS, MODEL: q1's dumps and checkpoint (MODEL also
-# q3's oracle replay; rehearsal default tiny-gpt2). Every launcher variable (e.g. CKPT for q3's
-# make oracle, MILES_DIR) passes through to the stages' make targets.
+# q3's oracle replay; rehearsal default: the checkpoint its training stage wrote). Every
+# launcher variable (e.g. CKPT for q3's make oracle, MILES_DIR) passes through to the stages'
+# make targets.
 .PHONY: q1 q2 q3
 REHEARSAL ?= 0
 FORCE ?= 0
 Q_SUFFIX := $(if $(filter 1,$(REHEARSAL)),-rehearsal)
-Q_ARGS = $(if $(filter 1,$(REHEARSAL)),--rehearsal) $(if $(SEEDS),--seeds $(SEEDS)) \
+Q_ARGS = $(if $(filter 1,$(REHEARSAL)),--rehearsal --rehearsal-python $(REHEARSAL_PY) \
+	--miles-src "$(MILES_SRC)" --megatron-src "$(MEGATRON_SRC)") $(if $(SEEDS),--seeds $(SEEDS)) \
 	$(if $(STEPS),--steps $(STEPS)) $(if $(MODEL),--model $(MODEL))
-Q_DEPS := $(VENV)/.stamp-sim+replay+rlvr+swe
+Q_DEPS := $(VENV)/.stamp-sim+replay+rlvr+swe $(if $(filter 1,$(REHEARSAL)),$(REHEARSAL_VENV)/.stamp)
 
 q2: $(Q_DEPS)
 	$(PY) -m rescue question q2 --run-dir $(or $(RUN_DIR),runs/q2$(Q_SUFFIX)) $(Q_ARGS)

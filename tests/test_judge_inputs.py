@@ -392,3 +392,46 @@ def test_gradient_oracle_files_are_skipped_with_a_note(tmp_path):
     assert [r.label for r in inputs.runs] == ["drop"] and not inputs.replays
     skipped = [n for n in inputs.notes if "no registered prediction reads it" in n]
     assert len(skipped) == 2 and all(n.endswith("skipped") for n in skipped)
+
+
+def test_the_offline_folders_of_one_run_id_are_one_run(tmp_path):
+    """Miles' driver, rollout manager and train actor each log to the run from their own
+    process, each into an offline folder of its own with the run's id: one run, its rows
+    joined (what the CPU rehearsal found when its report read a Miles run)."""
+    wandb = pytest.importorskip("wandb")
+    parts = (
+        ({"rollout/step": 0, "rollout/census/samples/rollouts": 8.0}, ["arm:zero", "seed:2"]),
+        ({"train/step": 0, "train/rescue/update_norm": 0.25}, []),
+    )
+    for row, tags in parts:
+        run = wandb.init(
+            mode="offline", dir=str(tmp_path), project="rescue-test", id="milesrun1",
+            resume="allow", group="rlvr-zero-cap32-seed2", name="rlvr-zero-cap32-seed2",
+            tags=tags, reinit="create_new", settings=wandb.Settings(silent=True, console="off"),
+        )  # fmt: skip
+        run.log(row)
+        run.finish()
+    dirs = sorted((tmp_path / "wandb").glob("offline-run-*"))
+    assert len(dirs) == 2 and all((d / "run-milesrun1.wandb").is_file() for d in dirs)
+    inputs = read_inputs([tmp_path / "wandb"], progress=False)
+    [one] = inputs.runs
+    assert (one.condition.family, one.label, one.seed) == ("rlvr", "zero", 2)
+    assert one.has("rollout/census/samples/rollouts") and one.has("train/rescue/update_norm")
+
+
+def test_a_synchronous_runs_behaviour_is_read_from_its_sample_census():
+    from rescue.judge.quantities import QUANTITIES, series
+    from rescue.judge.runs import Condition, Run
+
+    p = "rollout/census/samples/"
+    rows = [{"rollout/step": s, p + "rollouts": 8.0, p + "outcome/solved": float(s),
+             p + "cap_hit_rate": 0.5, p + "b_all": 0.25} for s in range(3)]  # fmt: skip
+    run = Run(Condition(family="rlvr", arm="zero"), 1, rows)
+    success = series(run, QUANTITIES["success"])
+    assert success.source == p and list(success.values()) == [0.0, 0.125, 0.25]
+    assert list(series(run, QUANTITIES["b"]).values()) == [0.25, 0.25, 0.25]
+    # the group census, where a run logs one, still comes first
+    both = Run(Condition(family="swe", arm="zero"), 1,
+               [{**r, "rollout/census/rollouts": 4.0, "rollout/census/outcome/solved": 4.0}
+                for r in rows])  # fmt: skip
+    assert series(both, QUANTITIES["success"]).source == "rollout/census/"

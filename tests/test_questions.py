@@ -150,20 +150,73 @@ def test_the_cluster_chain_of_q2_runs_the_launchers_with_the_run_folders_paths(t
     assert not stages["train"].note  # nothing simulated on the cluster
 
 
-def test_the_rehearsal_names_its_training_stage_simulated_and_only_that_one(tmp_path):
-    for q in ("q2", "q3"):
-        stages = chains.QUESTIONS[q](chains.Settings(tmp_path, rehearsal=True, seeds=2))
+def _rehearsal(tmp_path, **kw) -> chains.Settings:
+    return chains.Settings(
+        tmp_path, rehearsal=True, rehearsal_python="/r/bin/python", miles_src="/src",
+        megatron_src="/meg", **kw,
+    )  # fmt: skip
+
+
+def test_every_rehearsal_trains_through_miles_with_its_launcher_and_nothing_is_simulated(tmp_path):
+    launchers = {"q1": ("swe", "never-drop"), "q2": ("rlvr", "zero,mask,matched,drgrpo-mask,"
+                 "survivor,turn"), "q3": ("swe", "drop,never-drop,protect:0.25,protect:0.5,pace")}  # fmt: skip
+    for q, (launcher, arms) in launchers.items():
+        stages = chains.QUESTIONS[q](_rehearsal(tmp_path, seeds=2))
         train = next(st for st in stages if st.name == "train")
-        assert train.note.startswith("SIMULATED") and "--seeds" in train.command
-        assert train.command[train.command.index("--seeds") + 1] == "2"
-        simulated = ("train", "pilot", "validate", "record", "dumps")
-        real = [st for st in stages if st.name not in simulated]
-        assert all(not st.note.startswith("SIMULATED") for st in real)
+        cmd = train.command
+        assert cmd[:3] == ("/r/bin/python", "-m", "rescue.rehearsal.miles"), cmd
+        assert cmd[cmd.index("--launcher") + 1] == launcher and cmd[cmd.index("--arm") + 1] == arms
+        assert "--replace" in cmd and cmd[cmd.index("--out") + 1] == f"{tmp_path}/train"
+        assert cmd[cmd.index("--miles-src") + 1] == "/src"
+        assert cmd[cmd.index("--megatron-src") + 1] == "/meg"
+        if q != "q1":
+            assert cmd[cmd.index("--seeds") + 1] == "2" and "--parallel" in cmd
+        assert not any("SIMULATED" in st.note for st in stages if st.name in ("train", "record"))
+        assert not any(st.name == "dumps" for st in stages)
+    q2 = {st.name: st for st in chains.q2(_rehearsal(tmp_path, steps=5))}
+    cmd = q2["train"].command
+    assert cmd[cmd.index("--steps") + 1] == "5"
+    assert cmd[cmd.index("--cap-file") + 1] == f"{tmp_path}/cap.json"
+    assert cmd[cmd.index("--model") + 1] == f"{tmp_path}/model"
+    assert list(q2) == ["task", "prepare", "model", "calibrate", "train", "wait", "collect",
+                        "report", "gate"]  # fmt: skip
+    assert "--model" in q2["calibrate"].command and q2["calibrate"].command[0] == "/r/bin/python"
+    assert q2["report"].command[4] == f"{tmp_path}/train/*/runs/*/wandb"
+    assert q2["model"].note and "stands in" in q2["model"].note
+
+
+def test_the_rehearsals_replay_reads_what_its_training_stage_wrote(tmp_path):
+    q1 = {st.name: st for st in chains.q1(_rehearsal(tmp_path))}
+    assert list(q1) == ["train", "census", "advantages", "gradients", "report"]
+    dumps = f"{tmp_path}/train/runs/swe-never-drop-seed1/dumps/rollout_data/*.pt"
+    assert q1["census"].command[5] == dumps
+    grad = q1["gradients"].command
+    assert grad[grad.index("--model") + 1] == f"{tmp_path}/train/checkpoint-hf"
+    assert f"{tmp_path}/train/checkpoint-hf" in q1["train"].outputs
+    q3 = {st.name: st for st in chains.q3(_rehearsal(tmp_path, force=True))}
+    record = q3["record"].command
+    assert record[3] == "link"
+    assert record[4] == f"{tmp_path}/train/never-drop-seed1/runs/swe-never-drop*-seed1/dumps"
+    oracle = q3["oracle-grad"].command
+    assert oracle[oracle.index("--model") + 1] == f"{tmp_path}/train/never-drop-seed1/checkpoint-hf"
+    assert q3["report"].command[4] == f"{tmp_path}/train/*/runs/*/wandb"
+
+
+def test_a_rehearsal_without_the_framework_sources_is_refused_naming_the_variable(tmp_path, capsys):
+    code = rescue_main(["question", "q1", "--run-dir", str(tmp_path / "q1"), "--rehearsal"])
+    assert code == 2 and not (tmp_path / "q1").exists()
+    assert "MILES_SRC=''" in capsys.readouterr().err
+    (tmp_path / "miles").mkdir()
+    (tmp_path / "miles" / "train_async.py").write_text("")
+    code = rescue_main(["question", "q1", "--run-dir", str(tmp_path / "q1"), "--rehearsal",
+                        "--miles-src", str(tmp_path / "miles"), "--megatron-src", "/nowhere"])  # fmt: skip
+    assert code == 2 and "MEGATRON_SRC='/nowhere'" in capsys.readouterr().err
 
 
 def test_q3_validates_the_pilots_subset_before_the_training_prompts_are_written(tmp_path):
     for rehearsal in (False, True):
-        stages = {st.name: st for st in chains.q3(chains.Settings(tmp_path, rehearsal=rehearsal))}
+        settings = _rehearsal(tmp_path) if rehearsal else chains.Settings(tmp_path)
+        stages = {st.name: st for st in chains.q3(settings)}
         names = list(stages)
         assert names.index("pilot") < names.index("validate") < names.index("subset")
         validated = f"{tmp_path}/validate/subset.txt"
@@ -194,7 +247,12 @@ def test_q1_needs_dumps_and_a_model_on_the_cluster(tmp_path):
     ("target", "variables", "expected"),
     [
         ("q2", {}, "question q2 --run-dir runs/q2"),
-        ("q2", {"REHEARSAL": "1"}, "question q2 --run-dir runs/q2-rehearsal --rehearsal"),
+        (
+            "q2",
+            {"REHEARSAL": "1", "MILES_SRC": "/s", "MEGATRON_SRC": "/m"},
+            "question q2 --run-dir runs/q2-rehearsal --rehearsal --rehearsal-python "
+            '.venv-rehearsal/bin/python --miles-src "/s" --megatron-src "/m"',
+        ),
         ("q2", {"RUN_DIR": "r", "SEEDS": "4", "STEPS": "7"}, "--run-dir r --seeds 4 --steps 7"),
         ("q3", {"REHEARSAL": "1"}, "--q2-dir runs/q2-rehearsal"),
         ("q3", {"Q2_DIR": "x", "FORCE": "1"}, "--q2-dir x --force"),

@@ -335,12 +335,21 @@ def test_make_rehearsal_passes_its_variables(tmp_path):
     run = make("MILES_SRC=/src", "MEGATRON_SRC=/meg", "ARM=drop", "STEPS=5", "OFFPOLICY=tis",
                "REHEARSAL_ARGS=--router sglang")  # fmt: skip
     text = " ".join(run.stdout.replace("\\\n", " ").split())
-    assert f'{venv}/bin/python -m rescue.rehearsal.miles --arm "drop"' in text
+    assert f'{venv}/bin/python -m rescue.rehearsal.miles --launcher "swe" --arm "drop"' in text
     assert '--miles-src "/src"' in text and '--megatron-src "/meg"' in text
     assert '--steps "5"' in text and '--offpolicy "tis"' in text and "--router sglang" in text
     assert "--a " not in text
     with_a = make("MILES_SRC=/src", "MEGATRON_SRC=/meg", "A=0.3")
     assert '--arm "protect" --a "0.3"' in " ".join(with_a.stdout.split())
+
+    def joined(result: subprocess.CompletedProcess) -> str:
+        return " ".join(result.stdout.replace("\\\n", " ").split())
+
+    assert '--launcher "rlvr" --arm "zero"' in joined(
+        make("MILES_SRC=/src", "MEGATRON_SRC=/meg", "LAUNCHER=rlvr")
+    )
+    agent = make("MILES_SRC=/src", "MEGATRON_SRC=/meg", "LAUNCHER=agent", "ARM=turn")
+    assert '--launcher "agent" --arm "turn"' in joined(agent)
     for missing, named in (("MILES_SRC=", "set MILES_SRC"), ("MEGATRON_SRC=", "set MEGATRON_SRC")):
         given = [
             a for a in ("MILES_SRC=/src", "MEGATRON_SRC=/meg") if a.split("=")[0] != missing[:-1]

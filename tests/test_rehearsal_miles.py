@@ -187,3 +187,61 @@ def test_an_interrupted_rehearsal_leaves_no_process_behind(tmp_path, sig):
         )
     else:
         assert proc.returncode == 143
+
+
+@pytest.fixture(scope="module")
+def taught(tmp_path_factory):
+    """One folder of shared inputs per launcher (the taught model, rows, games, cap), made by
+    the first run of the module that needs it and reused by the others (``--inputs``)."""
+    return {name: tmp_path_factory.mktemp(f"inputs-{name}") for name in ("rlvr", "agent")}
+
+
+SYNC_ARMS = [
+    pytest.param("rlvr", "zero", marks=pytest.mark.rehearsal_ci),
+    *[pytest.param("rlvr", arm) for arm in ("mask", "matched", "drgrpo-mask", "survivor", "turn")],
+    pytest.param("agent", "zero", marks=pytest.mark.rehearsal_ci),
+    pytest.param("agent", "mask"),
+    pytest.param("agent", "turn"),
+]
+
+
+@pytest.mark.parametrize(("launcher", "arm"), SYNC_ARMS)
+def test_the_single_turn_and_text_game_arms_train_through_miles_train_py(
+    tmp_path, taught, launcher, arm
+):
+    _require()
+    out = tmp_path / "r"
+    rc, stdout, stderr = _rehearse(
+        out, "--launcher", launcher, "--arm", arm, "--inputs", str(taught[launcher])
+    )
+    assert rc == 0, stdout[-4000:] + stderr[-3000:]
+    checks = _report(out)
+    assert list(checks) == list(CHECKS) and all(c["ok"] for c in checks.values()), checks
+    assert checks["census"]["detail"].startswith("does not apply")
+    assert checks["start"]["detail"].startswith("the first weight update is the taught checkpoint")
+    assert "removed flags:" in stdout and "--colocate" in stdout
+    assert json.loads((out / "command.json").read_text())["entry"] == "train.py"
+    facts = json.loads((out / "report.json").read_text())["facts"]
+    if launcher == "rlvr":
+        cap = json.loads((taught["rlvr"] / "cap.json").read_text())
+        assert 0.2 <= cap["rate"] <= 0.4  # the taught model's own lengths, in the window
+    else:
+        episodes = facts["episodes"]
+        assert episodes["invalid_actions"] + episodes["inadmissible_actions"] > 0
+        assert len(episodes["ends by level"]) >= 2
+
+
+def test_several_arms_run_two_at_a_time_and_each_gets_its_report(tmp_path, taught):
+    _require()
+    out = tmp_path / "r"
+    rc, stdout, stderr = _rehearse(
+        out, "--launcher", "rlvr", "--arm", "zero,mask", "--seeds", "1", "--parallel", "2",
+        "--steps", "1", "--inputs", str(taught["rlvr"]), "--replace",
+    )  # fmt: skip
+    assert rc == 0, stdout[-4000:] + stderr[-3000:]
+    summary = json.loads((out / "summary.json").read_text())
+    assert [r["run"] for r in summary["runs"]] == ["zero-seed1", "mask-seed1"]
+    assert all(r["ok"] for r in summary["runs"])
+    assert stdout.count("Ray head up") == 2 and not out.with_name("r.partial").exists()
+    for name in ("zero-seed1", "mask-seed1"):
+        assert (out / name / "checkpoint-hf" / "model.safetensors").is_file()

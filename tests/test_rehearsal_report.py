@@ -118,3 +118,62 @@ def test_a_failed_job_is_reported_with_the_exception_a_ray_task_raised(tmp_path)
     report = check_run(tmp_path, arm="drop", a=None, job_status="FAILED (exit 1)",
                        steps_checked=1, progress=False)  # fmt: skip
     assert report.checks[0].detail == "Ray job FAILED (exit 1): ValueError: bad step"
+
+
+def test_a_text_game_run_counts_each_episode_once_and_says_why_a_class_is_missing(tmp_path):
+    from rescue.rehearsal.report import episodes
+
+    steps = [
+        {"group_index": 0, "rollout_id": 7, "outcome": "solved", "outcome_reason": "won",
+         "difficulty": 0, "exit_status": "won", "invalid_actions": 1, "inadmissible_actions": 2},
+        {"group_index": 0, "rollout_id": 7, "outcome": "solved", "outcome_reason": "won",
+         "difficulty": 0, "exit_status": "won", "invalid_actions": 1, "inadmissible_actions": 2},
+        {"group_index": 1, "rollout_id": 8, "outcome": "budget_failure", "outcome_reason": "turn_cap",
+         "difficulty": 5, "exit_status": "max_turns", "invalid_actions": 4, "inadmissible_actions": 9},
+    ]  # fmt: skip
+    r = Report()
+    _check_outcomes(r, steps, [], tmp_path, "agent")
+    assert not r.ok and "never seen: submitted_failure/lost" in r.checks[0].detail
+    assert "eating an ingredient" in r.checks[0].detail
+    assert r.facts["outcomes trained (episodes)"] == {"budget_failure/turn_cap": 1, "solved/won": 1}
+    e = episodes(steps)
+    assert (e["episodes"], e["steps"]) == (2, 3)
+    assert (e["invalid_actions"], e["inadmissible_actions"]) == (5, 11)
+    assert e["ends by level"] == {"level 0": {"won": 1}, "level 5": {"max_turns": 1}}
+
+
+def test_a_single_turn_run_needs_solved_wrong_and_truncated_and_no_sandbox(tmp_path):
+    train = [{"outcome": o, "outcome_reason": r} for o, r in [
+        ("solved", "resolved"), ("submitted_failure", "unresolved"),
+        ("budget_failure", "truncated")]]  # fmt: skip
+    r = Report()
+    _check_outcomes(r, train, [], tmp_path, "rlvr")
+    assert r.ok, r.checks[0].detail
+    r = Report()
+    _check_outcomes(r, train[:2], [], tmp_path, "rlvr")
+    assert not r.ok and r.checks[0].detail == "never seen: budget_failure/truncated"
+
+
+def test_start_compares_the_first_update_with_the_taught_checkpoint(tmp_path):
+    torch = pytest.importorskip("torch")
+    from safetensors.torch import save_file
+
+    from rescue.rehearsal.checks import RunFiles
+    from rescue.rehearsal.policy import digest
+    from rescue.rehearsal.report import started_from
+
+    state = {"model.norm.weight": torch.tensor([1.0, 0.5]), "x.weight": torch.ones(2, 2)}
+    save_file(state, str(tmp_path / "model.safetensors"))
+    bf16 = digest({k: v.to(torch.bfloat16) for k, v in state.items()}.items())
+    f = RunFiles(arm="zero", a=None, offpolicy="none", steps_checked=1, max_response_len=8,
+                 trainer_weights=[{"version": "1", "digest": bf16}])  # fmt: skip
+    ok, detail = started_from(f, tmp_path)
+    assert ok and "bit for bit" in detail
+    f.trainer_weights = [{"version": "1", "digest": "other"}]
+    assert not started_from(f, tmp_path)[0]
+    f.trainer_weights = []
+    assert "no first weight update" in started_from(f, tmp_path)[1]
+    assert started_from(f, None) == (
+        True,
+        "does not apply: the trainer starts from Megatron's seeded initialization",
+    )

@@ -169,8 +169,9 @@ def read_inputs(paths: Sequence[str | os.PathLike], *, progress: bool = True) ->
         bar.update(1)
     if wandb_dirs:
         by_id: dict[tuple[Path, str], list[Path]] = {}
-        for d in wandb_dirs:
-            by_id.setdefault((d.parent, d.name.rsplit("-", 1)[-1]), []).append(d)
+        for d in wandb_dirs:  # the run id: the transaction log's name, run-<id>.wandb
+            run_id = min(d.glob("run-*.wandb")).stem.removeprefix("run-")
+            by_id.setdefault((d.parent, run_id), []).append(d)
         with ThreadPoolExecutor(max_workers=max(1, os.cpu_count() or 1)) as pool:
             for run in pool.map(read_wandb_run, [sorted(v) for v in by_id.values()]):
                 result.runs.append(run)

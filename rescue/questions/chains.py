@@ -15,11 +15,12 @@ this module only orders them and names what each reads and writes under the run 
   offline P7) -> gradients (P1, P2) -> report.
 
 The training stage is built in one place, ``training_stage``: on the cluster the
-launchers' sweep, in rehearsal the embedded simulator (``rescue.questions.rehearsal
-train``), which runs the same rescue code (gate, mask, normalizer, census) for a few steps
-and two seeds. That stage is SIMULATED in a rehearsal and says so in its record and in the
-output; every other stage runs its real command. The training rehearsal through Miles' own
-loop on the CPU replaces it by changing ``training_stage`` alone.
+launchers' sweep (q2) or ``make swe-arm`` run after run (q3); in rehearsal the training
+rehearsal (``python -m rescue.rehearsal.miles`` in the rehearsal's environment): the
+launcher's exact command run through Miles' own loop on the CPU with the tiny model, every
+arm x seed a Ray job, two at a time (a Ray head per lane). q1's rehearsal trains one never-drop
+run the same way, and replays its dumps and the checkpoint it wrote. A rehearsal stage
+that still cannot run on a CPU says what stands in for it, and why, in its note.
 """
 
 from __future__ import annotations
@@ -35,10 +36,8 @@ PY = sys.executable
 RESCUE = (PY, "-m", "rescue")
 REHEARSE = (PY, "-m", "rescue.questions.rehearsal")
 
-#: The single-turn arms of q2 on the cluster (launch/rlvr_config.sh ARMS) and their
-#: simulator names in rehearsal (the simulator has no Dr. GRPO arm).
+#: The single-turn arms of q2 (launch/rlvr_config.sh ARMS).
 Q2_ARMS = ("zero", "mask", "matched", "drgrpo-mask", "survivor", "turn")
-Q2_SIM_ARMS = ("zero", "mask", "matched", "survivor", "turn-baseline")
 #: The SWE arms of q3 (launch/config.sh): arm name and RESCUE_A.
 Q3_ARMS = (
     ("drop", None),
@@ -47,14 +46,14 @@ Q3_ARMS = (
     ("protect", 0.5),
     ("pace", None),
 )
-Q3_SIM_ARMS = ("drop", "never-drop", "protect:0.25", "protect:0.5", "pace")
-SIM_SCENARIO = {"q2": "budget-three-outcome", "q3": "swe-like"}
-
-SIMULATED_NOTE = (
-    "SIMULATED: REHEARSAL=1 trains on the embedded simulator (rescue sim, the same gate, mask, "
-    "normalizer and census code as the Miles adapters), not through Miles' loop; every other "
-    "stage runs its real command"
-)
+#: The arm whose run q1's rehearsal replays (the arm that records on the cluster).
+Q1_ARM = "never-drop"
+#: Rehearsal defaults: trained steps per run (the driver makes one more rollout) and runs
+#: at once on the Ray head.
+REHEARSAL_STEPS = {"q1": 3, "q2": 2, "q3": 2}
+PARALLEL = 2
+#: The chat template the rehearsal's tiny tokenizer gets (the Qwen3 family's, from Miles).
+TEMPLATE = "miles/utils/chat_template_utils/templates/qwen3_fixed.jinja"
 #: The repository (commands run here) and the rehearsal's fixtures in it: tiny GSM8K and
 #: SWE-smith rows.
 REPO = Path(__file__).resolve().parents[2]
@@ -68,15 +67,33 @@ class Settings:
     run_dir: Path
     rehearsal: bool = False
     seeds: int = 3
-    steps: int = 0  # 0: the launchers' / simulator's own default
+    steps: int = 0  # 0: the launchers' own default (REHEARSAL_STEPS in rehearsal)
     force: bool = False
     q2_dir: Path | None = None
     dumps: str = ""
     model: str = ""
+    #: The rehearsal's Python (its own environment) and the framework sources it runs.
+    rehearsal_python: str = ""
+    miles_src: str = ""
+    megatron_src: str = ""
     extra: dict[str, str] = field(default_factory=dict)
 
     def path(self, *parts: str) -> str:
         return str(self.run_dir.joinpath(*parts))
+
+    def rehearse(self, *argv: str) -> tuple[str, ...]:
+        """A command of the rehearsal's environment: ``REHEARSAL_PY -m ARGV``."""
+        return (self.rehearsal_python or PY, "-m", *argv)
+
+    def trainer(self, launcher: str, arms: str, seeds: int, out: str, *more: str) -> tuple:
+        """The training rehearsal's command: ``arms`` x ``seeds`` through Miles' loop."""
+        steps = self.steps or REHEARSAL_STEPS["q2" if launcher == "rlvr" else "q3"]
+        return (
+            *self.rehearse("rescue.rehearsal.miles"), "--launcher", launcher, "--arm", arms,
+            *(("--seeds", str(seeds)) if seeds > 1 else ("--seed", "1")),
+            "--parallel", str(PARALLEL), "--steps", str(steps), "--miles-src", self.miles_src,
+            "--megatron-src", self.megatron_src, *more, "--replace", "--out", out,
+        )  # fmt: skip
 
 
 def _make(target: str, **variables: str) -> tuple[str, ...]:
@@ -87,32 +104,32 @@ def training_stage(question: str, s: Settings, inputs: tuple[str, ...]) -> Stage
     """The one place the training of a question is chosen (see the module docstring)."""
     out = s.path("train")
     progress = s.path("progress", "train.json")
-    if s.rehearsal:
-        arms = Q2_SIM_ARMS if question == "q2" else Q3_SIM_ARMS
-        cmd = (
-            *REHEARSE,
-            "train",
-            "--scenario",
-            SIM_SCENARIO[question],
-            "--arms",
-            ",".join(arms),
-            "--seeds",
-            str(s.seeds),
-            "--steps",
-            str(s.steps or 40),
-            "--out",
-            out,
-        )
-        if question == "q2":
-            cmd += ("--cap-file", s.path("cap.json"), "--data", s.path("data", "prompts.jsonl"))
+    if s.rehearsal and question == "q2":
+        cmd = s.trainer(
+            "rlvr", ",".join(Q2_ARMS), s.seeds, out, "--model", s.path("model"),
+            "--prompt-data", s.path("data", "prompts.jsonl"), "--cap-file", s.path("cap.json"),
+        )  # fmt: skip
         return Stage(
             "train",
             cmd,
             inputs=inputs,
-            outputs=(out,),
-            progress=progress,
-            job=f"rescue sim --scenario {SIM_SCENARIO[question]} (simulated training)",
-            note=SIMULATED_NOTE,
+            outputs=(s.path("train", "summary.json"),),
+            job="the single-turn arms x seeds through Miles' train.py on the CPU "
+            "(python -m rescue.rehearsal.miles --launcher rlvr)",
+        )
+    if s.rehearsal:
+        arms = ",".join(f"{arm}{'' if a is None else f':{a}'}" for arm, a in Q3_ARMS)
+        cmd = s.trainer("swe", arms, s.seeds, out, "--prompt-data", s.path("data", "train.jsonl"))
+        return Stage(
+            "train",
+            cmd,
+            inputs=inputs,
+            outputs=(s.path("train", "summary.json"),),
+            job="the SWE arms x seeds through Miles' train_async.py on the CPU against the "
+            "stand-in docker (python -m rescue.rehearsal.miles --launcher swe)",
+            note="the SWE agent is a scripted one (a random tiny model never writes a tool "
+            "call) whose replies carry the tiny model's log-probs; the sandboxes are the "
+            "stand-in docker's folder copies (no Docker daemon here)",
         )
     if question == "q2":
         cmd = _make(
@@ -166,48 +183,51 @@ def q2(s: Settings) -> list[Stage]:
     data, cap = s.path("data", "prompts.jsonl"), s.path("cap.json")
     report = s.path("report")
     if s.rehearsal:
-        prepare = Stage(
-            "prepare",
-            (
-                *RESCUE,
-                "rlvr",
-                "prepare",
-                "--dataset",
-                "gsm8k",
-                "--source",
-                str(FIXTURES / "gsm8k_rows.jsonl"),
-                "--out",
-                data,
+        task, model = s.path("data", "task.jsonl"), s.path("model")
+        stages = [
+            Stage(
+                "task",
+                (*s.rehearse("rescue.rehearsal.singleturn"), "--rows", "40", "--out", task),
+                outputs=(task,),
+                job="the rehearsal's single-turn task (box a digit, in GSM8K's schema)",
+                note="a task the tiny model can learn on a CPU instead of GSM8K: its digit in "
+                "a \\boxed{}, graded by Miles' math grader",
             ),
-            inputs=(str(FIXTURES / "gsm8k_rows.jsonl"),),
-            outputs=(data,),
-            job="rescue rlvr prepare (the repository's GSM8K rows)",
-        )
+            Stage(
+                "prepare",
+                (*RESCUE, "rlvr", "prepare", "--dataset", "gsm8k", "--source", task,
+                 "--out", data),
+                inputs=(task,),
+                outputs=(data,),
+                job="rescue rlvr prepare (the task's rows)",
+            ),
+            Stage(
+                "model",
+                (*s.rehearse("rescue.rehearsal.singleturn"), "--out", model, "--template",
+                 str(Path(s.miles_src) / TEMPLATE), "--seed", "1"),
+                outputs=(f"{model}/model.safetensors",),
+                job="the tiny Qwen3 taught the task (rescue.rehearsal.singleturn)",
+                note="a tiny model of the Qwen3 family taught the task's format on the CPU "
+                "stands in for the pretrained Qwen3-1.7B",
+            ),
+        ]  # fmt: skip
         calibrate = Stage(
             "calibrate",
-            (*REHEARSE, "calibrate", "--data", data, "--out", cap),
-            inputs=(data,),
+            (*s.rehearse("rescue.questions.rehearsal"), "calibrate", "--data", data,
+             "--model", model, "--out", cap),
+            inputs=(data, f"{model}/model.safetensors"),
             outputs=(cap,),
-            job="rescue rlvr calibrate against the stand-in SGLang engine",
-            note="the stand-in engine gives every response one length, so the "
-            "window is [0, 1]: the hand-off is real, the rate is not",
-        )
-        train = training_stage("q2", s, (data, cap))
+            job="rescue rlvr calibrate against the stand-in engine serving the taught model",
+        )  # fmt: skip
+        train = training_stage("q2", s, (data, cap, f"{model}/model.safetensors"))
         wait = Stage(
             "wait",
-            (
-                *REHEARSE,
-                "wait",
-                s.path("train"),
-                "--arms",
-                ",".join(Q2_SIM_ARMS),
-                "--seeds",
-                str(s.seeds),
-            ),
-            inputs=(s.path("train"),),
-            job="check every arm x seed finished",
-        )
-        runs = s.path("train")
+            (*REHEARSE, "wait", s.path("train"), "--arms", ",".join(Q2_ARMS),
+             "--seeds", str(s.seeds)),
+            inputs=(s.path("train", "summary.json"),),
+            job="check every arm x seed trained and passed its rehearsal checks",
+        )  # fmt: skip
+        runs = s.path("train", "*", "runs", "*", "wandb")
     else:
         prepare = Stage(
             "prepare",
@@ -239,10 +259,11 @@ def q2(s: Settings) -> list[Stage]:
             job="rescue rlvr watch (until every run has ended)",
         )
         runs = s.path("out", "rlvr-*", "wandb")
+        stages = [prepare]
     collect = Stage(
         "collect",
         (*REHEARSE, "collect", runs, "--out", s.path("runs.json")),
-        inputs=(s.path("train"),),
+        inputs=(s.path("train", "summary.json" if s.rehearsal else "plan.jsonl"),),
         outputs=(s.path("runs.json"),),
         job="list every run's census for the report",
     )
@@ -260,36 +281,42 @@ def q2(s: Settings) -> list[Stage]:
         outputs=(s.path("gate.json"),),
         job="the P3 gate (go / no go for q3)",
     )
-    return [prepare, calibrate, train, wait, collect, judge, gate]
+    return [*stages, calibrate, train, wait, collect, judge, gate]
 
 
 def q1(s: Settings) -> list[Stage]:
     stages: list[Stage] = []
-    dumps = s.dumps
+    dumps, model = s.dumps, s.model
     if s.rehearsal:
-        dumps = s.path("dumps")
+        train = s.path("train")
         stages.append(
             Stage(
-                "dumps",
-                (*REHEARSE, "dumps", "--out", dumps, "--steps", "2"),
-                outputs=(dumps,),
-                job="synthetic debug dumps (Miles' sample schema)",
-                note="SIMULATED: the dumps of a finished run are drawn by "
-                "rescue.replay.synthetic; every replay stage is real",
+                "train",
+                (*s.rehearse("rescue.rehearsal.miles"), "--launcher", "swe", "--arm", Q1_ARM,
+                 "--steps", str(s.steps or REHEARSAL_STEPS["q1"]), "--miles-src", s.miles_src,
+                 "--megatron-src", s.megatron_src, "--replace", "--out", train),
+                outputs=(f"{train}/report.json", f"{train}/checkpoint-hf"),
+                job=f"a {Q1_ARM} run through Miles' train_async.py on the CPU, with its dumps and "
+                "its last checkpoint (python -m rescue.rehearsal.miles)",
+                note="the SWE agent is a scripted one (a random tiny model never writes a tool "
+                "call) whose replies carry the tiny model's log-probs; the sandboxes are the "
+                "stand-in docker's folder copies (no Docker daemon here)",
             )
-        )
+        )  # fmt: skip
+        dumps = s.path("train", "runs", f"swe-{Q1_ARM}-seed1", "dumps", "rollout_data")
+        model = model or s.path("train", "checkpoint-hf")
     elif not dumps:
         raise InputError("q1 needs DUMPS=DIR, the debug dumps of a finished run (rollout_*.pt)")
     pattern = str(Path(dumps) / "*.pt")
-    model = s.model or ("tiny-gpt2" if s.rehearsal else "")
     if not model:
         raise InputError("q1 needs MODEL=PATH, the Hugging Face checkpoint the run started from")
     replay = s.path("replay")
+    inputs = (s.path("train", "report.json"),) if s.rehearsal else (dumps,)
     stages += [
         Stage(
             "census",
             (*RESCUE, "replay", "census", pattern, "--json"),
-            inputs=(dumps,),
+            inputs=inputs,
             outputs=(f"{replay}/census.json",),
             stdout=f"{replay}/census.json",
             job="rescue replay census",
@@ -297,7 +324,7 @@ def q1(s: Settings) -> list[Stage]:
         Stage(
             "advantages",
             (*RESCUE, "replay", "advantages", pattern, "--json"),
-            inputs=(dumps,),
+            inputs=inputs,
             outputs=(f"{replay}/advantages.json",),
             stdout=f"{replay}/advantages.json",
             job="rescue replay advantages (arms (a)-(e), offline P7)",
@@ -305,7 +332,7 @@ def q1(s: Settings) -> list[Stage]:
         Stage(
             "gradients",
             (*RESCUE, "replay", "gradients", pattern, "--model", model, "--json"),
-            inputs=(dumps,),
+            inputs=inputs,
             outputs=(f"{replay}/gradients.json",),
             stdout=f"{replay}/gradients.json",
             job="rescue replay gradients (P1, P2)",
@@ -419,34 +446,22 @@ def q3(s: Settings) -> list[Stage]:
     stages.append(training_stage("q3", s, (train_data,)))
     oracle = s.path("oracle")
     record = s.path("record")
-    if s.rehearsal:
-        stages.append(
-            Stage(
-                "record",
-                (*REHEARSE, "dumps", "--out", record, "--steps", "2", "--recorded"),
-                outputs=(record,),
-                job="a never-drop recording's dumps (synthetic, gate-tagged)",
-                note="SIMULATED: the recorded cohort is drawn by rescue.replay.synthetic "
-                "and tagged by rescue's own gate; the oracle stages are real",
-            )
+    never_drop = s.path("train", "never-drop-seed1") if s.rehearsal else ""
+    recorded = (
+        f"{never_drop}/runs/swe-never-drop*-seed1/dumps"
+        if s.rehearsal
+        else s.path("out", "swe-never-drop*-seed1", "dumps")
+    )
+    stages.append(
+        Stage(
+            "record",
+            (*REHEARSE, "link", recorded, "--out", record),
+            inputs=(s.path("train", "summary.json") if s.rehearsal else s.path("train"),),
+            outputs=(record,),
+            job="the never-drop run's dumps",
         )
-    else:
-        stages.append(
-            Stage(
-                "record",
-                (
-                    *REHEARSE,
-                    "link",
-                    s.path("out", "swe-never-drop*-seed1", "dumps"),
-                    "--out",
-                    record,
-                ),
-                inputs=(s.path("train"),),
-                outputs=(record,),
-                job="the never-drop run's dumps",
-            )
-        )
-    model = s.model or ("tiny-gpt2" if s.rehearsal else "")
+    )
+    model = s.model or (f"{never_drop}/checkpoint-hf" if s.rehearsal else "")
     stages += [
         Stage(
             "oracle-build",
@@ -494,13 +509,20 @@ def q3(s: Settings) -> list[Stage]:
             job="rescue oracle compare",
         )
     )
-    runs = s.path("train") if s.rehearsal else s.path("out", "swe-*", "wandb")
+    runs = (
+        s.path("train", "*", "runs", "*", "wandb")
+        if s.rehearsal
+        else s.path("out", "swe-*", "wandb")
+    )
     report = s.path("report")
     stages.append(
         Stage(
             "report",
             (*RESCUE, "report", runs, "--out", report, "--no-progress"),
-            inputs=(s.path("train"), f"{oracle}/compare.json"),
+            inputs=(
+                s.path("train", "summary.json") if s.rehearsal else s.path("train"),
+                f"{oracle}/compare.json",
+            ),
             outputs=(f"{report}/report.json",),
             job="rescue report (P5, P6)",
         )

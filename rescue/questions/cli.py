@@ -3,7 +3,9 @@
 The stages are ``rescue.questions.chains``'; the runner is ``rescue.stages.Runner``: a
 done stage with unchanged inputs is skipped, a failed or interrupted one restarted, and a
 failure names the stage, its job and its log (exit status 1). ``--rehearsal`` runs the
-same chain on a CPU in minutes, the training stage simulated (it says so).
+same chain on a CPU in minutes, every training stage through Miles' own loop with a tiny
+model (``rescue.rehearsal.miles``, in the rehearsal's environment, with the Miles and
+Megatron-LM sources given).
 
 q3 starts only when q2's gate (``Q2_DIR/gate.json``) says go, or with ``--force``, which
 the settings and q3's report record.
@@ -26,7 +28,21 @@ def configure(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--rehearsal",
         action="store_true",
-        help="the chain on a CPU in minutes, training simulated (default off)",
+        help="the chain on a CPU in minutes, training through Miles' loop with a tiny model "
+        "(default off; needs --miles-src and --megatron-src)",
+    )
+    parser.add_argument(
+        "--rehearsal-python",
+        default="",
+        help="rehearsal: the Python of the rehearsal's environment (default this one)",
+    )
+    parser.add_argument(
+        "--miles-src", default="", help="rehearsal: a Miles checkout (MILES_SRC; required)"
+    )
+    parser.add_argument(
+        "--megatron-src",
+        default="",
+        help="rehearsal: a Megatron-LM checkout (MEGATRON_SRC; required)",
     )
     parser.add_argument(
         "--seeds",
@@ -38,7 +54,8 @@ def configure(parser: argparse.ArgumentParser) -> None:
         "--steps",
         type=int,
         default=0,
-        help="training steps per run (default: the launchers' own; 40 in rehearsal)",
+        help="training steps per run (default: the launchers' own; in rehearsal 2 for q2 and "
+        "q3, 3 for q1)",
     )
     parser.add_argument("--q2-dir", default=None, help="q3: q2's run folder (default runs/q2)")
     parser.add_argument(
@@ -50,7 +67,8 @@ def configure(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--model",
         default="",
-        help="q1/q3: the model replay differentiates (default tiny-gpt2 in rehearsal)",
+        help="q1/q3: the model replay differentiates (default in rehearsal: the checkpoint "
+        "the training stage wrote)",
     )
 
 
@@ -80,6 +98,16 @@ def main(args: argparse.Namespace) -> int:
     if seeds < 1 or args.steps < 0:
         raise InputError(f"--seeds {seeds} --steps {args.steps}: allowed seeds >= 1, steps >= 0")
     q2_dir = Path(args.q2_dir or "runs/q2").resolve()
+    if args.rehearsal:
+        for flag, value, what, marker in (
+            ("MILES_SRC", args.miles_src, "a Miles checkout", "train_async.py"),
+            ("MEGATRON_SRC", args.megatron_src, "a Megatron-LM checkout", "megatron/training"),
+        ):
+            if not value or not (Path(value) / marker).exists():
+                raise InputError(
+                    f"{flag}={value!r}: REHEARSAL=1 trains through Miles' loop and needs {what} "
+                    f"(with {marker}): set {flag}=/path"
+                )
     settings = Settings(
         run_dir,
         rehearsal=args.rehearsal,
@@ -89,6 +117,9 @@ def main(args: argparse.Namespace) -> int:
         q2_dir=q2_dir,
         dumps=args.dumps,
         model=args.model,
+        rehearsal_python=args.rehearsal_python,
+        miles_src=str(Path(args.miles_src).resolve()) if args.miles_src else "",
+        megatron_src=str(Path(args.megatron_src).resolve()) if args.megatron_src else "",
     )
     recorded = {"REHEARSAL": int(args.rehearsal), "SEEDS": seeds, "STEPS": args.steps}
     if args.question == "q3":
@@ -99,8 +130,8 @@ def main(args: argparse.Namespace) -> int:
     stages = QUESTIONS[args.question](settings)
     if args.rehearsal:
         print(
-            f"{args.question}: REHEARSAL=1: the training stage is SIMULATED (rescue sim); "
-            "every other stage runs its real command"
+            f"{args.question}: REHEARSAL=1: training through Miles' own loop on this CPU with a "
+            "tiny model; a stage that stands in for a cluster one says so"
         )
     code = Runner(run_dir, stages, question=args.question, settings=recorded, cwd=REPO).run()
     if code == 0:

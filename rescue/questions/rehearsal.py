@@ -5,14 +5,13 @@ no decision of its own: calibration, training, replay and judging are the existi
 commands' code, called as they are.
 
 - ``calibrate``: ``rescue rlvr calibrate`` against the rehearsal's stand-in SGLang engine
-  (``rescue.rehearsal.engine``), started here on a free port with its offline tokenizer.
-- ``train``: the SIMULATED training stage: reads the cap file as ``rlvr-arm`` does (q2),
-  then ``rescue sim`` with the question's scenario, arms, seeds and steps.
-- ``wait``: checks that every arm x seed of a simulated training wrote its census.
+  (``rescue.rehearsal.engine``) serving the taught tiny model (``--model``), started here
+  on a free port: every response is sampled from the model, so the truncation rates are
+  the model's own.
+- ``wait``: checks that the training rehearsal ran every arm x seed and each passed its
+  checks (its ``summary.json``).
 - ``collect``: lists the runs the report will read (``runs.json``), an error when none.
 - ``gate``: reads q2's report, prints P3's verdict and interval, writes ``gate.json``.
-- ``dumps``: synthetic debug dumps (``rescue.replay.synthetic``), ``--recorded`` as a
-  never-drop recording tagged by rescue's gate.
 - ``pilot``: drawn trial outcomes per task, then ``rescue swe pilot --summarize-only``.
 - ``validate``: ``rescue swe validate`` of the pilot's subset through the stand-in docker
   (``rescue.rehearsal.docker``), each task's image the tiny calc repository
@@ -43,96 +42,56 @@ def _cli(argv: list[str]) -> int:
     return main(argv)
 
 
+#: The rehearsal calibration's candidate caps and window (the window is the launcher's
+#: default, CAL_LOW and CAL_HIGH of launch/rlvr_config.sh), prompts and responses per prompt.
+CAL_CAPS = "16 24 32 48 64 96"
+CAL_WINDOW = ("0.2", "0.4")
+CAL_PROMPTS, CAL_N = 16, 8
+
+
 def calibrate(args: argparse.Namespace) -> int:
-    import tempfile
-
+    """``rescue rlvr calibrate`` against the stand-in engine serving the taught model
+    (``rescue.rehearsal.singleturn``): the engine samples every response from the model
+    itself, so the truncation rates are the model's own and the window is the launcher's."""
     from rescue.rehearsal.engine import Engine, Model
-    from rescue.rehearsal.tokenizer import build_model_dir
+    from rescue.rehearsal.policy import Policy
 
-    template = (
-        "{% for m in messages %}<|im_start|>{{ m.role }}\n{{ m.content }}<|im_end|>\n{% endfor %}"
-        "{% if add_generation_prompt %}<|im_start|>assistant\n{% endif %}"
-    )
+    model_dir = Path(args.model)
+    if not (model_dir / "model.safetensors").is_file():
+        raise InputError(f"--model={model_dir}: no model.safetensors (a taught model folder)")
     prompts = sum(1 for line in Path(args.data).read_text().splitlines() if line.strip())
-    with tempfile.TemporaryDirectory() as tmp:
-        folder = build_model_dir(Path(tmp), template, max_position_embeddings=4096)
-        engine = Engine(Model(folder), port=0).start()
-        try:
-            return _cli(
-                [
-                    "rlvr",
-                    "calibrate",
-                    "--data",
-                    args.data,
-                    "--model",
-                    str(folder),
-                    "--base-url",
-                    f"http://127.0.0.1:{engine.port}",
-                    "--caps",
-                    args.caps,
-                    "--out",
-                    args.out,
-                    "--prompts",
-                    str(min(prompts, 8)),
-                    "--n",
-                    "2",
-                    "--low",
-                    "0",
-                    "--high",
-                    "1",
-                    "--concurrency",
-                    "4",
-                ]
-            )
-        finally:
-            engine.close()
-
-
-def train(args: argparse.Namespace) -> int:
-    if args.cap_file:
-        from rescue.rlvr.calibrate import read_cap
-
-        cap = read_cap(args.cap_file, data=args.data)
-        print(f"cap {cap} from {args.cap_file} (the simulator's turn cap stands in for it)")
-    print("SIMULATED training: rescue sim, not Miles' loop", flush=True)
-    return _cli(
-        [
-            "sim",
-            "--scenario",
-            args.scenario,
-            "--arms",
-            args.arms,
-            "--seeds",
-            str(args.seeds),
-            "--first-seed",
-            "1",
-            "--steps",
-            str(args.steps),
-            "--out",
-            args.out,
-            "--no-wandb",
-            "--no-plots",
-            "--workers",
-            str(min(2, os.cpu_count() or 1)),
-        ]
-    )
+    engine = Engine(Model(model_dir, policy=Policy(model_dir, seed=args.seed)), port=0).start()
+    try:
+        return _cli(
+            ["rlvr", "calibrate", "--data", args.data, "--model", str(model_dir),
+             "--base-url", f"http://127.0.0.1:{engine.port}", "--caps", args.caps,
+             "--out", args.out, "--prompts", str(min(prompts, CAL_PROMPTS)), "--n", str(CAL_N),
+             "--low", CAL_WINDOW[0], "--high", CAL_WINDOW[1], "--concurrency", "4",
+             "--seed", str(args.seed)]
+        )  # fmt: skip
+    finally:
+        engine.close()
 
 
 def wait(args: argparse.Namespace) -> int:
-    folder = Path(args.train)
-    missing = []
-    if not (folder / "census").is_dir():
-        print(f"no census folder in {folder}: the training stage wrote no run", file=sys.stderr)
+    summary = Path(args.train) / "summary.json"
+    if not summary.is_file():
+        print(f"no {summary}: the training stage wrote no run", file=sys.stderr)
         return 1
-    for arm in args.arms.split(","):
-        for seed in range(1, args.seeds + 1):
-            f = folder / "census" / f"{arm}-seed{seed}.jsonl"
-            if not f.is_file() or not f.read_text().strip():
-                missing.append(str(f))
-    if missing:
-        print(f"runs without a census: {', '.join(missing)}", file=sys.stderr)
+    runs = {r["run"]: r for r in json.loads(summary.read_text())["runs"]}
+    want = [
+        f"{arm}-seed{seed}" for arm in args.arms.split(",") for seed in range(1, args.seeds + 1)
+    ]
+    missing = [name for name in want if name not in runs]
+    failed = [
+        f"{name} ({runs[name]['status']})" for name in want if name in runs and not runs[name]["ok"]
+    ]
+    if missing or failed:
+        print(f"runs missing: {', '.join(missing) or 'none'}; runs failing their checks: "
+              f"{', '.join(failed) or 'none'}", file=sys.stderr)  # fmt: skip
         return 1
-    print(f"every run finished: {len(args.arms.split(','))} arms x {args.seeds} seeds")
+    print(f"every run trained and passed its checks: {len(args.arms.split(','))} arms x "
+          f"{args.seeds} seeds")  # fmt: skip
     return 0
 
 
@@ -196,39 +155,6 @@ def gate(args: argparse.Namespace) -> int:
 
 def _num(x: float | None) -> str:
     return "n/a" if x is None else f"{x:.3g}"
-
-
-def dumps(args: argparse.Namespace) -> int:
-    import torch
-
-    from rescue.replay.synthetic import synthetic_step
-
-    out = Path(args.out)
-    out.mkdir(parents=True, exist_ok=True)
-    for rid in range(args.steps):
-        payload = synthetic_step(rollout_id=rid, seed=rid, groups=args.groups, G=4)
-        if args.recorded:
-            _tag_recorded(payload, rid)
-        torch.save(payload, out / f"rollout_{rid}.pt")
-    print(f"{args.steps} synthetic dump(s) in {out}")
-    return 0
-
-
-def _tag_recorded(payload: dict, rollout_id: int, k: int = 1, seed: int = 7) -> None:
-    """A never-drop recording: groups 0 and 1 (of every 4) arrive K + 1 versions late; every group goes
-    through rescue's gate (``gate_group``) as the buffer of a recording run does."""
-    from rescue.gate import Gate
-    from rescue.samples import gate_group
-
-    current = rollout_id + k + 1
-    groups: dict[int, list[dict]] = {}
-    for s in payload["samples"]:
-        lag = k + 1 if s["group_index"] % 4 in (0, 1) else 0
-        s["weight_versions"] = [str(current - lag)] * max(len(s["weight_versions"]), 1)
-        groups.setdefault(s["group_index"], []).append(s)
-    g = Gate(arm="never-drop", seed=seed, max_staleness=k)
-    for group in groups.values():
-        gate_group(g, group, current)
 
 
 def pilot(args: argparse.Namespace) -> int:
@@ -366,17 +292,11 @@ def build_parser() -> argparse.ArgumentParser:
     sub = p.add_subparsers(dest="command", required=True)
     c = sub.add_parser("calibrate")
     c.add_argument("--data", required=True)
+    c.add_argument("--model", required=True)
     c.add_argument("--out", required=True)
-    c.add_argument("--caps", default="64 2048")
+    c.add_argument("--caps", default=CAL_CAPS)
+    c.add_argument("--seed", type=int, default=1)
     c.set_defaults(fn=calibrate)
-    t = sub.add_parser("train")
-    for name in ("--scenario", "--arms", "--out"):
-        t.add_argument(name, required=True)
-    t.add_argument("--seeds", type=int, default=2)
-    t.add_argument("--steps", type=int, default=40)
-    t.add_argument("--cap-file", default="")
-    t.add_argument("--data", default=None)
-    t.set_defaults(fn=train)
     w = sub.add_parser("wait")
     w.add_argument("train")
     w.add_argument("--arms", required=True)
@@ -390,12 +310,6 @@ def build_parser() -> argparse.ArgumentParser:
     g.add_argument("report")
     g.add_argument("--out", required=True)
     g.set_defaults(fn=gate)
-    d = sub.add_parser("dumps")
-    d.add_argument("--out", required=True)
-    d.add_argument("--steps", type=int, default=4)
-    d.add_argument("--groups", type=int, default=3)
-    d.add_argument("--recorded", action="store_true")
-    d.set_defaults(fn=dumps)
     q = sub.add_parser("pilot")
     q.add_argument("--tasks", required=True)
     q.add_argument("--out", required=True)

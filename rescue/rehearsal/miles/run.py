@@ -1,8 +1,8 @@
 """``make rehearsal``: arms trained through Miles' own loop, on a CPU, for a few steps.
 
 ``python -m rescue.rehearsal.miles [--launcher swe|rlvr|agent] --arm ARM --miles-src M
---megatron-src L`` (one run), or ``--arms A,B --seeds N [--parallel 2]`` (every arm x seed,
-each its own run, on one Ray head):
+--megatron-src L`` (one run), or ``--arm A,B --seeds N [--parallel 2]`` (every arm x seed,
+each its own run, lane by lane on the Ray heads of ``--parallel`` lanes):
 
 1. Builds the inputs the runs share (``rescue.rehearsal.miles.inputs``): the tiny model
    (the SWE launcher's drawn from ``--seed``; the single-turn and text-game launchers' taught
@@ -15,12 +15,15 @@ each its own run, on one Ray head):
 3. Applies the ``argument`` rows of ``rescue.rehearsal.miles.changes.CHANGES`` and prints
    the whole table once (patches and probes load in every process through
    ``sitecustomize``).
-4. Starts one Ray head (free ports, logical resources for ``--parallel`` runs at once),
-   then for each run the stand-in engine (``rescue.rehearsal.engine --policy``: the tiny
+4. For each run, starts the stand-in engine (``rescue.rehearsal.engine --policy``: the tiny
    model, Miles' weight updates by broadcast) with the parsers and context the command asks
-   SGLang for, checks it (pre-flight: a SWE engine must return ``tool_calls``, a single-turn
-   or text-game engine a sampled reply), and submits the run's job; at most ``--parallel``
-   jobs run at once, and the steps each has trained are printed every 30 s.
+   SGLang for and checks it (pre-flight: a SWE engine must return ``tool_calls``, a
+   single-turn or text-game engine a sampled reply; a failure stops the rehearsal there,
+   before Ray), then submits the run's job to a Ray head of the rehearsal's own: one per
+   lane of ``--parallel`` (free ports, two logical GPUs: Miles checks the engine's GPU id
+   against the one Ray gives its bundle, so each head holds one run at a time), started for
+   the lane's first run and reused by the next; the steps each run has trained are printed
+   every 30 s.
 5. When a run's job ends, stops its engine and every process of its folder, checks it
    (``rescue.rehearsal.report``), profiles it and prints its report; at the end stops the
    Ray head and every process it started (also on failure, Ctrl-C or SIGTERM: processes are
@@ -93,6 +96,7 @@ class RunSpec:
     marks: dict[str, float] = field(default_factory=dict)
     inputs: dict[str, Any] = field(default_factory=dict)
     ports: dict[str, int] = field(default_factory=dict)
+    lane: int = 0
 
     @property
     def name(self) -> str:
@@ -179,15 +183,16 @@ def wait_http(url: str, deadline_s: float, proc: subprocess.Popen | None = None)
 
 
 @contextlib.contextmanager
-def processes(out: Path, ray_dir: Path) -> Iterator[list[subprocess.Popen]]:
+def processes(out: Path, ray_dirs: list[Path]) -> Iterator[list[subprocess.Popen]]:
     """Processes started here; on exit every process whose environment names ``out`` (or a
-    run folder under it) is stopped and Ray's temporary folder ``ray_dir`` removed."""
+    run folder under it) is stopped and Ray's temporary folders ``ray_dirs`` removed."""
     started: list[subprocess.Popen] = []
     try:
         yield started
     finally:
         stop_all(started, out)
-        shutil.rmtree(ray_dir, ignore_errors=True)
+        for ray_dir in ray_dirs:
+            shutil.rmtree(ray_dir, ignore_errors=True)
 
 
 def stop_all(started: list[subprocess.Popen], out: Path) -> None:
@@ -268,7 +273,7 @@ def _engine_command(flags: list[str], port: int, model: Path, folder: Path, seed
     return cmd
 
 
-def _ray_command(ports: dict[str, int], ray_dir: Path, parallel: int) -> list[str]:
+def _ray_command(ports: dict[str, int], ray_dir: Path) -> list[str]:
     return [
         str(Path(sys.executable).with_name("ray")), "start", "--head", "--block",
         "--node-ip-address", "127.0.0.1", "--port", str(ports["gcs"]),
@@ -276,8 +281,8 @@ def _ray_command(ports: dict[str, int], ray_dir: Path, parallel: int) -> list[st
         "--ray-client-server-port", str(ports["client"]),
         "--dashboard-agent-listen-port", str(ports["agent"]),
         "--metrics-export-port", str(ports["metrics"]),
-        "--num-cpus", str(8 * parallel), "--num-gpus", str(2 * parallel),
-        "--temp-dir", str(ray_dir), "--disable-usage-stats",
+        "--num-cpus", "8", "--num-gpus", "2", "--temp-dir", str(ray_dir),
+        "--disable-usage-stats",
     ]  # fmt: skip
 
 
@@ -312,7 +317,9 @@ class Rehearsal:
         self.runs = plan(args, out)
         self.shared: dict[str, Any] = {}
         self.started: list[subprocess.Popen] = []
-        self.dashboard = ""
+        #: One Ray head per lane (``--parallel`` lanes), started for the lane's first run.
+        self.dashboards: list[str] = [""] * args.parallel
+        self.busy: list[bool] = [False] * args.parallel
         self.printed_table = False
 
     def build_inputs(self) -> None:
@@ -401,11 +408,12 @@ class Rehearsal:
             env_vars[FAULT_ENV] = self.args.fault
         return env_vars
 
-    def start_ray(self) -> None:
-        ray_dir = Path(f"/tmp/rrh-{os.getpid()}")
-        self.ray_dir = ray_dir
+    def start_ray(self, lane: int) -> str:
+        """The lane's Ray head (its own ports, two logical GPUs: a run's train actor and its
+        external engine, so every run's engine is logical GPU 1, as its server info says)."""
+        ray_dir = Path(f"/tmp/rrh-{os.getpid()}-{lane}")
         ports = {k: free_port() for k in ("gcs", "dashboard", "client", "agent", "metrics")}
-        self.dashboard = f"http://127.0.0.1:{ports['dashboard']}"
+        dashboard = f"http://127.0.0.1:{ports['dashboard']}"
         env = {
             **os.environ,
             "PYTHONPATH": os.pathsep.join([str(SITE), str(ROOT)]),
@@ -413,13 +421,15 @@ class Rehearsal:
             "RAY_AUTH_MODE": "disabled",
             "RAY_DEDUP_LOGS": "0",
         }
-        ray = self.spawn(_ray_command(ports, ray_dir, self.args.parallel), self.out / "ray.log",
-                         env)  # fmt: skip
-        wait_http(f"{self.dashboard}/api/version", 180, ray)
-        print(f"rehearsal: Ray head up ({self.dashboard})", flush=True)
+        log = self.out / ("ray.log" if lane == 0 else f"ray-{lane}.log")
+        ray = self.spawn(_ray_command(ports, ray_dir), log, env)
+        wait_http(f"{dashboard}/api/version", 180, ray)
+        print(f"rehearsal: Ray head up ({dashboard})", flush=True)
+        self.dashboards[lane] = dashboard
+        return dashboard
 
-    def submit(self, run: RunSpec) -> None:
-        """Start the run's engine, check it, submit its job."""
+    def submit(self, run: RunSpec, lane: int) -> None:
+        """Start the run's engine, check it, submit its job to the lane's Ray head."""
         run.started = time.monotonic()
         (run.folder / "probes").mkdir(parents=True, exist_ok=True)
         run.mark("start")
@@ -436,11 +446,13 @@ class Rehearsal:
         wait_http(f"http://127.0.0.1:{port}/health", 120, run.engine)
         preflight(port, self.args.launcher)
         run.mark("engine")
+        # after the lane's first pre-flight: a run that cannot start stops before Ray
+        dashboard = self.dashboards[lane] or self.start_ray(lane)
         run.mark("ray")
         run.job = self.spawn(
             [
                 str(Path(sys.executable).with_name("ray")), "job", "submit",
-                "--address", self.dashboard,
+                "--address", dashboard,
                 "--submission-id", f"rescue-rehearsal-{os.getpid()}-{run.name}",
                 "--runtime-env-json", json.dumps({**runtime, "env_vars": env_vars}), "--",
                 sys.executable, str(self.miles_src / entry), *flags,
@@ -450,6 +462,7 @@ class Rehearsal:
         run.mark("submitted")
         run.meter = CpuMeter(run.folder)
         run.status = "running"
+        run.lane = lane
         print(f"rehearsal: {run.name}: engine on :{port} passed pre-flight; submitted "
               f"{self.args.steps} steps", flush=True)  # fmt: skip
 
@@ -502,14 +515,15 @@ class Rehearsal:
         args = self.args
         started_at = time.monotonic()
         self.build_inputs()
-        self.start_ray()
         queue = list(self.runs)
         active: list[RunSpec] = []
         said = time.monotonic()
         while queue or active:
-            while queue and len(active) < args.parallel:
+            while queue and not all(self.busy):
+                lane = self.busy.index(False)
                 run = queue.pop(0)
-                self.submit(run)
+                self.busy[lane] = True
+                self.submit(run, lane)
                 active.append(run)
             for run in list(active):
                 if run.meter is not None:
@@ -518,6 +532,7 @@ class Rehearsal:
                 if run.job is not None and (run.job.poll() is not None or late):
                     active.remove(run)
                     self.finish(run)
+                    self.busy[run.lane] = False
             if active and time.monotonic() - said >= 30:
                 said = time.monotonic()
                 steps = ", ".join(f"{r.name} {trained(r.folder)}/{args.steps}" for r in active)
@@ -552,8 +567,9 @@ def run(args: argparse.Namespace) -> int:
         raise RehearsalError(f"--out {out} is not empty: choose a new folder (or --replace)")
     out.mkdir(parents=True, exist_ok=True)
     rehearsal = Rehearsal(args, out)
-    ray_dir = Path(f"/tmp/rrh-{os.getpid()}")
-    with processes(out, ray_dir) as started:
+    with processes(
+        out, [Path(f"/tmp/rrh-{os.getpid()}-{k}") for k in range(args.parallel)]
+    ) as started:
         rehearsal.started = started
         code = rehearsal.run()
     if args.replace:
@@ -625,7 +641,10 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         help="run seeds 1..N of every arm, each its own run (default 0: --seed alone)",
     )
     p.add_argument(
-        "--parallel", type=int, default=1, help="runs at once on the Ray head (default 1)"
+        "--parallel",
+        type=int,
+        default=1,
+        help="runs at once, each lane with a Ray head of its own (default 1)",
     )
     p.add_argument("--staleness", type=int, default=None, help="STALENESS K (default 0; pace 1)")
     p.add_argument(
