@@ -513,3 +513,25 @@ def test_survivors_are_the_run_folders_processes_and_those_of_its_runs(tmp_path)
         for p in procs:
             p.kill()
             p.wait()
+
+
+def test_the_rollout_manager_finishes_its_tracking_when_disposed(monkeypatch):
+    """Miles' rollout manager never finishes its wandb run: the rehearsal's patch finishes it
+    after Miles' own dispose, so the last steps' census rows reach the run."""
+    from rescue.rehearsal.miles.patches import finish_rollout_tracking
+
+    calls = []
+    tracking = types.ModuleType("miles.utils.tracking_utils.tracking")
+    tracking.finish_tracking = lambda: calls.append("finish")
+    for name in ("miles", "miles.utils", "miles.utils.tracking_utils"):
+        monkeypatch.setitem(sys.modules, name, types.ModuleType(name))
+    monkeypatch.setitem(sys.modules, "miles.utils.tracking_utils.tracking", tracking)
+
+    class RolloutManager:
+        def dispose(self):
+            calls.append("dispose")
+
+    finish_rollout_tracking(types.SimpleNamespace(RolloutManager=RolloutManager))
+    RolloutManager().dispose()
+    assert calls == ["dispose", "finish"]
+    assert any(c.module == "miles.ray.rollout.rollout_manager" for c in CHANGES)

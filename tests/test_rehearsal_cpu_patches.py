@@ -103,6 +103,8 @@ DEVICE = textwrap.dedent(
     out["device"] = torch.cuda.current_device()
     out["zeros"] = str(torch.zeros(2, device="cuda").device)
     out["to"] = str(torch.ones(1).to("cuda:0").device) + str(torch.ones(1).cuda().device)
+    pinned = torch.empty_like(torch.ones(2), device=torch.device("cpu"), pin_memory=True)
+    out["pinned"] = (str(pinned.device), pinned.is_pinned())
     out["type"] = torch.ones(1).type() + " " + torch.ones(1, dtype=torch.bfloat16).type()
     out["cast"] = torch.ones(1).type(torch.float64).dtype == torch.float64
     free, total = torch.cuda.mem_get_info()
@@ -137,5 +139,6 @@ def test_the_cuda_stand_ins_keep_each_calls_meaning_on_a_cpu():
     assert done.returncode == 0, done.stderr
     out = eval(done.stdout.strip().splitlines()[-1])  # the dict printed above
     assert out["device"] == "cpu" and out["zeros"] == "cpu" and out["to"] == "cpucpu"
+    assert out["pinned"] == ("cpu", False)  # Miles' weight backup beside a reference model
     assert out["type"] == "torch.cuda.FloatTensor torch.cuda.BFloat16Tensor" and out["cast"]
     assert out["memory"] and out["rng"] and out["seeded"] and out["megatron_rng"]

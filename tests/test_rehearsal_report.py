@@ -177,3 +177,32 @@ def test_start_compares_the_first_update_with_the_taught_checkpoint(tmp_path):
         True,
         "does not apply: the trainer starts from Megatron's seeded initialization",
     )
+
+
+def test_replay_compares_the_steps_whose_census_reached_wandb_and_needs_enough(tmp_path):
+    torch = pytest.importorskip("torch")
+    from rescue.rehearsal.report import _check_replay
+    from rescue.replay.census import census_report
+    from rescue.replay.dumps import load_dumps
+    from rescue.replay.synthetic import synthetic_step
+
+    folder = tmp_path / "runs" / "x" / "dumps" / "rollout_data"
+    folder.mkdir(parents=True)
+    for rid in (0, 1):
+        torch.save(synthetic_step(rollout_id=rid, seed=rid, groups=2, G=4), folder / f"{rid}.pt")
+    replayed = census_report(load_dumps([str(p) for p in sorted(folder.glob("*.pt"))]))
+    step0 = next(r for r in replayed["steps"] if r["step"] == 0)["metrics"]
+    logged = {
+        0: {f"rollout/census/samples/{k}": v for k, v in step0.items() if k.startswith("outcome/")},
+        1: {"perf/x": 1.0},  # the census row of step 1 was lost at exit
+    }
+    r = Report()
+    _check_replay(r, tmp_path, logged, need=1)
+    assert r.ok and "agree with the census of the 1 steps logged" in r.checks[0].detail
+    r = Report()
+    _check_replay(r, tmp_path, logged, need=2)
+    assert not r.ok and r.checks[0].detail == "the census of 1 steps reached wandb (need 2)"
+    logged[0]["rollout/census/samples/outcome/solved"] = 99.0
+    r = Report()
+    _check_replay(r, tmp_path, logged, need=1)
+    assert not r.ok and r.checks[0].detail.startswith("dump and log disagree: [(0, 'solved'")

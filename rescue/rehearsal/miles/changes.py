@@ -147,6 +147,16 @@ CHANGES: tuple[Change, ...] = (
     ),
     Change(
         "patch",
+        "RolloutManager.dispose finishes the rollout manager's tracking (its wandb run)",
+        "Miles bug: the rollout manager logs each step's rollout metrics and rescue's census "
+        "from its own process but never finishes its wandb run (rollout_manager.py ~131), so "
+        "the rows still queued when Ray stops it are lost: on a cluster the last step's, on a "
+        "CPU with steps of a few seconds the last several (the report is judged from them)",
+        "miles.ray.rollout.rollout_manager",
+        patches.finish_rollout_tracking,
+    ),
+    Change(
+        "patch",
         "sglang_engine.dataclasses.fields: msgspec's field list for ServerArgs",
         "version skew: PyPI sglang 0.5.23's ServerArgs is a msgspec.Struct; Miles' image pins "
         "a 0.5.16 fork where it is a dataclass (sglang_engine.py ~806)",
@@ -174,11 +184,14 @@ CHANGES: tuple[Change, ...] = (
         "patch",
         "torch.cuda on a CPU (rescue.rehearsal.miles.device): current_device 'cpu', the CUDA "
         "generator a CPU generator of its own, cuda devices in factory functions and .to/.cuda "
-        "mapped to the CPU, Tensor.type() naming the cuda type, synchronize/streams/events "
-        "no-ops, the allocator's counters 0 and mem_get_info the host's memory",
+        "mapped to the CPU, factory functions' pin_memory=True to ordinary host memory, "
+        "Tensor.type() naming the cuda type, synchronize/streams/events no-ops, the "
+        "allocator's counters 0 and mem_get_info the host's memory",
         "Megatron places every tensor on torch.cuda.current_device(), forks the CUDA generator "
-        "for model-parallel regions and checks that parameters are cuda tensors; without "
-        "CUDA each call raises. No computation changes: every op runs on the CPU",
+        "for model-parallel regions and checks that parameters are cuda tensors, and Miles "
+        "backs the actor's weights up into pinned host memory beside a reference model "
+        "(tensor_backper.py ~70); without CUDA each call raises. No computation changes: "
+        "every op runs on the CPU",
         "megatron.core",
         device.patch,
     ),

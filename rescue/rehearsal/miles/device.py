@@ -12,7 +12,9 @@ call's meaning on a CPU:
   ``torch.Generator`` of its own: the tracker forks and restores it as it would the GPU's;
 - factory functions (``tensor``, ``zeros``, ``ones``, ``empty``, ``full``, ``arange``,
   ``*_like``), ``Tensor.cuda``/``Module.cuda`` and ``Tensor.to``/``Module.to`` map a cuda
-  device to the CPU;
+  device to the CPU, and the factory functions' ``pin_memory=True`` (page-locked host
+  memory, which only CUDA allocates: Miles' weight backup of the actor beside a reference
+  model asks for it) to ordinary host memory;
 - ``Tensor.type()`` (no argument) names the cuda type of a CPU tensor
   (``torch.cuda.FloatTensor``), which Megatron's optimizers check parameters against;
 - ``synchronize``, ``empty_cache``, streams and events are no-ops; the allocator's
@@ -49,6 +51,8 @@ def _with_cpu_device(fn: Any) -> Any:
     def wrapped(*args: Any, **kwargs: Any) -> Any:
         if "device" in kwargs:
             kwargs["device"] = _cpu(kwargs["device"])
+        if kwargs.get("pin_memory"):  # page-locked host memory is CUDA's to allocate
+            kwargs["pin_memory"] = False
         return fn(*args, **kwargs)
 
     return wrapped

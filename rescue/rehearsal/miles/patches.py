@@ -127,3 +127,17 @@ def fault_missing_head(module: types.ModuleType) -> None:
         return {**out, "has": has}
 
     cls.rows = lossy
+
+
+def finish_rollout_tracking(module: types.ModuleType) -> None:
+    """``RolloutManager.dispose`` finishes the process's tracking (its wandb run)."""
+    cls = module.RolloutManager
+    original = cls.dispose
+
+    def dispose(self: Any) -> None:
+        original(self)
+        from miles.utils.tracking_utils.tracking import finish_tracking
+
+        finish_tracking()
+
+    cls.dispose = dispose
