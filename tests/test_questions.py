@@ -275,3 +275,25 @@ def test_the_make_targets_pass_their_variables(target, variables, expected):
     assert expected in line, line
     if "FORCE" not in variables:
         assert "--force" not in line
+
+
+def test_q3s_summary_states_p6s_cost_per_unit_of_improvement():
+    from rescue.questions.cli import p6_costs
+
+    report = {"cohorts": [{"results": [
+        {"id": "P5", "checks": [{"name": "x per unit of reward improvement"}]},
+        {"id": "P6", "checks": [
+            {"name": "final success, protect-a0.5 − never-drop (within seed noise)",
+             "estimate": {"value": 0.1, "lo": -0.2, "hi": 0.4, "n": 2}},
+            {"name": "wall-clock per unit of reward improvement, a − b",
+             "estimate": {"value": 12.5, "lo": 3.0, "hi": 22.0, "n": 2}},
+            {"name": "sandbox seconds per unit of reward improvement, a − b",
+             "estimate": None, "reason": "no improvement in the window"},
+        ]},
+    ]}]}  # fmt: skip
+    assert p6_costs(report) == [
+        "q3: P6 cost: wall-clock per unit of reward improvement, a − b: 12.5 [3, 22] (n=2)",
+        "q3: P6 cost: sandbox seconds per unit of reward improvement, a − b: n/a; no "
+        "improvement in the window",
+    ]
+    assert p6_costs({"cohorts": []}) == []

@@ -329,3 +329,16 @@ def test_judged_keys_of_a_synchronous_run_are_its_sample_census():
     f = sync_run()
     ok, detail = checks.judged_keys(f)
     assert not ok and "rollout/census" in detail
+
+
+def test_capped_under_the_matched_control_trains_copy_a_and_masks_copy_b():
+    f = sync_run("matched", versions=(1, 1, 2, 2))  # two copies a rollout
+    for k, step in enumerate(f.train_data):
+        for s in step:
+            if s["outcome"] == "budget_failure":
+                s["loss_mask_sum"] = 5 if k % 2 == 0 else 0
+    ok, detail = checks.capped(f)
+    assert ok and "copy A: trained at R = 0" in detail and "copy B: loss-masked" in detail
+    f.train_data[1][2]["loss_mask_sum"] = 5  # copy B trained a budget failure
+    ok, detail = checks.capped(f)
+    assert not ok and "not copy B: loss-masked" in detail

@@ -89,6 +89,29 @@ def check_gate(q2_dir: Path, force: bool) -> str:
     return why
 
 
+def p6_costs(report: dict) -> list[str]:
+    """P6's cost checks of a report.json (per unit of reward improvement, reported without a
+    verdict), one line each with its estimate and interval, for q3's closing summary."""
+    lines = []
+    for cohort in report.get("cohorts", []):
+        for r in cohort.get("results", []):
+            if r.get("id") != "P6":
+                continue
+            for c in r.get("checks", []):
+                if "per unit of reward improvement" not in str(c.get("name")):
+                    continue
+                e = c.get("estimate") or {}
+                value = _num(e.get("value"))
+                where = f"{value} [{_num(e.get('lo'))}, {_num(e.get('hi'))}] (n={e.get('n')})"
+                why = f"; {c['reason']}" if c.get("reason") else ""
+                lines.append(f"q3: P6 cost: {c['name']}: {where if e else 'n/a'}{why}")
+    return lines
+
+
+def _num(x: float | None) -> str:
+    return "n/a" if x is None else f"{x:.3g}"
+
+
 def main(args: argparse.Namespace) -> int:
     from rescue.questions.chains import QUESTIONS, REPO, Settings
     from rescue.stages import Runner
@@ -138,5 +161,8 @@ def main(args: argparse.Namespace) -> int:
         if args.question == "q2":  # the gate's verdict, as its stage printed it
             log = run_dir / "logs" / "gate.log"
             print("\n".join(x for x in log.read_text().splitlines() if x.startswith("gate:")))
+        if args.question == "q3":  # P6's cost, reported without a verdict
+            report = json.loads((run_dir / "report" / "report.json").read_text())
+            print("\n".join(p6_costs(report)) or "q3: P6's cost was not measured (no P6 result)")
         print(f"{args.question}: report {run_dir / 'report' / 'report.md'}")
     return code

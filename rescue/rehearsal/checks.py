@@ -248,22 +248,36 @@ MASKING_ARMS = ("mask", "matched", "drgrpo-mask", "survivor")
 def capped(f: RunFiles) -> tuple[bool, str]:
     """Budget arms: budget failures happened and were handled as the arm says: ``zero`` and
     ``turn`` train them with raw reward 0 (loss mask on), the masking arms
-    (``MASKING_ARMS``) mask them out of the loss. Other arms: does not apply."""
+    (``MASKING_ARMS``) mask them out of the loss; the matched control does both, copy A (the
+    R = 0 arm's step, measured) trains them and copy B (the mask arm's, applied) masks
+    them. Other arms: does not apply."""
     if f.arm not in (*MASKING_ARMS, "zero", "turn"):
         return True, "does not apply to this arm"
-    budget = [s for step in f.train_data for s in step if s.get("outcome") == "budget_failure"]
-    if not budget:
-        return False, "no budget failure was trained: the cap never cut a rollout"
-    if f.arm in MASKING_ARMS:
-        wrong = [s for s in budget if s["loss_mask_sum"] > 0]
-        what = "loss-masked"
+
+    def budget(steps: list[list[dict[str, Any]]]) -> list[dict[str, Any]]:
+        return [s for step in steps for s in step if s.get("outcome") == "budget_failure"]
+
+    def trained_at_zero(s: dict[str, Any]) -> bool:
+        return s["loss_mask_sum"] > 0 and s["raw_reward"] == 0
+
+    if f.matched:  # the probe records copy A's conversion, then copy B's, per rollout
+        rules = [(budget(f.train_data[0::2]), trained_at_zero, "copy A: trained at R = 0"),
+                 (budget(f.train_data[1::2]), lambda s: s["loss_mask_sum"] == 0,
+                  "copy B: loss-masked")]  # fmt: skip
+    elif f.arm in MASKING_ARMS:
+        rules = [(budget(f.train_data), lambda s: s["loss_mask_sum"] == 0, "loss-masked")]
     else:
-        wrong = [s for s in budget if s["loss_mask_sum"] == 0 or s["raw_reward"] != 0]
-        what = "trained with raw reward 0"
-    if wrong:
-        return False, f"{len(wrong)} of {len(budget)} budget-failure samples not {what}"
-    reasons = dict(Counter(s.get("outcome_reason") for s in budget))
-    return True, f"{f.arm}: {len(budget)} budget-failure samples, every one {what} ({reasons})"
+        rules = [(budget(f.train_data), trained_at_zero, "trained with raw reward 0")]
+    said = []
+    for found, rule, what in rules:
+        if not found:
+            return False, "no budget failure was trained: the cap never cut a rollout"
+        wrong = [s for s in found if not rule(s)]
+        if wrong:
+            return False, f"{len(wrong)} of {len(found)} budget-failure samples not {what}"
+        reasons = dict(Counter(s.get("outcome_reason") for s in found))
+        said.append(f"{len(found)} budget-failure samples, every one {what} ({reasons})")
+    return True, f"{f.arm}: " + "; ".join(said)
 
 
 def protect(f: RunFiles) -> tuple[bool, str]:
