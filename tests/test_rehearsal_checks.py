@@ -342,3 +342,14 @@ def test_capped_under_the_matched_control_trains_copy_a_and_masks_copy_b():
     f.train_data[1][2]["loss_mask_sum"] = 5  # copy B trained a budget failure
     ok, detail = checks.capped(f)
     assert not ok and "not copy B: loss-masked" in detail
+
+
+def test_an_unchanged_update_is_a_defect_unless_its_step_had_no_learning_signal():
+    f = run(rollouts=3)
+    f.trainer_weights[1]["digest"] = f.engine_weights[1]["digest"] = "d1"  # version 2 == 1
+    ok, detail = checks.weights(f)
+    assert not ok and "versions ['2']: the weights equal the previous version's" in detail
+    for s in f.train_data[0]:  # rollout 0, trained into version 2: every advantage 0
+        s["reward"] = 0.0
+    ok, detail = checks.weights(f)
+    assert ok and "versions ['2'] equal the previous: their step had no learning signal" in detail

@@ -49,7 +49,7 @@ GENERIC = 0.3
 GENERIC_MOVES = ("prepare meal", "eat meal")
 FOLLOW = 0.4
 TAKE = 4
-EAT = 2
+EAT = 6
 #: Episodes the teacher plays per game; the teaching's steps and batch.
 EPISODES = 6
 STEPS, BATCH = 120, 8

@@ -130,14 +130,18 @@ def fault_missing_head(module: types.ModuleType) -> None:
 
 
 def finish_rollout_tracking(module: types.ModuleType) -> None:
-    """``RolloutManager.dispose`` finishes the process's tracking (its wandb run)."""
-    cls = module.RolloutManager
+    """``RolloutManager.dispose`` finishes the process's tracking (its wandb run). The class
+    is a Ray actor (``@ray.remote``): the method is patched on the class Ray wraps, which the
+    actor's process imports by name (so this hook patches it there)."""
+    cls = getattr(module.RolloutManager, "__ray_actor_class__", module.RolloutManager)
     original = cls.dispose
 
     def dispose(self: Any) -> None:
-        original(self)
-        from miles.utils.tracking_utils.tracking import finish_tracking
+        try:
+            original(self)
+        finally:
+            from miles.utils.tracking_utils.tracking import finish_tracking
 
-        finish_tracking()
+            finish_tracking()
 
     cls.dispose = dispose
