@@ -133,15 +133,22 @@ def finish_rollout_tracking(module: types.ModuleType) -> None:
     """``RolloutManager.dispose`` finishes the process's tracking (its wandb run). The class
     is a Ray actor (``@ray.remote``): the method is patched on the class Ray wraps, which the
     actor's process imports by name (so this hook patches it there)."""
-    cls = getattr(module.RolloutManager, "__ray_actor_class__", module.RolloutManager)
-    original = cls.dispose
+    actor = module.RolloutManager
+    meta = getattr(actor, "__ray_metadata__", None)
+    # the class Ray wraps, and the subclass it instantiates in the actor's process (Ray copies
+    # the methods into it when it decorates the class, so it is patched too)
+    classes = [getattr(actor, "__ray_actor_class__", actor)]
+    if meta is not None:
+        classes.append(meta.modified_class)
+    for cls in classes:
+        original = cls.dispose
 
-    def dispose(self: Any) -> None:
-        try:
-            original(self)
-        finally:
-            from miles.utils.tracking_utils.tracking import finish_tracking
+        def dispose(self: Any, _original: Any = original) -> None:
+            try:
+                _original(self)
+            finally:
+                from miles.utils.tracking_utils.tracking import finish_tracking
 
-            finish_tracking()
+                finish_tracking()
 
-    cls.dispose = dispose
+        cls.dispose = dispose
