@@ -23,6 +23,8 @@
 # One command per research question (resumable stages in RUN_DIR; `rescue status RUN_DIR`):
 #   make q2            [SEEDS=3] [STEPS=] [RUN_DIR=runs/q2]: the budget regime, ending in the P3 gate
 #   make q3            [Q2_DIR=runs/q2] [FORCE=1]: SWE-smith, refused unless q2's gate says go
+#                      q2, q3 print what SEEDS can decide (rescue power) before anything runs
+#                      and refuse SEEDS < 3 (the judge decides nothing) unless FORCE=1
 #   make q1            DUMPS=DIR MODEL=PATH: offline replay of a finished run's dumps
 #                      REHEARSAL=1: any of the three on this CPU in minutes (training simulated)
 #
@@ -290,8 +292,8 @@ agent-arm:
 # RUN_DIR: the run folder (default runs/qN, runs/qN-rehearsal with REHEARSAL=1). SEEDS: seeds
 # per arm (default 3; 2 in rehearsal). STEPS: training steps per run (default: the
 # launchers' NUM_ROLLOUT; 40 in rehearsal). Q2_DIR: q2's run folder for q3's gate (default
-# runs/q2, runs/q2-rehearsal with REHEARSAL=1). FORCE: 1 starts q3 without q2's go and
-# records it in the report (default 0). DUMPS, MODEL: q1's dumps and checkpoint (MODEL also
+# runs/q2, runs/q2-rehearsal with REHEARSAL=1). FORCE: 1 starts q3 without q2's go, and
+# q2 or q3 (and make rlvr-sweep) with SEEDS below 3, and records it (default 0). DUMPS, MODEL: q1's dumps and checkpoint (MODEL also
 # q3's oracle replay; rehearsal default tiny-gpt2). Every launcher variable (e.g. CKPT for q3's
 # make oracle, MILES_DIR) passes through to the stages' make targets.
 .PHONY: q1 q2 q3
@@ -303,7 +305,7 @@ Q_ARGS = $(if $(filter 1,$(REHEARSAL)),--rehearsal) $(if $(SEEDS),--seeds $(SEED
 Q_DEPS := $(VENV)/.stamp-sim+replay+rlvr+swe
 
 q2: $(Q_DEPS)
-	$(PY) -m rescue question q2 --run-dir $(or $(RUN_DIR),runs/q2$(Q_SUFFIX)) $(Q_ARGS)
+	$(PY) -m rescue question q2 --run-dir $(or $(RUN_DIR),runs/q2$(Q_SUFFIX)) $(Q_ARGS) $(if $(filter 1,$(FORCE)),--force)
 
 q3: $(Q_DEPS)
 	$(PY) -m rescue question q3 --run-dir $(or $(RUN_DIR),runs/q3$(Q_SUFFIX)) \

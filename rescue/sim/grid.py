@@ -10,7 +10,11 @@ A grid file is TOML::
     seeds = 6                                   # seeds per arm and cell, from first-seed
     first-seed = 0
     rule = "..."                                # optional: a rule the map's result feeds,
-                                                # written before the map ran
+                                                # written before the map ran, in words
+    [placement]                                 # optional: that rule's numbers (the map
+    steps = 300                                 # applies them: ``drift_map.placement``)
+    min-ratio = 1.0
+    min-b = 0.5
     [config]                                    # settings every cell takes (as a scenario's)
     subsidy = true
 
@@ -42,7 +46,8 @@ from rescue.sim import scenario as sc
 from rescue.sim.arms import ArmSpec, parse_arms
 from rescue.sim.config import SimConfig, settings
 
-_TOP = ("title", "base", "arms", "seeds", "first-seed", "rule", "config", "axis")
+_TOP = ("title", "base", "arms", "seeds", "first-seed", "rule", "placement", "config", "axis")
+_PLACEMENT = ("steps", "min-ratio", "min-b")
 _AXIS = ("setting", "what", "labels", "values")
 #: The arms a map runs: P3's (``matched`` optional).
 REQUIRED_ARMS = ("zero", "mask")
@@ -76,6 +81,16 @@ class Cell:
 
 
 @dataclass(frozen=True)
+class Placement:
+    """A placement rule's numbers: at run length ``steps``, the cells whose mask runs'
+    subsidy ratio is at least ``min_ratio`` and final b at least ``min_b`` qualify."""
+
+    steps: int
+    min_ratio: float
+    min_b: float
+
+
+@dataclass(frozen=True)
 class Grid:
     """A parsed grid file."""
 
@@ -86,6 +101,7 @@ class Grid:
     axes: tuple[Axis, ...]
     config: dict[str, Any] = field(default_factory=dict)
     rule: str = ""
+    placement: Placement | None = None
     text: str = ""
     source: str = ""
 
@@ -171,6 +187,17 @@ def parse(text: str, *, where: str) -> Grid:
                 f"{where}: {at}: {name} is set twice (an axis and [config] or two axes)"
             )
         axes.append(Axis(name, str(raw.get("what", "")), checked, tuple(labels)))
+    placement = None
+    if "placement" in data:
+        raw = data["placement"]
+        if not isinstance(raw, dict) or sorted(raw) != sorted(_PLACEMENT):
+            raise InputError(f"{where}: [placement] needs exactly {', '.join(_PLACEMENT)}")
+        try:
+            placement = Placement(int(raw["steps"]), float(raw["min-ratio"]), float(raw["min-b"]))
+        except (TypeError, ValueError):
+            raise InputError(
+                f"{where}: [placement]: steps an integer, min-ratio and min-b numbers"
+            ) from None
     grid = Grid(
         title=str(data.get("title", "")),
         base=base,
@@ -179,6 +206,7 @@ def parse(text: str, *, where: str) -> Grid:
         axes=tuple(axes),
         config=config,
         rule=str(data.get("rule", "")),
+        placement=placement,
         text=text,
         source=where,
     )

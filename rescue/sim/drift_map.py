@@ -1,0 +1,414 @@
+"""``rescue sim map`` (``make map``): P3 over a declared grid of settings, the subsidy beside it.
+
+Specification
+-------------
+The grid is a file (``rescue.sim.grid``) read before anything runs; its text is written
+with the output. Every cell runs P3's arms (``zero``, ``mask``, ``matched``) over the
+grid's seeds, all cells' runs side by side on the workers (``runner.run_grid``: worker
+processes here, or Ray tasks on a cluster with ``--ray``; the results do not depend on
+which). Each cell is judged by the judge's own P3 (``rescue.judge``, the rule and window
+``rescue report`` applies), and the deciding checks of every cell are one family under
+the report's family-wise rule (``rescue.judge.family``): the map is one report.
+
+Per cell (``CellResult``):
+
+- ``effect``: P3's first deciding check, the mask arm's cap-hit trend against b at
+  matched b minus the zero arm's, in units of its margin, the zero arm's seed SD of the
+  same trend (interval likewise); ``control``: the second (matched − mask, in the mask
+  arm's seed SD);
+- the verdict of P3 under the map's family-wise rule and alone;
+- ``ratio``: the subsidy ratio of the mask arm's runs, the mean of ``sim/subsidy/term``
+  over the mean of ``|sim/subsidy/task|`` over every step and seed of the cell (the exact
+  terms, ``rescue.sim.subsidy``: the mechanism's size whether or not behaviour moved);
+- ``b``: the mask arm's b (``rollout/census/b_all``) over the final 20% of the steps.
+
+With a ``[placement]`` in the grid, ``placement`` applies it: at its run length, the cells
+whose ratio and b reach its thresholds qualify, and the one with the largest ratio (ties:
+the earlier cell of the grid) is named. It reads no verdict.
+
+Output (``--out``, default ``runs/map``), written to a temporary sibling and swapped in
+only when complete, so a failed map never destroys an earlier one: ``grid.toml`` (the
+file as declared), ``map.md`` (the grid, the rule's account, the table, what was
+measured and how long it took), ``map.json`` (the same as data, with every check's
+per-seed values) and ``map.png`` (the heat map: P3's effect in seed SDs per cell, its
+verdict and the subsidy ratio written in it).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import os
+import shutil
+import time
+from dataclasses import dataclass, replace
+from datetime import datetime, timezone
+from pathlib import Path
+
+import numpy as np
+
+from rescue.errors import InputError
+from rescue.sim import grid as gd
+
+#: The metric keys a map keeps per step: what P3, the subsidy ratio and b read.
+KEEP = (
+    "rollout/census/generated/rollouts",
+    "rollout/census/generated/cap_hit_rate",
+    "rollout/census/generated/outcome/",
+    "rollout/census/rollouts",
+    "rollout/census/b_all",
+    "rollout/census/b_realized",
+    "rollout/census/masked_frac",
+    "sim/subsidy/",
+    "sim/time",
+)
+DEFAULT_OUT = "runs/map"
+#: A verdict's mark in the heat map.
+MARKS = {
+    "as predicted": "✓",
+    "opposite": "✗",
+    "no difference": "=",
+    "inconclusive": "?",
+    "not judgeable": "—",
+    None: "n/a",
+}
+
+
+@dataclass
+class CellResult:
+    """One cell of the map, judged (module docstring)."""
+
+    cell: gd.Cell
+    values: dict[str, str]
+    verdict: str | None
+    alone: str | None
+    effect: float
+    effect_lo: float
+    effect_hi: float
+    seeds: int
+    control: float
+    ratio: float
+    b: float
+    note: str
+    checks: list[dict]
+
+
+def _sd_units(check) -> tuple[float, float, float, int]:
+    e, m = check.estimate, check.margin
+    if e is None or not (np.isfinite(m) and m > 0):
+        return math.nan, math.nan, math.nan, (e.n if e is not None else 0)
+    return e.value / m, e.lo / m, e.hi / m, e.n
+
+
+def _mean_key(runs, key: str, last: float = 1.0, absolute: bool = False) -> float:
+    vals = []
+    for r in runs:
+        x = np.array([m.get(key, np.nan) for m in r.steps], dtype=float)
+        x = x[len(x) - max(1, round(last * len(x))) :]
+        vals.append(np.abs(x) if absolute else x)
+    with np.errstate(all="ignore"):
+        return float(np.nanmean(np.concatenate(vals))) if vals else math.nan
+
+
+def judge_cells(grid: gd.Grid, simulated: dict, cells: list[gd.Cell]):
+    """``(CellResult per cell, the family's account)``: P3 on each cell's runs, the
+    family-wise rule over every cell's deciding checks."""
+    from rescue.judge.evaluation import evaluate
+    from rescue.judge.family import holm
+    from rescue.judge.predictions import BY_ID
+    from rescue.sim.subsidy import PREFIX
+    from rescue.sim.summary import cohort
+
+    p3 = BY_ID["P3"]
+    judged = []
+    for cell in cells:
+        n = cell.config.steps
+        res = {
+            arm: [replace(r, steps=r.steps[:n]) for r in runs]
+            for arm, runs in simulated[cell.simulated].items()
+        }
+        (result,) = evaluate([p3], cohort(res))
+        judged.append((cell, res, result))
+    family = holm([r for _, _, r in judged])
+    out = []
+    for cell, res, result in judged:
+        deciding = [c for c in result.checks if c.decides]
+        effect = _sd_units(deciding[0]) if deciding else (math.nan,) * 3 + (0,)
+        control = _sd_units(deciding[1])[0] if len(deciding) > 1 else math.nan
+        mask = res["mask"]
+        term = _mean_key(mask, PREFIX + "term")
+        task = _mean_key(mask, PREFIX + "task", absolute=True)
+        out.append(
+            CellResult(
+                cell=cell,
+                values=gd.values_of(grid, cell),
+                verdict=result.verdict,
+                alone=result.alone,
+                effect=effect[0],
+                effect_lo=effect[1],
+                effect_hi=effect[2],
+                seeds=effect[3],
+                control=control,
+                ratio=term / task if task > 0 else math.nan,
+                b=_mean_key(mask, "rollout/census/b_all", last=0.2),
+                note=result.note or (deciding[0].reason if deciding else ""),
+                checks=[c.as_dict() for c in result.checks],
+            )
+        )
+    return out, family
+
+
+def run_map(grid: gd.Grid, *, workers: int = 1, ray: str | None = None, progress: bool = True):
+    """Simulate every cell's arms and seeds, then judge (``judge_cells``)."""
+    from rescue.sim.runner import run_grid
+
+    cells = grid.cells()
+    unique = list(dict.fromkeys(c.simulated for c in cells))
+    results = run_grid(
+        [(cfg, list(grid.arms), None) for cfg in unique], list(grid.seeds),
+        workers=workers, progress=progress, ray=ray, keep=KEEP,
+    )  # fmt: skip
+    return judge_cells(grid, dict(zip(unique, results, strict=True)), cells)
+
+
+def placement(grid: gd.Grid, cells: list[CellResult]) -> tuple[list[CellResult], CellResult | None]:
+    """The cells that qualify under the grid's ``[placement]``, and the one it chooses
+    (largest subsidy ratio; ties: the earlier cell). Reads no verdict."""
+    rule = grid.placement
+    if rule is None:
+        return [], None
+    ok = [
+        c
+        for c in cells
+        if c.cell.config.steps == rule.steps
+        and np.isfinite(c.ratio)
+        and c.ratio >= rule.min_ratio
+        and np.isfinite(c.b)
+        and c.b >= rule.min_b
+    ]
+    best = max(ok, key=lambda c: c.ratio, default=None)  # max keeps the first of a tie
+    return ok, best
+
+
+# ---------------------------------------------------------------- output
+
+
+def _f(x: float, digits: int = 2) -> str:
+    return "n/a" if not np.isfinite(x) else f"{x:+.{digits}f}"
+
+
+def table(grid: gd.Grid, cells: list[CellResult]) -> list[str]:
+    head = [a.setting.replace("_", "-") for a in grid.axes]
+    lines = [
+        "| " + " | ".join(head) + " | b (mask, final) | subsidy ratio | P3 effect, mask − zero "
+        "(σ of zero) [95%] | matched − mask (σ of mask) | P3 (rule) | alone |",
+        "|" + "---|" * (len(head) + 6),
+    ]
+    for c in cells:
+        eff = (
+            f"{_f(c.effect)} [{_f(c.effect_lo)}, {_f(c.effect_hi)}] (n={c.seeds})"
+            if np.isfinite(c.effect)
+            else "n/a" + (f" ({c.note})" if c.note else "")
+        )
+        lines.append(
+            "| " + " | ".join(c.values[a.setting] for a in grid.axes)
+            + f" | {c.b:.2f} | {c.ratio:.2f} | {eff} | {_f(c.control)} | {c.verdict or '—'} "
+            f"| {c.alone or '—'} |"
+        )  # fmt: skip
+    return lines
+
+
+def counts(cells: list[CellResult], attr: str) -> str:
+    tally: dict[str, int] = {}
+    for c in cells:
+        v = getattr(c, attr) or "does not apply"
+        tally[v] = tally.get(v, 0) + 1
+    return ", ".join(f"{v} {n}" for v, n in sorted(tally.items(), key=lambda kv: -kv[1]))
+
+
+def markdown(grid: gd.Grid, cells: list[CellResult], family, meta: dict) -> str:
+    ok, best = placement(grid, cells)
+    finite = [c for c in cells if np.isfinite(c.effect)]
+    lines = [
+        f"# rescue sim map: {grid.title or 'P3 over a grid'}",
+        "",
+        f"Grid `{grid.source}` (sha256 {grid.sha256[:12]}, copied to `grid.toml`), base scenario "
+        f"`{grid.base}`, declared before the map ran:",
+        "",
+        *gd.describe(grid),
+        "",
+        f"Run {meta['date']} on {meta['cpus']} CPUs ({meta['workers']} workers"
+        + (f", Ray at {meta['ray']}" if meta.get("ray") else "")
+        + f"): {meta['seconds']:.0f} s (load average {meta['load_start']:.2f} at the start, "
+        f"{meta['load_end']:.2f} at the end).",
+        "",
+        "Each cell is judged by the judge's P3 (`rescue report`'s rule and window); the "
+        "effect is the mask arm's cap-hit trend against b at matched b minus the zero arm's, "
+        "in units of the zero arm's seed SD of that trend (the check's margin). The subsidy "
+        "ratio is exact (the mean of `sim/subsidy/term` over the mean of "
+        "`|sim/subsidy/task|` over the mask runs' steps): the mechanism's size, whether or "
+        "not behaviour moved.",
+        "",
+        *family.lines(),
+        "",
+        f"P3 under the rule: {counts(cells, 'verdict')}. Alone: {counts(cells, 'alone')}.",
+    ]
+    if finite:
+        top = max(finite, key=lambda c: c.effect)
+        lines.append(
+            f"Effect over the {len(finite)} cells with an estimate: median "
+            f"{np.median([c.effect for c in finite]):+.2f} σ, largest {top.effect:+.2f} σ "
+            f"({top.cell.label(grid)}); positive (the mask drifting up relative to zero) in "
+            f"{sum(c.effect > 0 for c in finite)} of {len(finite)}."
+        )
+    lines += ["", *table(grid, cells), ""]
+    if grid.placement is not None:
+        p = grid.placement
+        lines += [
+            "## The placement rule",
+            "",
+            grid.rule,
+            "",
+            f"At {p.steps} steps, subsidy ratio >= {p.min_ratio:g} and final b >= {p.min_b:g}: "
+            + (
+                f"{len(ok)} cell(s) qualify ({'; '.join(c.cell.label(grid) for c in ok)}); "
+                f"chosen: **{best.cell.label(grid)}** (ratio {best.ratio:.2f}, b {best.b:.2f})."
+                if best is not None
+                else "no cell qualifies."
+            ),
+            "",
+        ]
+    return "\n".join(lines)
+
+
+def as_json(grid: gd.Grid, cells: list[CellResult], family, meta: dict) -> dict:
+    ok, best = placement(grid, cells)
+    return {
+        "grid": {"source": grid.source, "sha256": grid.sha256, "base": grid.base,
+                 "axes": [{"setting": a.setting, "what": a.what, "labels": list(a.labels)}
+                          for a in grid.axes],
+                 "arms": [a.label for a in grid.arms], "seeds": list(grid.seeds)},
+        "meta": meta,
+        "family": {"size": family.size, "claims": family.claims, "kept": family.kept},
+        "placement": {"qualifying": [c.values for c in ok],
+                      "chosen": best.values if best is not None else None},
+        "cells": [
+            {"values": c.values, "verdict": c.verdict, "alone": c.alone, "effect_sd": c.effect,
+             "effect_sd_interval": [c.effect_lo, c.effect_hi], "seeds": c.seeds,
+             "control_sd": c.control, "subsidy_ratio": c.ratio, "b_final": c.b, "note": c.note,
+             "checks": c.checks}
+            for c in cells
+        ],
+    }  # fmt: skip
+
+
+def write(out: Path, grid: gd.Grid, cells, family, meta: dict, plots: bool = True) -> list[str]:
+    """Every output into a temporary sibling of ``out``, swapped in when complete."""
+    out = Path(out)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    tmp = out.with_name(f".{out.name}.tmp-{os.getpid()}")
+    shutil.rmtree(tmp, ignore_errors=True)
+    notes = []
+    try:
+        tmp.mkdir()
+        (tmp / "grid.toml").write_text(grid.text)
+        (tmp / "map.md").write_text(markdown(grid, cells, family, meta) + "\n")
+        data = as_json(grid, cells, family, meta)
+        (tmp / "map.json").write_text(json.dumps(data, indent=1, default=_plain) + "\n")
+        if plots:
+            try:
+                from rescue.sim.map_plot import heatmap
+
+                heatmap(grid, cells, tmp / "map.png")
+                notes.append(f"heat map: {out / 'map.png'}")
+            except ImportError:
+                notes.append(
+                    "heat map: matplotlib not installed (pip install 'rescue[sim]'): skipped"
+                )
+        old = out.with_name(f".{out.name}.old-{os.getpid()}")
+        if out.exists():
+            out.rename(old)
+        tmp.rename(out)
+        shutil.rmtree(old, ignore_errors=True)
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
+    return [f"map: {out / 'map.md'} (table), {out / 'map.json'}, grid {out / 'grid.toml'}", *notes]
+
+
+def _plain(x):
+    """numpy scalars as Python numbers (JSON), anything else as its text."""
+    return x.item() if hasattr(x, "item") else str(x)
+
+
+# ---------------------------------------------------------------- command
+
+
+def configure(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--grid",
+        dest="grid",
+        default=None,
+        help=f"the grid file (TOML; format in rescue.sim.grid) (default: the shipped "
+        f"rescue/sim/maps/{gd.DEFAULT})",
+    )
+    parser.add_argument(
+        "--out",
+        dest="map_out",
+        default=DEFAULT_OUT,
+        help=f"output folder, replaced only when the map completes (default: {DEFAULT_OUT})",
+    )
+    parser.add_argument(
+        "--workers",
+        dest="map_workers",
+        type=int,
+        default=None,
+        help="worker processes (default: the number of CPUs); results do not depend on it",
+    )
+    parser.add_argument(
+        "--ray", dest="map_ray", metavar="ADDRESS", help="run the runs as Ray tasks on the cluster at ADDRESS "
+        "('auto': the one this machine belongs to) (default: worker processes here)",
+    )  # fmt: skip
+    parser.add_argument(
+        "--describe", action="store_true", help="print the grid, its cells and runs, and exit"
+    )
+    parser.add_argument(
+        "--no-plots",
+        dest="map_no_plots",
+        action="store_true",
+        help="no heat map (default: write it)",
+    )
+    parser.add_argument(
+        "--no-progress",
+        dest="map_no_progress",
+        action="store_true",
+        help="no progress bar on stderr (default: show it)",
+    )
+
+
+def main(args: argparse.Namespace) -> int:
+    grid = gd.load(args.grid)
+    if args.describe:
+        print("\n".join([grid.title, *gd.describe(grid)]))
+        return 0
+    if args.map_workers is not None and args.map_workers < 1:
+        raise InputError(f"--workers={args.map_workers}; allowed: an integer >= 1")
+    workers = args.map_workers or (os.cpu_count() or 1)
+    t0, load0 = time.perf_counter(), os.getloadavg()[0]
+    cells, family = run_map(
+        grid, workers=workers, ray=args.map_ray, progress=not args.map_no_progress
+    )
+    meta = {
+        "date": datetime.now(timezone.utc).strftime("%Y-%m-%d %H:%M UTC"),
+        "seconds": time.perf_counter() - t0,
+        "cpus": os.cpu_count(),
+        "workers": workers,
+        "ray": args.map_ray,
+        "load_start": load0,
+        "load_end": os.getloadavg()[0],
+    }
+    for line in write(Path(args.map_out), grid, cells, family, meta, plots=not args.map_no_plots):
+        print(line)
+    print(markdown(grid, cells, family, meta))
+    return 0
