@@ -5,6 +5,9 @@
 # On a CPU:
 #   make demo          the four scenarios on the embedded simulator, 5 seeds each (0-4, fixed
 #                      before any result was seen; about a minute on 2 cores), into runs/sim/
+#   make map           [MAP_GRID=FILE]: P3 over a grid of settings declared in a file (default the
+#                      shipped rescue/sim/maps/p3-drift.toml), the exact subsidy beside it, into
+#                      runs/map/ (heat map, table; about 10 minutes on 2 idle cores)
 #   make identity      the exact enumeration of the masked-update identity
 #   make test          the test suite (installs what it needs into VENV); PYTEST_ARGS: more
 #                      pytest arguments (default none), e.g. PYTEST_ARGS="-q tests/test_gate.py"
@@ -50,8 +53,8 @@
 #
 # Variables of this file: PYTHON (python3), VENV (.venv), TORCH (torch==2.13.0),
 # REHEARSAL_VENV (.venv-rehearsal), PYTEST_ARGS, MILES_SRC, SLIME_SRC, ARM, A, STEPS,
-# REHEARSAL_ARGS, RESCUE_PY, DRY_RUN, and the questions' RUN_DIR, REHEARSAL, FORCE, Q2_DIR,
-# DUMPS, MODEL; each is described where it is set below.
+# REHEARSAL_ARGS, RESCUE_PY, DRY_RUN, MAP_GRID, and the questions' RUN_DIR, REHEARSAL, FORCE,
+# Q2_DIR, DUMPS, MODEL; each is described where it is set below.
 
 .DEFAULT_GOAL := help
 
@@ -66,7 +69,7 @@ TORCH ?= torch==2.13.0
 PY     := $(VENV)/bin/python
 PIP    := $(PY) -m pip --disable-pip-version-check -q
 
-.PHONY: help demo test integration lint bench docs identity venv clean rehearsal rehearsal-test
+.PHONY: help demo map test integration lint bench docs identity venv clean rehearsal rehearsal-test
 
 help:
 	@sed -n '1,/^$$/s/^# \{0,1\}//p' Makefile
@@ -90,6 +93,13 @@ venv: $(VENV)/.stamp-base
 # wandb runs are left out to keep it quick (`rescue sim --scenario all` writes them).
 demo: $(VENV)/.stamp-sim
 	$(PY) -m rescue sim --scenario all --seeds 5 --first-seed 0 --no-wandb
+
+# MAP_GRID: the grid file of make map (default empty: the shipped
+# rescue/sim/maps/p3-drift.toml). The map writes runs/map/ (grid.toml, map.md, map.json,
+# map.png), replacing an earlier map only when it completes.
+MAP_GRID ?=
+map: $(VENV)/.stamp-sim
+	$(PY) -m rescue sim map $(if $(MAP_GRID),--grid $(MAP_GRID)) --out runs/map
 
 identity: $(VENV)/.stamp-base
 	$(PY) -m rescue identity

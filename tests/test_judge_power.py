@@ -102,8 +102,8 @@ def test_an_effect_in_the_per_seed_values_is_the_same_effect_in_the_rows(
     # and the estimates themselves moved by the planted amount
     d = next(r for c in j.cohorts for r in c.results if r.prediction.id == pid)
     base = next(r for r in results if r.prediction.id == pid)
-    first = [c for c in d.checks if c.decides][0]
-    was = [c for c in base.checks if c.decides][0]
+    first = next(c for c in d.checks if c.decides)
+    was = next(c for c in base.checks if c.decides)
     sign = 1.0 if first.name.split(", ")[-1].startswith(label) else -1.0
     assert first.estimate.value - was.estimate.value == pytest.approx(sign * shift(0), abs=1e-9)
 

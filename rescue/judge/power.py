@@ -66,7 +66,7 @@ EFFECTS: tuple[float, ...] = (0.5, 1.0, 1.5, 2.0, 3.0)
 #: The effect the one-line summary quotes (the calibration's planted effect).
 LINE_EFFECT = 1.5
 #: Steps per run and rollouts per step of a replicate.
-STEPS, ROLLOUTS = 30, 128.0
+STEPS, ROLLOUTS = 20, 128.0
 #: Replicates by default.
 REPLICATES = 300
 G = "rollout/census/generated/"
@@ -318,17 +318,21 @@ def _pair(x: tuple[float, float]) -> str:
     return f"{x[0]:.2f} / {x[1]:.2f}"
 
 
-def line(p: Power, n: int, effect: float = LINE_EFFECT) -> str:
+def line(p: Power, n: int, effect: float = LINE_EFFECT, arms: Sequence[str] = ()) -> str:
     """One line: at ``n`` seeds per arm, each prediction's chance of the verdict a true
     effect of ``effect`` σ makes (under the report's rule / alone), and the largest share of
-    false claims with no effect."""
-    if not p.predictions:
-        return f"SEEDS={n} per arm: no prediction compares these arms"
+    false claims with no effect. Below the judge's minimum, the predictions ``arms`` compare
+    (``compared``; else the table's) decide nothing, and no replicate is needed to say so."""
     if n < MIN_SEEDS:
+        which = compared(arms) if arms else p.predictions
+        if not which:
+            return f"SEEDS={n} per arm: no prediction compares these arms"
         return (
             f"SEEDS={n} per arm: the judge decides nothing on fewer than {MIN_SEEDS} paired "
-            f"seeds: {', '.join(p.predictions)} stay inconclusive"
+            f"seeds: {', '.join(which)} stay inconclusive"
         )
+    if not p.predictions:
+        return f"SEEDS={n} per arm: no prediction compares these arms"
     found = ", ".join(f"{pid} {_pair(p.decisive[pid][n][effect])}" for pid in p.predictions)
     worst = max(max(p.false[pid][n][0.0]) for pid in p.predictions)
     return (

@@ -123,6 +123,10 @@ def main(args: argparse.Namespace) -> int:
                 print(f"power: FORCE=1: {why}; running anyway", file=sys.stderr)
     out = {}
     for name, arms in reports:
+        if args.line and seeds[0] < pw.MIN_SEEDS:  # nothing to simulate: the judge's minimum
+            said = pw.line(pw.Power(tuple(arms), 0, tuple(seeds), (0.0,)), seeds[0], arms=arms)
+            print(said if args.arms else f"{name}: {said}")
+            continue
         t0 = time.perf_counter()
         bar = progress_bar(replicates, unit="replicates", desc=f"power {name}",
                            enabled=not args.no_progress)  # fmt: skip
@@ -133,7 +137,7 @@ def main(args: argparse.Namespace) -> int:
         bar.close()
         seconds = time.perf_counter() - t0
         if args.line:
-            print(f"{name}: {pw.line(table, seeds[0])}")
+            print(pw.line(table, seeds[0]) if args.arms else f"{name}: {pw.line(table, seeds[0])}")
         else:
             print("\n".join(pw.markdown(table, name, seconds)))
         out[name] = pw.as_json(table) | {"seconds": seconds}

@@ -84,8 +84,12 @@ def power_first(question: str, seeds: int, args: argparse.Namespace) -> bool:
     why = pw.refusal(arms, seeds)
     if why and not args.rehearsal and not args.force:
         raise InputError(f"{why}: set SEEDS >= 3, or FORCE=1 to run anyway (recorded)")
-    table = pw.power(arms, seeds=(seeds,), effects=(pw.LINE_EFFECT,), replicates=200)
-    print(f"{question}: power of the report on the cluster's arms: {pw.line(table, seeds)}")
+    if seeds < pw.MIN_SEEDS:  # the judge's minimum: nothing to simulate
+        table = pw.Power(tuple(arms), 0, (seeds,), (0.0,))
+    else:
+        table = pw.power(arms, seeds=(seeds,), effects=(pw.LINE_EFFECT,), replicates=200)
+    said = pw.line(table, seeds, arms=arms)
+    print(f"{question}: power of the report on the cluster's arms: {said}")
     if why and not args.rehearsal:
         print(f"{question}: FORCE=1: {why}; running anyway")
         return True

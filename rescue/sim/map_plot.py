@@ -44,8 +44,7 @@ def heatmap(grid, cells, path: Path) -> Path:
         figsize=(max(10.0, 1.5 * nx * len(across_idx) + 2.5), 1.2 * ny * panel_rows + 1.8),
     )  # fmt: skip
     by_index = {c.cell.index: c for c in cells}
-    cmap = plt.get_cmap("RdBu_r").copy()
-    cmap.set_bad("0.85")
+    cmap = plt.get_cmap("RdBu_r").with_extremes(bad="0.85")
     image = None
     for pr in range(panel_rows):
         for pc, rest in enumerate(across_idx):
