@@ -67,8 +67,9 @@ EFFECTS: tuple[float, ...] = (0.5, 1.0, 1.5, 2.0, 3.0)
 LINE_EFFECT = 1.5
 #: Steps per run and rollouts per step of a replicate.
 STEPS, ROLLOUTS = 20, 128.0
-#: Replicates by default.
+#: Replicates by default, and of the one-line summary the launchers print (about ±0.05).
 REPLICATES = 300
+LINE_REPLICATES = 100
 G = "rollout/census/generated/"
 C = "rollout/census/"
 

@@ -67,7 +67,7 @@ def configure(parser: argparse.ArgumentParser) -> None:
         help="true effects in seed SDs, besides none (default: 0.5,1,1.5,2,3)",
     )
     parser.add_argument(
-        "--replicates", type=int, default=None, help="replicates (default: 300; 200 with --line)"
+        "--replicates", type=int, default=None, help="replicates (default: 300; 100 with --line)"
     )
     parser.add_argument(
         "--rng-seed", type=int, default=0, help="seed of the replicates' draws (default: 0)"
@@ -106,7 +106,7 @@ def main(args: argparse.Namespace) -> int:
         raise InputError(f"--effects={args.effects!r}; allowed: effects > 0 (seed SDs)")
     if args.line and len(seeds) != 1:
         raise InputError(f"--line with --seeds={args.seeds!r}; allowed: one seed count")
-    replicates = args.replicates or (200 if args.line else pw.REPLICATES)
+    replicates = args.replicates or (pw.LINE_REPLICATES if args.line else pw.REPLICATES)
     if replicates < 2:
         raise InputError(f"--replicates={replicates}; allowed: 2 or more")
     if args.arms:

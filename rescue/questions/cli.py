@@ -87,7 +87,9 @@ def power_first(question: str, seeds: int, args: argparse.Namespace) -> bool:
     if seeds < pw.MIN_SEEDS:  # the judge's minimum: nothing to simulate
         table = pw.Power(tuple(arms), 0, (seeds,), (0.0,))
     else:
-        table = pw.power(arms, seeds=(seeds,), effects=(pw.LINE_EFFECT,), replicates=200)
+        table = pw.power(
+            arms, seeds=(seeds,), effects=(pw.LINE_EFFECT,), replicates=pw.LINE_REPLICATES
+        )
     said = pw.line(table, seeds, arms=arms)
     print(f"{question}: power of the report on the cluster's arms: {said}")
     if why and not args.rehearsal:

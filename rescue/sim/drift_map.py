@@ -15,7 +15,8 @@ Per cell (``CellResult``):
 - ``effect``: P3's first deciding check, the mask arm's cap-hit trend against b at
   matched b minus the zero arm's, in units of its margin, the zero arm's seed SD of the
   same trend (interval likewise); ``control``: the second (matched − mask, in the mask
-  arm's seed SD);
+  arm's seed SD); ``level``: P3's reported check beside them, the cap-hit rate at matched
+  b, mask − zero, in the zero arm's seed SD of it (it decides nothing);
 - the verdict of P3 under the map's family-wise rule and alone;
 - ``ratio``: the subsidy ratio of the mask arm's runs, the mean of ``sim/subsidy/term``
   over the mean of ``|sim/subsidy/task|`` over every step and seed of the cell (the exact
@@ -88,6 +89,7 @@ class CellResult:
     effect_hi: float
     seeds: int
     control: float
+    level: float
     ratio: float
     b: float
     note: str
@@ -136,6 +138,10 @@ def judge_cells(grid: gd.Grid, simulated: dict, cells: list[gd.Cell]):
         deciding = [c for c in result.checks if c.decides]
         effect = _sd_units(deciding[0]) if deciding else (math.nan,) * 3 + (0,)
         control = _sd_units(deciding[1])[0] if len(deciding) > 1 else math.nan
+        level = next(
+            (_sd_units(c)[0] for c in result.checks if c.name.startswith("cap-hit rate at")),
+            math.nan,
+        )
         mask = res["mask"]
         term = _mean_key(mask, PREFIX + "term")
         task = _mean_key(mask, PREFIX + "task", absolute=True)
@@ -150,6 +156,7 @@ def judge_cells(grid: gd.Grid, simulated: dict, cells: list[gd.Cell]):
                 effect_hi=effect[2],
                 seeds=effect[3],
                 control=control,
+                level=level,
                 ratio=term / task if task > 0 else math.nan,
                 b=_mean_key(mask, "rollout/census/b_all", last=0.2),
                 note=result.note or (deciding[0].reason if deciding else ""),
@@ -202,8 +209,9 @@ def table(grid: gd.Grid, cells: list[CellResult]) -> list[str]:
     head = [a.setting.replace("_", "-") for a in grid.axes]
     lines = [
         "| " + " | ".join(head) + " | b (mask, final) | subsidy ratio | P3 effect, mask − zero "
-        "(σ of zero) [95%] | matched − mask (σ of mask) | P3 (rule) | alone |",
-        "|" + "---|" * (len(head) + 6),
+        "(σ of zero) [95%] | matched − mask (σ of mask) | level at matched b, mask − zero "
+        "(σ of zero; reported) | P3 (rule) | alone |",
+        "|" + "---|" * (len(head) + 7),
     ]
     for c in cells:
         eff = (
@@ -213,7 +221,8 @@ def table(grid: gd.Grid, cells: list[CellResult]) -> list[str]:
         )
         lines.append(
             "| " + " | ".join(c.values[a.setting] for a in grid.axes)
-            + f" | {c.b:.2f} | {c.ratio:.2f} | {eff} | {_f(c.control)} | {c.verdict or '—'} "
+            + f" | {c.b:.2f} | {c.ratio:.2f} | {eff} | {_f(c.control)} | {_f(c.level)} "
+            f"| {c.verdict or '—'} "
             f"| {c.alone or '—'} |"
         )  # fmt: skip
     return lines
@@ -262,6 +271,13 @@ def markdown(grid: gd.Grid, cells: list[CellResult], family, meta: dict) -> str:
             f"({top.cell.label(grid)}); positive (the mask drifting up relative to zero) in "
             f"{sum(c.effect > 0 for c in finite)} of {len(finite)}."
         )
+    levels = [c.level for c in cells if np.isfinite(c.level)]
+    if levels:
+        lines.append(
+            f"The cap-hit rate at matched b (P3's reported check, mask − zero, deciding "
+            f"nothing): median {np.median(levels):+.2f} σ, above 0 in "
+            f"{sum(x > 0 for x in levels)} of {len(levels)} cells."
+        )
     lines += ["", *table(grid, cells), ""]
     if grid.placement is not None:
         p = grid.placement
@@ -296,7 +312,7 @@ def as_json(grid: gd.Grid, cells: list[CellResult], family, meta: dict) -> dict:
         "cells": [
             {"values": c.values, "verdict": c.verdict, "alone": c.alone, "effect_sd": c.effect,
              "effect_sd_interval": [c.effect_lo, c.effect_hi], "seeds": c.seeds,
-             "control_sd": c.control, "subsidy_ratio": c.ratio, "b_final": c.b, "note": c.note,
+             "control_sd": c.control, "level_sd": c.level, "subsidy_ratio": c.ratio, "b_final": c.b, "note": c.note,
              "checks": c.checks}
             for c in cells
         ],

@@ -60,7 +60,9 @@ def heatmap(grid, cells, path: Path) -> Path:
                         mark += f" ({MARKS.get(c.alone, 'n/a')})"
                     text = (f"{c.effect:+.1f}σ" if np.isfinite(c.effect) else "n/a") + f" {mark}"
                     text += f"\nr {c.ratio:.2f}" if np.isfinite(c.ratio) else "\nr n/a"
-                    ax.text(j, i, text, ha="center", va="center", fontsize=7)
+                    dark = np.isfinite(c.effect) and abs(c.effect) > 0.6 * CLIP
+                    ax.text(j, i, text, ha="center", va="center", fontsize=7,
+                            color="white" if dark else "black")  # fmt: skip
             image = ax.imshow(
                 np.ma.masked_invalid(np.clip(z, -CLIP, CLIP)), cmap=cmap, vmin=-CLIP, vmax=CLIP
             )
