@@ -7,7 +7,7 @@
 #                      before any result was seen; about a minute on 2 cores), into runs/sim/
 #   make map           [MAP_GRID=FILE]: P3 over a grid of settings declared in a file (default the
 #                      shipped rescue/sim/maps/p3-drift.toml), the exact subsidy beside it, into
-#                      runs/map/ (heat map, table; about 10 minutes on 2 idle cores)
+#                      runs/map/ (heat map, table; about 6 minutes of 2 idle cores)
 #   make identity      the exact enumeration of the masked-update identity
 #   make test          the test suite (installs what it needs into VENV); PYTEST_ARGS: more
 #                      pytest arguments (default none), e.g. PYTEST_ARGS="-q tests/test_gate.py"

@@ -23,7 +23,7 @@ from rescue import cli
 from rescue.errors import InputError
 from rescue.judge.evaluation import evaluate
 from rescue.judge.predictions import BY_ID
-from rescue.sim import drift_map
+from rescue.sim import drift_map, map_report
 from rescue.sim import grid as gd
 from rescue.sim import scenario as sc
 from rescue.sim.arms import ArmSpec
@@ -161,10 +161,10 @@ def test_a_failed_map_leaves_the_earlier_one(tmp_path, monkeypatch):
     def broken(*args, **kwargs):
         raise RuntimeError("the heat map failed")
 
-    monkeypatch.setattr(drift_map, "markdown", broken)
+    monkeypatch.setattr(map_report, "markdown", broken)
     grid = gd.load(small(tmp_path))
     with pytest.raises(RuntimeError):
-        drift_map.write(out, grid, [], None, {}, plots=False)
+        map_report.write(out, grid, [], None, {}, plots=False)
     assert (out / "map.md").read_text() == "the earlier map"
     assert sorted(p.name for p in tmp_path.iterdir()) == ["grid.toml", "map"]
 
@@ -178,7 +178,7 @@ def test_a_missing_grid_is_one_line(tmp_path, capsys):
 def test_describe_prints_the_grid_and_runs_nothing(tmp_path, capsys):
     assert cli.main(["sim", "map", "--grid", str(small(tmp_path)), "--describe"]) == 0
     out = capsys.readouterr().out
-    assert "8 cells × 3 arms" in out and "24 runs simulated" in out
+    assert "8 cells × 3 arms" in out and "36 runs simulated" in out
     assert not (tmp_path / "runs").exists()
 
 
