@@ -168,9 +168,12 @@ def test_the_command_refuses_a_seed_count_that_decides_nothing(capsys):
 @pytest.mark.parametrize(
     "argv, named",
     [(["--seeds", "11"], "--seeds"), (["--effects", "0"], "--effects"),
-     (["--seeds", "2-4", "--line"], "--line"), (["--replicates", "1"], "--replicates")],
+     (["--seeds", "2-4", "--line"], "--line"), (["--replicates", "1"], "--replicates"),
+     (["--arms", "zero,bogus"], "'bogus' is not an arm"),
+     (["--arms", "protect:x,never-drop"], "'protect:x' is not an arm")],
 )  # fmt: skip
 def test_bad_input_is_one_line_naming_the_flag(capsys, argv, named):
     assert cli.main(["power", "--no-progress", *argv]) == 2
     err = capsys.readouterr().err
     assert named in err and "allowed" in err and err.count("\n") == 1
+    assert "Traceback" not in err

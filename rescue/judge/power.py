@@ -116,9 +116,21 @@ def is_false(pid: str, effect: float, verdict: str | None) -> bool:
 
 
 def arm_label(arm: str) -> str:
-    """A run label of the judge's for an arm as the launchers name it (``protect:0.5``)."""
+    """A run label of the judge's for an arm as the launchers name it (``protect:0.5``);
+    ``InputError`` for a name the judge does not know."""
+    from rescue.errors import InputError
+    from rescue.judge.runs import ARM_NAMES
+
     name, _, a = arm.strip().partition(":")
-    return f"{name}-a{float(a):g}" if a else name
+    try:
+        label = f"{name}-a{float(a):g}" if a else name
+    except ValueError:
+        label = ""
+    if not label or parse_name(label) is None:
+        raise InputError(
+            f"arm {arm!r} is not an arm; allowed: {', '.join(ARM_NAMES)} (protect:A with a number A)"
+        )
+    return label
 
 
 def null_runs(labels: Sequence[str], rng: np.random.Generator, seeds: int = MAX_SEEDS) -> list[Run]:
