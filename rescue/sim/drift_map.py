@@ -23,7 +23,7 @@ Per cell (``CellResult``):
   terms, ``rescue.sim.subsidy``: the mechanism's size whether or not behaviour moved);
 - ``b``: the mask arm's b (``rollout/census/b_all``) over the final 20% of the steps.
 
-With a ``[placement]`` in the grid, ``placement`` applies it: at its run length, the cells
+With a ``[placement]`` in the grid, ``map_report.placement`` applies it: at its run length, the cells
 whose ratio and b reach its thresholds qualify, and the one with the largest ratio (ties:
 the earlier cell of the grid) is named. It reads no verdict.
 
@@ -41,7 +41,7 @@ import argparse
 import math
 import os
 import time
-from dataclasses import dataclass, replace
+from dataclasses import replace
 from datetime import datetime, timezone
 from pathlib import Path
 
@@ -49,6 +49,7 @@ import numpy as np
 
 from rescue.errors import InputError
 from rescue.sim import grid as gd
+from rescue.sim.map_report import CellResult
 
 #: The metric keys a map keeps per step: what P3, the subsidy ratio and b read.
 KEEP = (
@@ -63,35 +64,6 @@ KEEP = (
     "sim/time",
 )
 DEFAULT_OUT = "runs/map"
-#: A verdict's mark in the heat map.
-MARKS = {
-    "as predicted": "✓",
-    "opposite": "✗",
-    "no difference": "=",
-    "inconclusive": "?",
-    "not judgeable": "—",
-    None: "n/a",
-}
-
-
-@dataclass
-class CellResult:
-    """One cell of the map, judged (module docstring)."""
-
-    cell: gd.Cell
-    values: dict[str, str]
-    verdict: str | None
-    alone: str | None
-    effect: float
-    effect_lo: float
-    effect_hi: float
-    seeds: int
-    control: float
-    level: float
-    ratio: float
-    b: float
-    note: str
-    checks: list[dict]
 
 
 def _sd_units(check) -> tuple[float, float, float, int]:
@@ -175,25 +147,6 @@ def run_map(grid: gd.Grid, *, workers: int = 1, ray: str | None = None, progress
         workers=workers, progress=progress, ray=ray, keep=KEEP,
     )  # fmt: skip
     return judge_cells(grid, dict(zip(unique, results, strict=True)), cells)
-
-
-def placement(grid: gd.Grid, cells: list[CellResult]) -> tuple[list[CellResult], CellResult | None]:
-    """The cells that qualify under the grid's ``[placement]``, and the one it chooses
-    (largest subsidy ratio; ties: the earlier cell). Reads no verdict."""
-    rule = grid.placement
-    if rule is None:
-        return [], None
-    ok = [
-        c
-        for c in cells
-        if c.cell.config.steps == rule.steps
-        and np.isfinite(c.ratio)
-        and c.ratio >= rule.min_ratio
-        and np.isfinite(c.b)
-        and c.b >= rule.min_b
-    ]
-    best = max(ok, key=lambda c: c.ratio, default=None)  # max keeps the first of a tie
-    return ok, best
 
 
 # ---------------------------------------------------------------- command

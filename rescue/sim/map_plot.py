@@ -19,6 +19,15 @@ from pathlib import Path
 
 import numpy as np
 
+#: A verdict's mark in the heat map.
+MARKS = {
+    "as predicted": "✓",
+    "opposite": "✗",
+    "no difference": "=",
+    "inconclusive": "?",
+    "not judgeable": "—",
+    None: "n/a",
+}
 #: The colour scale's end, in seed SDs.
 CLIP = 3.0
 
@@ -28,8 +37,6 @@ def heatmap(grid, cells, path: Path) -> Path:
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
-
-    from rescue.sim.drift_map import MARKS
 
     axes = grid.axes
     rows_axis = axes[0]

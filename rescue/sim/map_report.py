@@ -13,12 +13,51 @@ from __future__ import annotations
 import json
 import os
 import shutil
+from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
 
 from rescue.sim import grid as gd
-from rescue.sim.drift_map import CellResult, placement
+
+
+@dataclass
+class CellResult:
+    """One cell of the map, judged (module docstring)."""
+
+    cell: gd.Cell
+    values: dict[str, str]
+    verdict: str | None
+    alone: str | None
+    effect: float
+    effect_lo: float
+    effect_hi: float
+    seeds: int
+    control: float
+    level: float
+    ratio: float
+    b: float
+    note: str
+    checks: list[dict]
+
+
+def placement(grid: gd.Grid, cells: list[CellResult]) -> tuple[list[CellResult], CellResult | None]:
+    """The cells that qualify under the grid's ``[placement]``, and the one it chooses
+    (largest subsidy ratio; ties: the earlier cell). Reads no verdict."""
+    rule = grid.placement
+    if rule is None:
+        return [], None
+    ok = [
+        c
+        for c in cells
+        if c.cell.config.steps == rule.steps
+        and np.isfinite(c.ratio)
+        and c.ratio >= rule.min_ratio
+        and np.isfinite(c.b)
+        and c.b >= rule.min_b
+    ]
+    best = max(ok, key=lambda c: c.ratio, default=None)  # max keeps the first of a tie
+    return ok, best
 
 
 def _f(x: float, digits: int = 2) -> str:
