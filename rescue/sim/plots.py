@@ -118,7 +118,9 @@ def _smoothed(result, name: str, window: int, launched: bool = False) -> np.ndar
     ``launched``: the behaviour of the rollouts launched with each step's weight version.
     """
     stop = len(result.steps) - 1
-    run = to_run(result)
+    run = _RUNS.get(id(result.steps))
+    if run is None:  # one Run per result while the plots are drawn: its columns are cached
+        run = _RUNS[id(result.steps)] = to_run(result)
     if launched:
         rows = [
             {GENERATED_PREFIX + k[len(LAUNCHED_PREFIX) :]: v for k, v in m.items()
@@ -130,6 +132,10 @@ def _smoothed(result, name: str, window: int, launched: bool = False) -> np.ndar
         return qs.series(run, name).trailing(window, stop)[1]
     except qs.MissingKey:
         return np.full(stop + 1, np.nan)
+
+
+#: The judge's ``Run`` of each result, by ``id`` of its steps, while ``write_plots`` runs.
+_RUNS: dict[int, Run] = {}
 
 
 def _merged(results) -> dict:
@@ -169,7 +175,14 @@ def write_plots(results, out_dir: Path, smoothing: int | None = None, judgement=
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    out_dir = Path(out_dir)
+    _RUNS.clear()
+    try:
+        return _write_plots(results, Path(out_dir), smoothing, judgement, plt)
+    finally:
+        _RUNS.clear()
+
+
+def _write_plots(results, out_dir: Path, smoothing, judgement, plt) -> list[Path]:
     out_dir.mkdir(parents=True, exist_ok=True)
     n = len(next(iter(results.values()))[0].steps)
     window = smoothing or max(1, n // 30)
