@@ -164,8 +164,12 @@ def test_the_engine_logs_the_terms_of_each_step_and_none_when_off():
         assert np.isfinite(m[PREFIX + "term"]) and m[PREFIX + "term"] > 0
     assert res.steps[0][PREFIX + "term"] == pytest.approx(terms(_theta(cfg)[None], cfg)["term"][0])
     assert res.steps[1][PREFIX + "term"] != res.steps[0][PREFIX + "term"]  # it learned
-    off = run_one(BUDGET.replace(**small), ArmSpec("mask"), 0)
+    off = run_one(BUDGET.replace(subsidy=False, **small), ArmSpec("mask"), 0)
     assert not any(k.startswith(PREFIX) for m in off.steps for k in m)
+    # no random draw: with the terms on, every other output is the same
+    assert [
+        {k: v for k, v in m.items() if not k.startswith(PREFIX)} for m in res.steps
+    ] == off.steps
 
 
 def test_without_learning_every_step_and_every_arm_logs_the_same_terms():
