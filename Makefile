@@ -5,6 +5,9 @@
 # On a CPU:
 #   make demo          the four scenarios on the embedded simulator, 5 seeds each (0-4, fixed
 #                      before any result was seen; about a minute on 2 cores), into runs/sim/
+#   make map           [MAP_GRID=FILE]: P3 over a grid of settings declared in a file (default the
+#                      shipped rescue/sim/maps/p3-drift.toml), the exact subsidy beside it, into
+#                      runs/map/ (heat map, table; about 6 minutes of 2 idle cores)
 #   make identity      the exact enumeration of the masked-update identity
 #   make test          the test suite (installs what it needs into VENV); PYTEST_ARGS: more
 #                      pytest arguments (default none), e.g. PYTEST_ARGS="-q tests/test_gate.py"
@@ -24,6 +27,8 @@
 # One command per research question (resumable stages in RUN_DIR; `rescue status RUN_DIR`):
 #   make q2            [SEEDS=3] [STEPS=] [RUN_DIR=runs/q2]: the budget regime, ending in the P3 gate
 #   make q3            [Q2_DIR=runs/q2] [FORCE=1]: SWE-smith, refused unless q2's gate says go
+#                      q2, q3 print what SEEDS can decide (rescue power) before anything runs
+#                      and refuse SEEDS < 3 (the judge decides nothing) unless FORCE=1
 #   make q1            DUMPS=DIR MODEL=PATH: offline replay of a finished run's dumps
 #                      REHEARSAL=1: any of the three on this CPU in minutes (training simulated)
 #
@@ -49,8 +54,8 @@
 #
 # Variables of this file: PYTHON (python3), VENV (.venv), TORCH (torch==2.13.0),
 # REHEARSAL_VENV (.venv-rehearsal), PYTEST_ARGS, MILES_SRC, SLIME_SRC, MEGATRON_SRC, ARM, A,
-# STEPS, REHEARSAL_ARGS, REHEARSAL_MARKERS, RESCUE_PY, DRY_RUN, and the questions' RUN_DIR, REHEARSAL, FORCE, Q2_DIR,
-# DUMPS, MODEL; each is described where it is set below.
+# STEPS, REHEARSAL_ARGS, REHEARSAL_MARKERS, RESCUE_PY, DRY_RUN, MAP_GRID, and the questions'
+# RUN_DIR, REHEARSAL, FORCE, Q2_DIR, DUMPS, MODEL; each is described where it is set below.
 
 .DEFAULT_GOAL := help
 
@@ -65,7 +70,7 @@ TORCH ?= torch==2.13.0
 PY     := $(VENV)/bin/python
 PIP    := $(PY) -m pip --disable-pip-version-check -q
 
-.PHONY: help demo test integration lint bench docs identity venv clean rehearsal rehearsal-test
+.PHONY: help demo map test integration lint bench docs identity venv clean rehearsal rehearsal-test
 
 help:
 	@sed -n '1,/^$$/s/^# \{0,1\}//p' Makefile
@@ -89,6 +94,13 @@ venv: $(VENV)/.stamp-base
 # wandb runs are left out to keep it quick (`rescue sim --scenario all` writes them).
 demo: $(VENV)/.stamp-sim
 	$(PY) -m rescue sim --scenario all --seeds 5 --first-seed 0 --no-wandb
+
+# MAP_GRID: the grid file of make map (default empty: the shipped
+# rescue/sim/maps/p3-drift.toml). The map writes runs/map/ (grid.toml, map.md, map.json,
+# map.png), replacing an earlier map only when it completes.
+MAP_GRID ?=
+map: $(VENV)/.stamp-sim
+	$(PY) -m rescue sim map $(if $(MAP_GRID),--grid $(MAP_GRID)) --out runs/map
 
 identity: $(VENV)/.stamp-base
 	$(PY) -m rescue identity
@@ -304,8 +316,8 @@ agent-arm:
 # RUN_DIR: the run folder (default runs/qN, runs/qN-rehearsal with REHEARSAL=1). SEEDS: seeds
 # per arm (default 3; 2 in rehearsal). STEPS: training steps per run (default: the
 # launchers' NUM_ROLLOUT; 40 in rehearsal). Q2_DIR: q2's run folder for q3's gate (default
-# runs/q2, runs/q2-rehearsal with REHEARSAL=1). FORCE: 1 starts q3 without q2's go and
-# records it in the report (default 0). DUMPS, MODEL: q1's dumps and checkpoint (MODEL also
+# runs/q2, runs/q2-rehearsal with REHEARSAL=1). FORCE: 1 starts q3 without q2's go, and
+# q2 or q3 (and make rlvr-sweep) with SEEDS below 3, and records it (default 0). DUMPS, MODEL: q1's dumps and checkpoint (MODEL also
 # q3's oracle replay; rehearsal default tiny-gpt2). Every launcher variable (e.g. CKPT for q3's
 # make oracle, MILES_DIR) passes through to the stages' make targets.
 .PHONY: q1 q2 q3
@@ -317,7 +329,7 @@ Q_ARGS = $(if $(filter 1,$(REHEARSAL)),--rehearsal) $(if $(SEEDS),--seeds $(SEED
 Q_DEPS := $(VENV)/.stamp-sim+replay+rlvr+swe
 
 q2: $(Q_DEPS)
-	$(PY) -m rescue question q2 --run-dir $(or $(RUN_DIR),runs/q2$(Q_SUFFIX)) $(Q_ARGS)
+	$(PY) -m rescue question q2 --run-dir $(or $(RUN_DIR),runs/q2$(Q_SUFFIX)) $(Q_ARGS) $(if $(filter 1,$(FORCE)),--force)
 
 q3: $(Q_DEPS)
 	$(PY) -m rescue question q3 --run-dir $(or $(RUN_DIR),runs/q3$(Q_SUFFIX)) \

@@ -42,6 +42,10 @@ COMMANDS: dict[str, tuple[str, str]] = {
         "a research question (q1, q2, q3) as resumable stages in a run folder",
     ),
     "status": ("rescue.questions.status", "the stages of a question's run folder, with progress"),
+    "power": (
+        "rescue.judge.power_cli",
+        "what n seeds per arm can decide: each prediction's chance of a verdict, by the judge",
+    ),
 }
 
 

@@ -10,7 +10,7 @@ import pytest
 from rescue.cli import main as rescue_main
 from rescue.errors import InputError
 from rescue.questions import chains
-from rescue.questions.cli import check_gate
+from rescue.questions.cli import check_gate, power_first
 from rescue.questions.rehearsal import gate_decision
 from rescue.questions.status import render
 from rescue.stages import write_state
@@ -134,6 +134,44 @@ def test_q3_refuses_without_q2s_go_unless_forced(tmp_path, capsys):
     code = rescue_main(["question", "q3", "--run-dir", str(run), "--q2-dir", str(tmp_path)])
     assert code == 2 and not run.exists()
     assert "FORCE=1" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("question", ["q2", "q3"])
+def test_fewer_seeds_than_the_judge_needs_are_refused_before_anything_runs(
+    tmp_path, capsys, question
+):
+    run = tmp_path / question
+    argv = ["question", question, "--run-dir", str(run), "--seeds", "2"]
+    if question == "q3":
+        (tmp_path / "gate.json").write_text(json.dumps({"go": True}))
+        argv += ["--q2-dir", str(tmp_path)]
+    assert rescue_main(argv) == 2 and not run.exists()
+    err = capsys.readouterr().err
+    named = "P3" if question == "q2" else "P5"
+    assert err.count("\n") == 1 and named in err and "SEEDS=2" in err and "FORCE=1" in err
+
+
+def test_forced_few_seeds_print_the_line_and_reach_the_sweep(tmp_path, capsys):
+    import argparse
+
+    assert power_first("q2", 2, argparse.Namespace(rehearsal=False, force=True)) is True
+    out = capsys.readouterr().out
+    assert "decides nothing" in out and "FORCE=1" in out
+    train = next(st for st in chains.q2(chains.Settings(tmp_path, seeds=2, force=True))
+                 if st.name == "train")  # fmt: skip
+    assert "FORCE=1" in train.command and "SEEDS=2" in train.command
+    train = next(st for st in chains.q2(chains.Settings(tmp_path, seeds=3)) if st.name == "train")
+    assert not any(w.startswith("FORCE=") for w in train.command)
+
+
+def test_the_power_line_comes_first_and_a_rehearsal_is_not_refused(capsys):
+    import argparse
+
+    assert power_first("q2", 2, argparse.Namespace(rehearsal=True, force=False)) is False
+    assert "q2: power" in capsys.readouterr().out
+    power_first("q3", 3, argparse.Namespace(rehearsal=False, force=False))
+    line = capsys.readouterr().out
+    assert "SEEDS=3 per arm" in line and "P5" in line and "P6" in line and " / " in line
 
 
 def test_the_cluster_chain_of_q2_runs_the_launchers_with_the_run_folders_paths(tmp_path):

@@ -27,6 +27,7 @@ NEW = {
     "std_normalize": False,
     "baseline_scope": "batch",
     "kappa": 0.5,
+    "subsidy": True,
     "tis": False,
     "tis_clip": 1.1,
     "score_centering": False,
@@ -131,6 +132,7 @@ def test_no_setting_is_ignored_by_the_simulation(tmp_path, name):
         (["--pace-window", "-1"], "--pace-window"),
         (["--pace-window", "3"], "from one batch (4) to 8"),
         (["--pace-window", "9"], "from one batch (4) to 8"),
+        (["--subsidy", "--episodes", "table", "--max-turns", "40"], "--subsidy"),
     ],
 )
 def test_a_bad_value_is_one_line_naming_its_flag(tmp_path, capsys, argv, named):

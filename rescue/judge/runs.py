@@ -291,6 +291,16 @@ class Run:
             self._columns[key] = col
         return col
 
+    def zeroed(self, key: str) -> np.ndarray:
+        """``column(key)`` with NaN read as 0 (cached, read-only): an outcome that did not
+        occur in a step has no count there."""
+        cached = self._columns.get("\0" + key)
+        if cached is None:
+            cached = np.nan_to_num(self.column(key), nan=0.0)
+            cached.setflags(write=False)
+            self._columns["\0" + key] = cached
+        return cached
+
     def steps(self) -> np.ndarray:
         """The step of each row: ``rollout/step``, else wandb's ``_step``, else the row index."""
         for key in (STEP_KEY, "_step"):

@@ -124,6 +124,7 @@ def training_stage(question: str, s: Settings, inputs: tuple[str, ...]) -> Stage
             SEEDS=str(s.seeds),
             SWEEP_WATCH="0",
             **_steps(s),
+            **({"FORCE": "1"} if s.force and s.seeds < 3 else {}),
         )
         return Stage(
             "train",

@@ -44,7 +44,8 @@ def configure(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--force",
         action="store_true",
-        help="q3: start without q2's go; recorded in the report (default off)",
+        help="q3: start without q2's go; q2, q3: run with fewer seeds than the judge needs to "
+        "decide anything; recorded (default off)",
     )
     parser.add_argument("--dumps", default="", help="q1: the dumps folder of a finished run")
     parser.add_argument(
@@ -71,6 +72,32 @@ def check_gate(q2_dir: Path, force: bool) -> str:
     return why
 
 
+def power_first(question: str, seeds: int, args: argparse.Namespace) -> bool:
+    """Before anything runs: the power line for ``seeds`` per arm of the question's cluster
+    arms (``rescue power``), and the refusal of a seed count at which the judge decides
+    nothing for a prediction those arms compare, unless ``--force`` (a rehearsal spends no
+    cluster time: it prints the line and goes on). Returns whether it ran forced."""
+    from rescue.judge import power as pw
+    from rescue.judge.power_cli import question_arms
+
+    arms = question_arms(question)
+    why = pw.refusal(arms, seeds)
+    if why and not args.rehearsal and not args.force:
+        raise InputError(f"{why}: set SEEDS >= 3, or FORCE=1 to run anyway (recorded)")
+    if seeds < pw.MIN_SEEDS:  # the judge's minimum: nothing to simulate
+        table = pw.Power(tuple(arms), 0, (seeds,), (0.0,))
+    else:
+        table = pw.power(
+            arms, seeds=(seeds,), effects=(pw.LINE_EFFECT,), replicates=pw.LINE_REPLICATES
+        )
+    said = pw.line(table, seeds, arms=arms)
+    print(f"{question}: power of the report on the cluster's arms: {said}")
+    if why and not args.rehearsal:
+        print(f"{question}: FORCE=1: {why}; running anyway")
+        return True
+    return False
+
+
 def main(args: argparse.Namespace) -> int:
     from rescue.questions.chains import QUESTIONS, REPO, Settings
     from rescue.stages import Runner
@@ -91,6 +118,8 @@ def main(args: argparse.Namespace) -> int:
         model=args.model,
     )
     recorded = {"REHEARSAL": int(args.rehearsal), "SEEDS": seeds, "STEPS": args.steps}
+    if args.question in ("q2", "q3") and power_first(args.question, seeds, args):
+        recorded["FORCE"] = 1
     if args.question == "q3":
         why = check_gate(q2_dir, args.force)
         recorded.update(Q2_DIR=str(q2_dir), FORCE=int(args.force))

@@ -13,6 +13,7 @@ prints the summary. Every setting of the simulator is a flag
     rescue sim --arms drop,never-drop,protect:0.5,pace --max-staleness 2 --out runs/mine
     rescue sim --scenario two-outcome --print-scenario > mine.toml   # copy, edit, then
     rescue sim --scenario-file mine.toml
+    rescue sim map [--grid FILE]                 # P3 over a declared grid (make map)
 """
 
 from __future__ import annotations
@@ -139,6 +140,16 @@ def configure(parser: argparse.ArgumentParser) -> None:
     out.add_argument(
         "--no-progress", action="store_true", help="no progress bar on stderr (default: show it)"
     )
+    sub = parser.add_subparsers(dest="sim_command", metavar="map", required=False)
+    from rescue.sim import drift_map
+
+    drift_map.configure(
+        sub.add_parser(
+            "map",
+            help="P3 over a grid of settings declared in a file, the subsidy beside it (make map)",
+            description=(drift_map.__doc__ or "").split("\n\n")[0],
+        )
+    )
 
 
 def overrides(args: argparse.Namespace) -> dict:
@@ -198,6 +209,10 @@ def main(args: argparse.Namespace) -> int:
     from rescue.sim.engine import check_runnable
     from rescue.sim.runner import run_scenarios
 
+    if getattr(args, "sim_command", None) == "map":
+        from rescue.sim import drift_map
+
+        return drift_map.main(args)
     if args.scenarios:
         print(sc.listing())
         return 0

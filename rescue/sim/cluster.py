@@ -31,10 +31,15 @@ POLL_S = 0.5
 
 
 def run_on_ray(
-    address: str, jobs: Sequence[Job], *, on_progress: Callable[[int], None] | None = None
+    address: str,
+    jobs: Sequence[Job],
+    *,
+    on_progress: Callable[[int], None] | None = None,
+    keep: Sequence[str] | None = None,
 ) -> list[RunResult]:
     """``RunResult`` of each ``(config, arm, seed)`` of ``jobs``, in order, run on Ray;
-    ``on_progress(steps)`` with the steps of the finished runs at every look."""
+    ``on_progress(steps)`` with the steps of the finished runs at every look; ``keep`` as
+    ``run_one``'s."""
     try:
         import ray
     except ImportError:
@@ -56,7 +61,7 @@ def run_on_ray(
         raise InputError(f"--ray {address}: no Ray cluster there ({e})") from None
     try:
         task = ray.remote(num_cpus=1)(run_one)
-        refs = [task.remote(cfg, arm, seed) for cfg, arm, seed in jobs]
+        refs = [task.remote(cfg, arm, seed, keep=keep) for cfg, arm, seed in jobs]
         steps = {ref: cfg.steps for ref, (cfg, _, _) in zip(refs, jobs, strict=True)}
         pending = list(refs)
         while pending:

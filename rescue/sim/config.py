@@ -244,6 +244,15 @@ class SimConfig:
         T,
     )
     kappa: float = _s(2.0, "shrinkage κ of the turn-reached baseline", FLOAT, T)
+    subsidy: bool = _s(
+        False,
+        "log the exact subsidy terms each step (sim/subsidy/*: the b·∇P(cap) and ∇J terms of "
+        "the masked update along ∇P(cap), rescue.sim.subsidy); needs --episodes agent and "
+        "--baseline-scope group; about a tenth of a run's time at a 12-turn cap, more at "
+        "longer caps",
+        BOOL,
+        T,
+    )
     tis: bool = _s(
         True,
         "truncated importance ratio min(π_now / π_launch, tis-clip) per decision (Miles' --use-tis)",
@@ -380,6 +389,12 @@ class SimConfig:
             raise InputError(
                 f"--table-turns={Kind('ints', 4).show(self.table_turns)}, --table-late-turns="
                 f"{self.table_late_turns}; allowed: 1 <= turns <= --max-turns ({self.max_turns})"
+            )
+        if self.subsidy and (self.episodes != "agent" or self.baseline_scope != "group"):
+            raise InputError(
+                f"--subsidy with --episodes {self.episodes} --baseline-scope "
+                f"{self.baseline_scope}; allowed: --episodes agent and --baseline-scope group "
+                "(the terms are per group of one task, and the strategy table has no cap)"
             )
         if len(self.initial_logits) != ROWS:
             raise InputError(

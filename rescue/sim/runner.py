@@ -104,9 +104,11 @@ def run_grid(
     workers: int = 1,
     progress: bool = True,
     ray: str | None = None,
+    keep: Sequence[str] | None = None,
 ) -> list[dict[str, list[RunResult]]]:
     """``run_arms`` for several ``(config, arms, wandb dir)`` at once, sharing the workers
-    (and the progress bar): one result dict per plan."""
+    (and the progress bar): one result dict per plan. ``keep``: cut each step's metrics to
+    the keys starting with one of these (``run_one``; default None: every key)."""
     if workers < 1:
         raise InputError(f"--workers={workers}; allowed: an integer >= 1")
     jobs: list[tuple[SimConfig, ArmSpec, int]] = []
@@ -121,7 +123,7 @@ def run_grid(
         for arm in unique.values():
             for s in seeds:
                 jobs.append((cfg, arm, s))
-                kw.append({"wandb_dir": wandb_dir, "labels": labels[arm.behaviour]})
+                kw.append({"wandb_dir": wandb_dir, "labels": labels[arm.behaviour], "keep": keep})
                 plan_of.append(p)
     for cfg, arm, _ in jobs:  # before the first step of any run: no run dies part-way
         check_runnable(cfg, arm)
@@ -138,7 +140,7 @@ def run_grid(
     if ray is not None:
         from rescue.sim.cluster import run_on_ray
 
-        done = run_on_ray(ray, jobs, on_progress=lambda n: advance_to(bar, n))
+        done = run_on_ray(ray, jobs, on_progress=lambda n: advance_to(bar, n), keep=keep)
         for (cfg, _, s), r, k in zip(jobs, done, kw, strict=True):
             if k["wandb_dir"] is not None:  # logged here: the nodes need not see this disk
                 for label in k["labels"]:
