@@ -78,8 +78,8 @@ SETTINGS: tuple[tuple[str, str, str], ...] = (
     (
         "STALENESS",
         "0",
-        "K = 0 (pace: 1): a group generated across a weight update is stale, so a few steps "
-        "have stale groups; pace needs K >= 1 for a window wider than one step's batch",
+        "K = 0: a group generated across a weight update is stale, so a few steps have "
+        "stale groups",
     ),
     ("AGENT_CONCURRENCY", "16", "4 groups' trials at once (with the EXTRA_ARGS below)"),
     (
@@ -109,9 +109,25 @@ SETTINGS: tuple[tuple[str, str, str], ...] = (
 )
 
 
-def print_table(removed: list[str], settings: dict[str, str]) -> None:
+#: Settings of one arm over ``SETTINGS`` (name, value, reason).
+ARM_SETTINGS: dict[str, tuple[tuple[str, str, str], ...]] = {
+    "pace": (("STALENESS", "1", "pace needs K >= 1 for a window wider than one step's batch"),),
+    "drop": (
+        ("AGENT_CONCURRENCY", "12", "3 groups' trials at once (with the EXTRA_ARGS below)"),
+        (
+            "EXTRA_ARGS",
+            "--async-max-concurrent-samples 12",
+            "3 groups in flight: one crosses each weight update and is dropped; with 4 nearly "
+            "every group in flight went stale and each step waited for them to be generated "
+            "again (the rehearsal's --extra-args are added after)",
+        ),
+    ),
+}
+
+
+def print_table(removed: list[str], settings: dict[str, str], arm: str) -> None:
     print("rehearsal: launcher settings (everything else is the arm's own)")
-    reasons = {name: why for name, _, why in SETTINGS}
+    reasons = {name: why for name, _, why in (*SETTINGS, *ARM_SETTINGS.get(arm, ()))}
     for name, value in settings.items():
         print(f"  {name}={value}  ({reasons.get(name, 'the rehearsal input')})")
     print("rehearsal: CPU-forced changes (rescue/rehearsal/miles/changes.py)")
@@ -275,7 +291,10 @@ def launcher_settings(
     inputs: dict[str, Path],
 ) -> dict[str, str]:  # fmt: skip
     """The launcher variables of the rehearsal: ``SETTINGS``, the arm's and the inputs'."""
-    settings = {name: value.format(out=out) for name, value, _ in SETTINGS}
+    settings = {
+        name: value.format(out=out)
+        for name, value, _ in (*SETTINGS, *ARM_SETTINGS.get(args.arm, ()))
+    }
     config = json.loads((inputs["model"] / "config.json").read_text())
     settings.update(
         ARM=args.arm,
@@ -293,8 +312,6 @@ def launcher_settings(
     )
     if args.a is not None:
         settings["A"] = args.a
-    if args.arm == "pace":
-        settings["STALENESS"] = "1"
     if args.staleness is not None:
         settings["STALENESS"] = str(args.staleness)
     if args.extra_args:
@@ -370,7 +387,7 @@ def run(args: argparse.Namespace) -> int:
         session_port=ports["session"],
         router=args.router,
     )
-    print_table(removed, settings)
+    print_table(removed, settings, args.arm)
     if args.without:
         print(
             f"rehearsal: removed from the launcher's command (--without): {' '.join(args.without)}"
