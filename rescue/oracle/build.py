@@ -206,7 +206,9 @@ def build(
     manifest = Manifest(arms=names)
     with staged(out_dir, owned=lambda entry: entry.name in OWNED) as stage:
         os.makedirs(stage.path / ROLLOUT_DATA)
-        with progress_bar(len(files), unit="dumps", desc="oracle", enabled=progress) as bar:
+        with progress_bar(
+            len(files), unit="dumps", desc="oracle", enabled=progress and len(files) > 1
+        ) as bar:
             steps: dict[int, str] = {}
             for ordinal, path in enumerate(files):
                 payload = read_payload(path, unsafe_load=unsafe_load)

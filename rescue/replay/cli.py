@@ -163,8 +163,31 @@ def _print(report: Any, text: str, as_json: bool) -> None:
     print(json.dumps(report, indent=2, default=str) if as_json else text)
 
 
+def check_device(name: str) -> None:
+    """``--device``: a device torch knows and this machine has (before any dump is read)."""
+    import torch
+
+    from rescue.errors import InputError
+
+    try:
+        device = torch.device(name)
+    except RuntimeError:
+        raise InputError(
+            f"--device {name!r}: not a torch device; allowed e.g. cpu, cuda, cuda:1"
+        ) from None
+    backend = getattr(torch, device.type, None)
+    available = getattr(backend, "is_available", None)
+    if device.type != "cpu" and (available is None or not available()):
+        raise InputError(
+            f"--device {name!r}: no {device.type} device on this machine; allowed: cpu"
+        )
+
+
 def main(args: argparse.Namespace) -> int:
     from rescue.replay.dumps import load_dumps
+
+    if args.replay_command == "gradients":
+        check_device(args.device)
 
     dumps = load_dumps(
         args.dumps,
