@@ -20,6 +20,7 @@ pytestmark = pytest.mark.agent  # the [agent] extra: make test-all and CI
 def _alfworld() -> None:
     pytest.importorskip("alfworld", reason="the ALFWorld games need ALFWorld: .[agent]")
 
+
 #: (folder under json_2.1.1/train, task type, solvable): as alfworld-download lays them out.
 GAMES = [
     ("pick_and_place_simple-Mug-None-Desk-308/trial_T1", "pick_and_place_simple", True),
