@@ -4,7 +4,8 @@
 #
 # On a CPU:
 #   make demo          the four scenarios on the embedded simulator, 5 seeds each (0-4, fixed
-#                      before any result was seen; about a minute on 2 cores), into runs/sim/
+#                      before any result was seen), into runs/sim/ (times of the CPU commands:
+#                      docs/performance.md, measured by bench/cpu_times.py)
 #   make identity      the exact enumeration of the masked-update identity
 #   make test          the test suite a newcomer runs (installs what it needs into VENV): every
 #                      test but the long end-to-end chains (marker slow) and the text games
@@ -27,7 +28,8 @@
 #   make q2            [SEEDS=3] [STEPS=] [RUN_DIR=runs/q2]: the budget regime, ending in the P3 gate
 #   make q3            [Q2_DIR=runs/q2] [FORCE=1]: SWE-smith, refused unless q2's gate says go
 #   make q1            DUMPS=DIR MODEL=PATH: offline replay of a finished run's dumps
-#                      REHEARSAL=1: any of the three on this CPU in minutes (training simulated)
+#                      REHEARSAL=1: any of the three on this CPU (the training simulated);
+#                      without it q2 and q3 refuse a machine without GPUs or MILES_DIR
 #
 # On GPU nodes (every variable, with its default, in launch/config.sh and, for the rlvr-*
 # targets, launch/rlvr_config.sh; DRY_RUN=1 prints the commands and runs nothing; RESCUE_PY:
@@ -198,8 +200,10 @@ lint: $(VENV)/.stamp-dev
 	$(VENV)/bin/ruff format --check .
 	$(VENV)/bin/shellcheck launch/*.sh .ci/run .ci/integration
 
+# bench/cpu_times.py is not a benchmark: it measures the times the docs state (make test,
+# make demo, the rehearsals) and takes as long as they do; run it on its own.
 bench: $(VENV)/.stamp-dev+sim+swe+replay
-	for f in bench/*.py; do echo "== $$f"; $(PY) $$f || exit 1; done
+	for f in $(filter-out bench/cpu_times.py,$(wildcard bench/*.py)); do echo "== $$f"; $(PY) $$f || exit 1; done
 
 # The site: MkDocs with the Material theme (the [docs] extra), strict, into site/.
 docs: $(VENV)/.stamp-docs
@@ -360,7 +364,7 @@ agent-arm:
 #   make q3 [RUN_DIR=runs/q3] [Q2_DIR=runs/q2] [FORCE=1]  refused unless q2's gate says go
 #   make q1 DUMPS=DIR MODEL=PATH [RUN_DIR=runs/q1]    replay arms (a)-(e), P1, P2, offline P7
 #
-# REHEARSAL: 1 runs the chain on this CPU in minutes (default 0): two seeds, 40 steps, the
+# REHEARSAL: 1 runs the chain on this CPU (default 0): two seeds, 40 steps, the
 # training stage SIMULATED by the embedded simulator (it says so), every other stage real.
 # RUN_DIR: the run folder (default runs/qN, runs/qN-rehearsal with REHEARSAL=1). SEEDS: seeds
 # per arm (default 3; 2 in rehearsal). STEPS: training steps per run (default: the
@@ -376,11 +380,17 @@ Q_SUFFIX := $(if $(filter 1,$(REHEARSAL)),-rehearsal)
 Q_ARGS = $(if $(filter 1,$(REHEARSAL)),--rehearsal) $(if $(SEEDS),--seeds $(SEEDS)) \
 	$(if $(STEPS),--steps $(STEPS)) $(if $(MODEL),--model $(MODEL))
 Q_DEPS := $(VENV)/.stamp-sim+replay+rlvr+swe
+# Without REHEARSAL=1, q2 and q3 first check this machine (GPUs, MILES_DIR) with PYTHON
+# alone, before anything is installed or fetched.
+q_machine = $(if $(filter 1,$(REHEARSAL)),,machine-for-$(1))
 
-q2: $(Q_DEPS)
+machine-for-%:
+	@$(PYTHON) -c 'import sys; from rescue.questions.cli import machine_refusal; sys.exit(machine_refusal("$*"))'
+
+q2: $(call q_machine,q2) $(Q_DEPS)
 	$(PY) -m rescue question q2 --run-dir $(or $(RUN_DIR),runs/q2$(Q_SUFFIX)) $(Q_ARGS)
 
-q3: $(Q_DEPS)
+q3: $(call q_machine,q3) $(Q_DEPS)
 	$(PY) -m rescue question q3 --run-dir $(or $(RUN_DIR),runs/q3$(Q_SUFFIX)) \
 		--q2-dir $(or $(Q2_DIR),runs/q2$(Q_SUFFIX)) $(if $(filter 1,$(FORCE)),--force) $(Q_ARGS)
 

@@ -7,6 +7,7 @@ from __future__ import annotations
 import os
 import re
 import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -126,3 +127,20 @@ def test_the_switches_include_every_switch_of_the_launchers():
     launchers = set(re.search(r"RESCUE_SWITCHES=\(([^)]*)\)", common)[1].split())
     makefile = re.search(r"^SWITCHES := (.*?)(?<!\\)$", MAKEFILE, re.M | re.S)[1]
     assert launchers <= set(makefile.replace("\\\n", " ").split())
+
+
+@pytest.mark.parametrize("question", ["q2", "q3"])
+def test_make_q2_and_q3_check_the_machine_before_installing_anything(tmp_path, question):
+    """On a machine without GPUs (no nvidia-smi here), `make q2` stops before it creates
+    the virtual environment, so before any package or dataset is fetched."""
+    venv = tmp_path / "venv"
+    bare = {**ENV, "PATH": "/usr/bin:/bin", "MILES_DIR": str(tmp_path / "no-miles")}
+    r = subprocess.run(
+        ["make", "--no-print-directory", question, f"VENV={venv}", f"RUN_DIR={tmp_path / 'r'}",
+         f"PYTHON={sys.executable}"],
+        cwd=ROOT, capture_output=True, text=True, timeout=60, env=bare,
+    )  # fmt: skip
+    assert r.returncode == 2 and not venv.exists() and not (tmp_path / "r").exists()
+    said = r.stderr.splitlines()
+    assert said[0].startswith(f"rescue question: error: {question} trains on a GPU cluster")
+    assert said[1].startswith("make: *** [Makefile:") and len(said) == 2

@@ -24,6 +24,7 @@ import json
 import os
 import shutil
 import subprocess
+import sys
 from pathlib import Path
 
 from rescue import flags
@@ -119,6 +120,17 @@ def check_cluster(question: str) -> None:
             f"{question} trains on a GPU cluster through Miles: {'; '.join(why)}; on this "
             f"machine run its rehearsal, make {question} REHEARSAL=1{forced}"
         )
+
+
+def machine_refusal(question: str) -> int:
+    """``check_cluster`` as a command's exit status: 0, or 2 after its one line (``make q2``
+    runs it with the system's Python before installing anything)."""
+    try:
+        check_cluster(question)
+    except InputError as e:
+        print(f"rescue question: error: {e}", file=sys.stderr)
+        return 2
+    return 0
 
 
 def check_q1(dumps: str, model: str, rehearsal: bool) -> None:
