@@ -56,8 +56,8 @@ def connect(address: str) -> None:
             log_to_driver=False,
             configure_logging=False,
         )
-    except ConnectionError as e:
-        raise InputError(f"--ray {address}: no Ray cluster there ({e})") from None
+    except Exception as e:  # ConnectionError, or Ray's RpcError when its GCS never answers
+        raise InputError(f"--ray {address}: no Ray cluster there ({str(e).strip()})") from None
 
 
 def run_on_ray(
