@@ -21,7 +21,8 @@ during the swap moves what it had moved back. ``left_as_it_was()`` names the fol
 process staged and did not swap in since ``forget()`` (what the ``rescue`` command's
 interrupt line names).
 Temporary siblings left by a killed run (their pid no longer alive) are removed the next
-time the same ``OUT`` is staged.
+time the same ``OUT`` is staged; a previous folder a run killed during its swap left as
+``.<name>.old-<pid>`` without ``OUT`` is renamed back to ``OUT``.
 
 A file is written the same way: ``write_text`` writes ``.<name>.partial-<pid>`` beside it,
 flushes it to disk and renames it over the file, so a reader sees the old text or the new.
@@ -93,12 +94,18 @@ def check_out(out: Path, flag: str = "--out") -> Path:
 
 
 def remove_stale(out: Path) -> None:
-    """Temporary siblings of ``out`` left by a run that no longer exists."""
+    """Temporary siblings of ``out`` left by a run that no longer exists; an earlier result
+    a run killed in the middle of its swap left renamed (``.old-``, and no ``out``) is put
+    back instead."""
     if not out.parent.is_dir():
         return
-    for entry in out.parent.iterdir():
+    for entry in sorted(out.parent.iterdir()):
         m = _STALE.match(entry.name)
-        if m and m["name"] == out.name and not _alive(int(m["pid"])):
+        if not (m and m["name"] == out.name and not _alive(int(m["pid"]))):
+            continue
+        if ".old-" in entry.name and not out.exists() and not out.is_symlink():
+            os.rename(entry, out)
+        else:
             _remove(entry)
 
 

@@ -102,6 +102,19 @@ def test_a_temporary_folder_left_by_a_killed_run_is_removed_next_time(tmp_path):
     assert not left.exists() and alive.exists()
 
 
+def test_a_result_a_killed_swap_left_renamed_is_put_back_not_removed(tmp_path):
+    """Killed (SIGKILL, nothing held) between renaming the old folder aside and the new one
+    in: the next run puts the old one back before it stages."""
+    out = tmp_path / "out"
+    dead = subprocess.Popen([sys.executable, "-c", "pass"])
+    dead.wait()
+    aside = tmp_path / f".out.old-{dead.pid}"
+    before = old_result(aside)
+    with pytest.raises(RuntimeError), output.staged(out, owned):
+        raise RuntimeError("this run fails too")
+    assert fingerprint(out) == before and not aside.exists()
+
+
 def test_write_text_replaces_a_file_whole(tmp_path):
     path = tmp_path / "d" / "report.json"
     output.write_text(path, "one")
