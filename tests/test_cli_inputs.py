@@ -195,3 +195,15 @@ def test_a_device_this_machine_lacks_is_one_line(device, said, tmp_path, capsys)
     argv = ["replay", "gradients", str(tmp_path / "d.pt"), "--model", "tiny-gpt2"]
     assert cli.main([*argv, "--device", device]) == 2
     assert f"--device '{device}': {said}" in one_line(capsys, "replay")
+
+
+def test_a_missing_extra_is_one_line_saying_how_to_install_it(files, capsys, monkeypatch):
+    """`make test` does not install the [agent] extra: the text games' commands say so."""
+    import sys
+
+    leaf = "alfworld.agents.environment.alfred_tw_env"
+    for name in ("alfworld", "alfworld.agents", "alfworld.agents.environment", leaf):
+        monkeypatch.setitem(sys.modules, name, None)  # as if it were not installed
+    argv = ["agent", "prepare", "--env", "alfworld", "--data-dir", files["folder"]]
+    assert cli.main([*argv, "--out", files["out"]]) == 2
+    assert "ALFWorld is not installed: pip install -e '.[agent]'" in one_line(capsys, "agent")

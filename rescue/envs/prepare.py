@@ -135,7 +135,13 @@ def cooking_rows(
 
 def alfworld_rows(data_dir: str, *, split: str = "train", limit: int = 0) -> list[dict]:
     """The ALFWorld games of ``split`` its training environment would load (docstring)."""
-    from alfworld.agents.environment.alfred_tw_env import TASK_TYPES, AlfredTWEnv
+    try:
+        from alfworld.agents.environment.alfred_tw_env import TASK_TYPES, AlfredTWEnv
+    except ImportError:
+        raise InputError(
+            "--env alfworld: ALFWorld is not installed: pip install -e '.[agent]' "
+            "(make agent-prepare installs it)"
+        ) from None
 
     splits = {
         "train": "train",
