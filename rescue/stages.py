@@ -289,8 +289,9 @@ class Runner:
                         os.replace(partial, stdout)
                     else:
                         partial.unlink(missing_ok=True)
-        missing = [p for p in stage.outputs if not self._path(p).exists()]
-        if code == 0 and missing:
+        # an output is missing only when the command said it succeeded
+        missing = [p for p in stage.outputs if not self._path(p).exists()] if code == 0 else []
+        if missing:
             with open(record["log"], "a") as log:
                 log.write(f"the stage exited 0 without writing {', '.join(missing)}\n")
             code = 1
