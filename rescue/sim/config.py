@@ -43,6 +43,9 @@ __all__ = [
     "settings",
 ]
 
+#: The widest log-normal sigma of a turn's wall-clock (``time_noise``): e^(5 · 4) is already
+#: a turn 10^8 times its median.
+MAX_TIME_NOISE = 5.0
 #: How an episode is played: the turn-by-turn agent, or the strategy table (``env``).
 EPISODE_MODELS: tuple[str, ...] = ("agent", "table")
 #: The rollouts a baseline is computed over.
@@ -354,6 +357,10 @@ class SimConfig:
                 raise InputError(
                     f"{flag_name(name)}={getattr(self, name)!r}; allowed: a number >= 0"
                 )
+        if not self.time_noise <= MAX_TIME_NOISE:  # a wider log-normal overflows the clock
+            raise InputError(
+                f"--time-noise={self.time_noise!r}; allowed: a number in [0, {MAX_TIME_NOISE:g}]"
+            )
         most = (self.max_staleness + 1) * self.groups_per_step
         if self.pace_window and not self.groups_per_step <= self.pace_window <= most:
             raise InputError(
