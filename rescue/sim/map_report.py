@@ -11,8 +11,6 @@ was and no temporary folder behind.
 from __future__ import annotations
 
 import json
-import os
-import shutil
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -179,14 +177,14 @@ def as_json(grid: gd.Grid, cells: list[CellResult], family, meta: dict) -> dict:
 
 
 def write(out: Path, grid: gd.Grid, cells, family, meta: dict, plots: bool = True) -> list[str]:
-    """Every output into a temporary sibling of ``out``, swapped in when complete."""
+    """Every output into a temporary sibling of ``out``, swapped in when complete
+    (``rescue.output.staged``: a failed or interrupted map leaves the previous one)."""
+    from rescue.output import staged
+
     out = Path(out)
-    out.parent.mkdir(parents=True, exist_ok=True)
-    tmp = out.with_name(f".{out.name}.tmp-{os.getpid()}")
-    shutil.rmtree(tmp, ignore_errors=True)
     notes = []
-    try:
-        tmp.mkdir()
+    with staged(out) as stage:
+        tmp = stage.path
         (tmp / "grid.toml").write_text(grid.text)
         (tmp / "map.md").write_text(markdown(grid, cells, family, meta) + "\n")
         data = as_json(grid, cells, family, meta)
@@ -201,14 +199,6 @@ def write(out: Path, grid: gd.Grid, cells, family, meta: dict, plots: bool = Tru
                 notes.append(
                     "heat map: matplotlib not installed (pip install 'rescue[sim]'): skipped"
                 )
-        old = out.with_name(f".{out.name}.old-{os.getpid()}")
-        if out.exists():
-            out.rename(old)
-        tmp.rename(out)
-        shutil.rmtree(old, ignore_errors=True)
-    except BaseException:
-        shutil.rmtree(tmp, ignore_errors=True)
-        raise
     return [f"map: {out / 'map.md'} (table), {out / 'map.json'}, grid {out / 'grid.toml'}", *notes]
 
 
