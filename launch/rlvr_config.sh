@@ -65,7 +65,10 @@
 #   at any time.
 #   ARMS         zero mask matched drgrpo-mask survivor turn. rlvr-sweep: the arms to run,
 #                separated by spaces or commas (ARMS=zero,mask is ARMS='zero mask').
-#   SEEDS        3. rlvr-sweep: seeds 1..SEEDS of every arm.
+#   SEEDS        3. rlvr-sweep: seeds 1..SEEDS of every arm; the sweep prints what they can
+#                decide (`rescue power`) and refuses fewer than 3 when a prediction compares
+#                the arms (the judge decides nothing below 3 paired seeds).
+#   FORCE        0. rlvr-sweep: 1 submits SEEDS below 3 anyway (with a warning).
 #   SWEEP_POLL_S 60. rlvr-sweep: seconds between looks at the runs' Ray jobs.
 #   SWEEP_WATCH  1. rlvr-sweep: 1 watches the runs until all end; 0 stops after submitting
 #                (make q2 watches in a stage of its own, so a resumed q2 never resubmits).
@@ -117,6 +120,7 @@ RAY_START=${RAY_START:-1}
 JOB_START_TIMEOUT_S=${JOB_START_TIMEOUT_S:-31536000}
 ARMS=${ARMS:-zero mask matched drgrpo-mask survivor turn}
 SEEDS=${SEEDS:-3}
+FORCE=${FORCE:-0}
 SWEEP_POLL_S=${SWEEP_POLL_S:-60}
 SWEEP_WATCH=${SWEEP_WATCH:-1}
 SWEEP_DIR=${SWEEP_DIR:-}

@@ -37,6 +37,18 @@ done
 [[ $(printf '%s\n' "${SWEEP_ARMS[@]}" | sort | uniq -d) == "" ]] ||
   rescue_die "ARMS='$ARMS' names an arm twice: list each arm once"
 
+# What SEEDS can decide, before anything is submitted (`rescue power`, through the judge's own
+# code): refused, naming the prediction, when the judge would decide nothing on these arms
+# (fewer than 3 seeds per arm) unless FORCE=1. Read-only: it runs in a dry run too.
+if [[ $NODE_RANK == 0 ]]; then
+  power=(--arms "$(IFS=,; echo "${SWEEP_ARMS[*]}")" --seeds "$SEEDS" --line --gate --no-progress)
+  [[ $FORCE == 1 ]] && power+=(--force)
+  if ! said=$(PYTHONPATH="$RESCUE_DIR${PYTHONPATH:+:$PYTHONPATH}" "$RESCUE_PY" -m rescue power "${power[@]}" 2>&1); then
+    rescue_die "${said#rescue power: error: }"
+  fi
+  while read -r line; do rescue_note "power of this sweep's report: ${line#power: }"; done <<<"$said"
+fi
+
 [[ $NODE_RANK != 0 ]] || rescue_rlvr_cap
 rescue_check_gpus
 rescue_node_addr

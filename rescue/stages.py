@@ -22,7 +22,14 @@ Invariants:
 - A stage's ``progress`` (optional) names a file the stage's command updates (JSON
   ``{"done", "total", "unit", "detail"}``; the command finds its path in the environment
   variable ``RESCUE_STAGE_PROGRESS``); ``rescue status`` reads it for the running stage's
-  bar.
+  bar, and for an interrupted stage how far it got.
+- SIGINT or SIGTERM while a stage runs ends the stage's whole process tree
+  (``rescue.interrupts``), records the stage ``interrupted`` (with its end time and the
+  signal), prints one line, and returns 128 + the signal's number; the next run restarts
+  the stage.
+- A stage's ``stdout`` file is written beside it and renamed over it only when the command
+  succeeded: a failed or interrupted stage leaves the previous file as it was. Each
+  command a stage runs keeps its own output folder the same way (``rescue.output``).
 
 Fingerprint of an input: for a file its size and SHA-256; for a folder the same of every
 file under it (sorted relative paths); for a missing path ``missing``.
@@ -41,10 +48,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, TextIO
 
+from rescue import interrupts
 from rescue.errors import InputError
+from rescue.output import remove_stale
 
 STATE_FILE = "stages.json"
-STATUSES = ("pending", "running", "done", "failed")
+STATUSES = ("pending", "running", "done", "failed", "interrupted")
 TAIL_LINES = 20
 
 
@@ -176,6 +185,7 @@ class Runner:
                     "started": prev.get("started"),
                     "ended": prev.get("ended"),
                     "exit_code": prev.get("exit_code"),
+                    "signal": prev.get("signal"),
                     "log": str(self.run_dir / "logs" / f"{s.name}.log"),
                     "recorded_command": prev.get("command"),
                 }
@@ -206,9 +216,24 @@ class Runner:
                 continue
             if record["status"] == "running":
                 self._say(f"{tag}: the last run stopped during this stage: restarting it")
+            elif record["status"] == "interrupted":
+                self._say(f"{tag}: interrupted last time: restarting it")
             elif record["status"] == "failed":
                 self._say(f"{tag}: failed last time: restarting it")
-            code = self._run_stage(stage, record, state, tag)
+            try:
+                with interrupts.handled():
+                    code = self._run_stage(stage, record, state, tag)
+            except KeyboardInterrupt as e:
+                # the handler ended the stage's process tree before raising
+                interrupts.end_tree(interrupts.descendants())
+                name = interrupts.signal_name(e)
+                record.update(status="interrupted", ended=_now(), exit_code=None, signal=name)
+                write_state(self.run_dir, state)
+                self._say(
+                    f"{tag}: interrupted by {name}; recorded in {self.run_dir / STATE_FILE}; "
+                    "the same command resumes here"
+                )
+                return interrupts.exit_status(e)
             if code != 0:
                 return code
         self._say(f"{self.question or 'run'}: every stage done ({self.run_dir})")
@@ -222,6 +247,7 @@ class Runner:
             started=_now(),
             ended=None,
             exit_code=None,
+            signal=None,
             inputs={p: fingerprint(self._path(p)) for p in stage.inputs},
             recorded_command=list(stage.command),
         )
@@ -232,13 +258,18 @@ class Runner:
         env = {**os.environ, **stage.env}
         if stage.progress:
             env["RESCUE_STAGE_PROGRESS"] = str(self._path(stage.progress))
+        stdout = self._path(stage.stdout) if stage.stdout else None
+        partial = stdout.with_name(f".{stdout.name}.partial-{os.getpid()}") if stdout else None
+        if stdout is not None:
+            remove_stale(stdout)  # what a killed run left beside it
         with open(record["log"], "w") as log:
             log.write(f"$ {' '.join(stage.command)}\n")
             log.flush()
             target = None
-            if stage.stdout:
-                self._path(stage.stdout).parent.mkdir(parents=True, exist_ok=True)
-                target = open(self._path(stage.stdout), "w")  # noqa: SIM115
+            if partial is not None:
+                partial.parent.mkdir(parents=True, exist_ok=True)
+                target = open(partial, "w")  # noqa: SIM115
+            code: int | None = None
             try:
                 code = subprocess.call(
                     list(stage.command),
@@ -253,8 +284,14 @@ class Runner:
             finally:
                 if target:
                     target.close()
-        missing = [p for p in stage.outputs if not self._path(p).exists()]
-        if code == 0 and missing:
+                if partial is not None and stdout is not None:
+                    if code == 0:
+                        os.replace(partial, stdout)
+                    else:
+                        partial.unlink(missing_ok=True)
+        # an output is missing only when the command said it succeeded
+        missing = [p for p in stage.outputs if not self._path(p).exists()] if code == 0 else []
+        if missing:
             with open(record["log"], "a") as log:
                 log.write(f"the stage exited 0 without writing {', '.join(missing)}\n")
             code = 1

@@ -22,6 +22,7 @@ import json
 import sys
 from collections import Counter
 
+from rescue import flags
 from rescue.errors import InputError
 from swe_smith_tasks.pilot import DEFAULT_TRIAL_FN
 from swe_smith_tasks.prepare import HF_DATASET, IMAGE_NAMESPACE
@@ -67,7 +68,9 @@ def configure(parser: argparse.ArgumentParser) -> None:
         default=None,
         help="Docker command (default $RESCUE_DOCKER, else $MSWEA_DOCKER_EXECUTABLE, else docker)",
     )
-    g.add_argument("--timeout", type=float, default=1800, help="seconds per pull (default 1800)")
+    g.add_argument(
+        "--timeout", type=flags.SECONDS, default=1800, help="seconds per pull (default 1800)"
+    )
     g.add_argument("--no-progress", action="store_true", help="no progress bar")
 
     e = sub.add_parser("probe", help="check that an endpoint returns tool calls in tool_calls")
@@ -102,30 +105,32 @@ def configure(parser: argparse.ArgumentParser) -> None:
     q.add_argument("--out", default="pilot", help="pilot directory (default ./pilot)")
     q.add_argument("--base-url", help="OpenAI-compatible endpoint of the policy (required to run)")
     q.add_argument("--model", help="model name sent to the endpoint (required to run)")
-    q.add_argument("--n", type=int, default=8, help="trials per task (default 8)")
-    q.add_argument("--concurrency", type=int, default=32, help="trials at once (default 32)")
+    q.add_argument("--n", type=flags.COUNT, default=8, help="trials per task (default 8)")
+    q.add_argument(
+        "--concurrency", type=flags.COUNT, default=32, help="trials at once (default 32)"
+    )
     _task_sample_flags(q)
     q.add_argument(
         "--temperature",
-        type=float,
+        type=flags.number(0),
         default=_SAMPLING.temperature,
         help=f"--rollout-temperature of training (default {_SAMPLING.temperature:g})",
     )
     q.add_argument(
         "--top-p",
-        type=float,
+        type=flags.number(0, 1, low_open=True),
         default=_SAMPLING.top_p,
         help=f"--rollout-top-p of training (default {_SAMPLING.top_p:g})",
     )
     q.add_argument(
         "--top-k",
-        type=int,
+        type=flags.integer(-1),
         default=_SAMPLING.top_k,
         help=f"--rollout-top-k of training (default {_SAMPLING.top_k}: off)",
     )
     q.add_argument(
         "--max-tokens",
-        type=int,
+        type=flags.COUNT,
         default=_SAMPLING.max_tokens,
         help="--rollout-max-response-len of training: tokens per model call "
         f"(default {_SAMPLING.max_tokens})",
@@ -157,26 +162,26 @@ def configure(parser: argparse.ArgumentParser) -> None:
     )
     q.add_argument(
         "--low",
-        type=float,
+        type=flags.PROBABILITY,
         default=_WINDOW.low,
         help=f"lowest success rate kept (default {_WINDOW.low:g})",
     )
     q.add_argument(
         "--high",
-        type=float,
+        type=flags.PROBABILITY,
         default=_WINDOW.high,
         help=f"highest success rate kept (default {_WINDOW.high:g})",
     )
     q.add_argument(
         "--max-infra-fraction",
-        type=float,
+        type=flags.PROBABILITY,
         default=_WINDOW.max_infra_fraction,
         help="drop a task when more than this fraction of its trial attempts (a retried "
         f"trial's earlier ones too) had no result (default {_WINDOW.max_infra_fraction:g})",
     )
     q.add_argument(
         "--z",
-        type=float,
+        type=flags.number(0, low_open=True),
         default=_WINDOW.z,
         help=f"Wilson interval z (default {_WINDOW.z:g}, 95%%)",
     )
@@ -220,7 +225,7 @@ def configure(parser: argparse.ArgumentParser) -> None:
     v.add_argument("--out", default="validate", help="output directory (default ./validate)")
     v.add_argument(
         "--concurrency",
-        type=int,
+        type=flags.COUNT,
         default=None,
         help="tasks graded at once (default $RESCUE_SWE_MAX_CONCURRENCY: the training's)",
     )
@@ -240,7 +245,7 @@ def configure(parser: argparse.ArgumentParser) -> None:
     )
     r.add_argument(
         "--older-than",
-        type=float,
+        type=flags.number(0),
         default=0.0,
         help="only containers created at least this many seconds ago (default 0: all)",
     )
@@ -250,12 +255,15 @@ def configure(parser: argparse.ArgumentParser) -> None:
 def _task_sample_flags(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--max-tasks",
-        type=int,
+        type=flags.COUNT,
         default=None,
         help="a random sample of this many tasks (default all)",
     )
     parser.add_argument(
-        "--seed", type=int, default=0, help="seed of the --max-tasks sample (default 0)"
+        "--seed",
+        type=flags.NON_NEGATIVE,
+        default=0,
+        help="seed of the --max-tasks sample (default 0)",
     )
 
 

@@ -37,6 +37,7 @@ from pathlib import Path
 from typing import Any
 
 from rescue.errors import InputError
+from rescue.output import write_text
 from swe_smith_tasks.agent_settings import AgentSettings
 from swe_smith_tasks.images import task_image
 
@@ -171,15 +172,18 @@ def write_outputs(
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
     paths = {"results": out / RESULTS, "subset": out / SUBSET, "summary": out / SUMMARY}
-    paths["results"].write_text("".join(json.dumps(asdict(r)) + "\n" for r in results))
     kept = [r.instance_id for r in results if r.resolved]
     excluded = len(results) - len(kept)
-    paths["subset"].write_text(
+    # each file replaced whole (rescue.output), the subset last: a subset.txt always
+    # belongs to the results beside it
+    write_text(paths["results"], "".join(json.dumps(asdict(r)) + "\n" for r in results))
+    write_text(paths["summary"], render_summary(results, concurrency=concurrency))
+    write_text(
+        paths["subset"],
         f"# validated subset: {len(kept)} of {len(results)} tasks whose reference solution "
         f"resolves under the grader ({excluded} excluded; concurrency {concurrency})\n"
-        + "".join(f"{i}\n" for i in kept)
+        + "".join(f"{i}\n" for i in kept),
     )
-    paths["summary"].write_text(render_summary(results, concurrency=concurrency))
     return paths
 
 

@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import os
+import re
 import runpy
 import shutil
 import subprocess
@@ -48,9 +49,15 @@ def test_a_missing_archive_of_a_pinned_commit_fails_naming_it(tmp_path):
     assert MILES.commit in result.stdout
 
 
-def test_ci_runs_the_readme_test_command_and_the_integration_step():
+def test_ci_runs_every_test_and_the_integration_step():
+    """CI runs make test-all (every tier: no marker left out), then the integration step."""
     run = (ROOT / ".ci" / "run").read_text()
-    assert "\nmake test " in run and "\nbash .ci/integration\n" in run
+    assert "\nmake test-all " in run and "\nbash .ci/integration\n" in run
+    makefile = (ROOT / "Makefile").read_text()
+    test_all = re.search(r"^test-all: (.*)\n\t(.*)$", makefile, re.M)
+    assert test_all[1].endswith("+agent") and test_all[2] == "$(PY) -m pytest $(PYTEST_ARGS)"
+    test = re.search(r"^test: .*\n\t(.*)$", makefile, re.M)[1]
+    assert '-m "not slow and not agent"' in test
 
 
 def junit(tmp_path: Path, cases: str) -> str:

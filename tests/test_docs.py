@@ -23,6 +23,7 @@ Conventions the docs follow (docs/development.md states them for whoever edits a
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import subprocess
@@ -238,3 +239,72 @@ def test_a_docs_command_block_runs_as_written(where, body, timeout, tmp_path):
     assert result.returncode == 0, (
         f"{where}\n{body}\n--- stdout\n{result.stdout}\n--- stderr\n{result.stderr}"
     )
+
+
+# ── the times the pages state ────────────────────────────────────────────────────────────
+
+#: Every time a page states for these commands is bench/cpu_times.py's record of it; the
+#: longest names first (a rehearsal's command holds its question's).
+TIMED = (
+    ("make q3 REHEARSAL=1 FORCE=1", "q3"),
+    ("make q2 REHEARSAL=1", "q2"),
+    ("make q1 REHEARSAL=1", "q1"),
+    ("make demo", "demo"),
+    ("make test", "test"),
+)
+A_TIME = re.compile(r"\b\d+ min(?: \d+ s)?\b|\b\d+ s\b")
+VAGUE = re.compile(
+    r"about (?:a|an|one|\d+(?:\.\d+)?) (?:minutes?|min)\b|\bin (?:minutes|seconds)\b|"
+    r"a second or two",
+    re.I,
+)
+
+
+def time_claims(text: str) -> list[tuple[str, str, str]]:
+    """(figure, time stated, line) for every time on a line whose nearest make command before
+    it is a timed one; a time after ``install`` on ``make test``'s line is its install's."""
+    claims = []
+    for line in text.splitlines():
+        plain = line.replace("`", "")
+        for match in A_TIME.finditer(plain):
+            before = plain[: match.start()]
+            found = [(before.rfind(cmd), name) for cmd, name in TIMED if cmd in before]
+            if not found:
+                continue
+            at, name = max(found)
+            if at != before.rfind("make "):  # another make command is nearer: not timed
+                continue
+            if name == "test" and "install" in before[at:]:
+                name = "install"
+            claims.append((name, match.group(), line.strip()))
+    return claims
+
+
+def pages_with_times() -> dict[str, str]:
+    makefile = (ROOT / "Makefile").read_text()
+    helptext = makefile.split("\n\n", 1)[0]
+    pages = {p.name: p.read_text() for p in PAGES}
+    return {"README.md": (ROOT / "README.md").read_text(), "Makefile": helptext, **pages}
+
+
+def test_every_time_the_pages_state_for_a_cpu_command_is_the_measured_one():
+    record = json.loads((ROOT / "bench" / "cpu_times.json").read_text())
+    wrong, vague, stated = [], [], set()
+    for name, text in pages_with_times().items():
+        for figure, time, line in time_claims(text):
+            stated.add(figure)
+            if figure not in record or record[figure]["display"] != time:
+                wrong.append(f"{name}: {time} for {figure} ({line[:80]})")
+        vague += [f"{name}: {m.group()}" for m in VAGUE.finditer(text)]
+    assert wrong == [] and vague == []
+    assert stated == set(record) == {"install", "test", "demo", "q1", "q2", "q3"}
+    readme = {f for f, _, _ in time_claims((ROOT / "README.md").read_text())}
+    assert {"install", "test", "demo"} <= readme  # the newcomer's figures, on the front page
+
+
+def test_the_time_check_reads_a_claim_and_its_install():
+    line = "make test   # the test suite: 6 min 40 s, after an install of 2 min 6 s"
+    assert time_claims(line) == [("test", "6 min 40 s", line), ("install", "2 min 6 s", line)]
+    row = "| `make q3 REHEARSAL=1 FORCE=1` (41 s) | `make q1` in 3 s |"
+    assert [c[:2] for c in time_claims(row)] == [("q3", "41 s")]  # bare make q1: not timed
+    assert VAGUE.search("make demo takes about a minute")

@@ -10,10 +10,16 @@ from pathlib import Path
 
 import pytest
 
-pytest.importorskip("alfworld", reason="the ALFWorld games need ALFWorld: .[agent]")
-
 from rescue.envs.prepare import alfworld_rows
 from rescue.errors import InputError
+
+pytestmark = pytest.mark.agent  # the [agent] extra: make test-all and CI
+
+
+@pytest.fixture(autouse=True)
+def _alfworld() -> None:
+    pytest.importorskip("alfworld", reason="the ALFWorld games need ALFWorld: .[agent]")
+
 
 #: (folder under json_2.1.1/train, task type, solvable): as alfworld-download lays them out.
 GAMES = [

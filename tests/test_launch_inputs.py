@@ -69,13 +69,18 @@ def phony_targets() -> set[str]:
     return {t for line in re.findall(r"^\.PHONY:(.*)$", MAKEFILE, re.M) for t in line.split()}
 
 
+#: GNU make's own variables, which the Makefile reads and a user does not set.
+MAKE_OWN = {"MAKELEVEL", "MAKECMDGOALS", "MAKEFLAGS", "MAKE", "CURDIR"}
+
+
 def user_variables() -> set[str]:
-    """Variables a user sets: assigned with ``?=``, or read but never assigned here."""
+    """Variables a user sets: assigned with ``?=``, or read but never assigned here (make's
+    own variables aside)."""
     assigned = set(re.findall(r"^([A-Z][A-Z0-9_]*)\s*:?=", MAKEFILE, re.M))
     defaulted = set(re.findall(r"^([A-Z][A-Z0-9_]*)\s*\?=", MAKEFILE, re.M))
     read = set(re.findall(r"\$\(([A-Z][A-Z0-9_]*)\)", MAKEFILE))
     read |= set(re.findall(r"\$\((?:or|if) \$\(([A-Z][A-Z0-9_]*)\)", MAKEFILE))
-    return defaulted | (read - assigned)
+    return defaulted | (read - assigned - MAKE_OWN)
 
 
 def make_help(*args: str) -> str:

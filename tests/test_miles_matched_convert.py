@@ -225,6 +225,46 @@ def test_reference_copy_unmasks_only_capped_trajectories(miles):
     assert all(r is not s for r, s in zip(ref, samples, strict=True))
 
 
+def test_under_score_centering_the_heads_of_the_capped_trajectories_are_published(
+    miles, monkeypatch
+):
+    """Copy A trains the capped trajectories the mask removed: their heads must reach the
+    trainer (found by the training rehearsal: before, step 1 of a matched run under tis-sc
+    stopped with "no recorded heads")."""
+    import rescue.miles.topk_store as store
+    from rescue.miles.log import publish_heads
+    from rescue.miles.topk import KEY, token_digest
+
+    Sample = miles
+    groups = groups_of(Sample)
+    samples = flat(groups)
+    mask_truncated_zero_reward(make_args(), groups)
+    for s in samples:
+        n = s.response_length
+        s.metadata = {**(s.metadata or {}), KEY: {
+            "digest": token_digest(s.tokens), "positions": list(range(n)),
+            "ids": [[1, 2]] * n, "logprobs": [[-0.1, -2.0]] * n,
+        }}  # fmt: skip
+        s.rollout_log_probs = [-0.1] * n
+    published: list = []
+    monkeypatch.setattr(store, "publish", lambda rid, xs: (published.extend(xs), (len(xs), 0))[1])
+    monkeypatch.setattr("rescue.miles.sc_flags.check_sc_flags", lambda args: None)
+    args = make_args(loss_type="custom_loss",
+                     custom_loss_function_path="rescue.miles.sc_loss.policy_loss")  # fmt: skip
+    publish_heads(0, args, samples)
+    removed = [s for s in samples if s.remove_sample]
+    assert removed  # the mask filter removed the capped trajectories
+    trained = [s for s in published if store.trained_positions(s).size]
+    assert len(trained) == len(samples)
+    plain = make_args(loss_type="custom_loss", custom_convert_samples_to_train_data_path=None,
+                      custom_loss_function_path="rescue.miles.sc_loss.policy_loss")  # fmt: skip
+    published.clear()
+    publish_heads(0, plain, samples)
+    assert sum(1 for s in published if store.trained_positions(s).size) == len(samples) - len(
+        removed
+    )
+
+
 def test_refusals_name_the_flag(miles):
     Sample = miles
     samples = flat(groups_of(Sample))

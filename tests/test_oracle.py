@@ -244,8 +244,8 @@ def test_build_cli_flags(dumps, tmp_path, capsys):
     assert main([*args, "--arms", "all,protect", "--a", "0.25,1"]) == 0
     assert capsys.readouterr().err == ""
     assert Manifest.read(str(dumps / "oracle")).arms == ["all", "protect-a0.25", "protect-a1"]
-    with pytest.raises(SystemExit):
-        main([*args, "--a", "0"])
+    assert main([*args, "--a", "0"]) == 2  # refused in one line naming the flag
+    assert "argument --a: --a '0': every a must be in (0, 1]" in capsys.readouterr().err
     # --unsafe-load: a dump holding an object outside the allow-list
     odd = load(str(dumps / "rollout_data" / "3.pt"))
     odd["metadata"] = {"ratio": fractions.Fraction(1, 3)}

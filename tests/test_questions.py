@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
+import os
 from pathlib import Path
 
 import pytest
@@ -10,7 +12,7 @@ import pytest
 from rescue.cli import main as rescue_main
 from rescue.errors import InputError
 from rescue.questions import chains
-from rescue.questions.cli import check_gate
+from rescue.questions.cli import check_gate, power_first
 from rescue.questions.rehearsal import gate_decision
 from rescue.questions.status import render
 from rescue.stages import write_state
@@ -128,12 +130,158 @@ def test_q3_refuses_without_q2s_go_unless_forced(tmp_path, capsys):
     assert "says no go" in check_gate(tmp_path, force=True)
     (tmp_path / "gate.json").write_text(json.dumps({"go": True}))
     assert check_gate(tmp_path, force=False) == ""
-    # the command: refused before any stage runs, nothing written
+    # the command (on a GPU machine with Miles): refused before any stage runs, nothing written
     run = tmp_path / "q3"
     (tmp_path / "gate.json").write_text(json.dumps({"go": False}))
-    code = rescue_main(["question", "q3", "--run-dir", str(run), "--q2-dir", str(tmp_path)])
+    with cluster_machine(tmp_path):
+        code = rescue_main(["question", "q3", "--run-dir", str(run), "--q2-dir", str(tmp_path)])
     assert code == 2 and not run.exists()
     assert "FORCE=1" in capsys.readouterr().err
+
+
+@contextlib.contextmanager
+def cluster_machine(tmp_path: Path, gpus: int = 8, miles: bool = True):
+    """This machine as a GPU node: a stand-in ``nvidia-smi`` listing ``gpus`` GPUs first on
+    PATH, and MILES_DIR a checkout holding train_async.py (or an empty folder)."""
+    bin_dir, checkout = tmp_path / "bin", tmp_path / "miles"
+    bin_dir.mkdir(exist_ok=True)
+    checkout.mkdir(exist_ok=True)
+    if miles:
+        (checkout / "train_async.py").write_text("")
+    smi = bin_dir / "nvidia-smi"
+    smi.write_text(
+        "#!/bin/sh\n"
+        + "".join(f"echo 'GPU {i}: NVIDIA H100 (UUID: GPU-{i})'\n" for i in range(gpus))
+    )
+    smi.chmod(0o755)
+    old = {k: os.environ.get(k) for k in ("PATH", "MILES_DIR")}
+    os.environ["PATH"] = f"{bin_dir}{os.pathsep}{old['PATH']}"
+    os.environ["MILES_DIR"] = str(checkout)
+    try:
+        yield
+    finally:
+        for k, v in old.items():
+            if v is None:
+                os.environ.pop(k, None)
+            else:
+                os.environ[k] = v
+
+
+@pytest.mark.parametrize(
+    ("gpus", "miles", "why"),
+    [
+        (0, True, "no GPU here (nvidia-smi lists none)"),
+        (8, False, "no Miles checkout at MILES_DIR="),
+        (0, False, "no GPU here (nvidia-smi lists none); no Miles checkout at MILES_DIR="),
+    ],
+)
+@pytest.mark.parametrize("question", ["q2", "q3"])
+def test_the_cluster_chains_refuse_a_machine_without_gpus_or_miles_before_anything(
+    tmp_path, capsys, question, gpus, miles, why
+):
+    run = tmp_path / "run"
+    with cluster_machine(tmp_path, gpus=gpus, miles=miles):
+        code = rescue_main(["question", question, "--run-dir", str(run), "--force"])
+    err = capsys.readouterr().err
+    assert code == 2 and not run.exists() and len(err.splitlines()) == 1
+    assert f"{question} trains on a GPU cluster through Miles: {why}" in err
+    forced = " FORCE=1" if question == "q3" else ""
+    assert err.rstrip().endswith(
+        f"on this machine run its rehearsal, make {question} REHEARSAL=1{forced}"
+    )
+
+
+def test_on_a_gpu_machine_with_miles_the_cluster_chain_is_not_refused_for_it(tmp_path):
+    from rescue.questions.cli import check_cluster
+
+    with cluster_machine(tmp_path):
+        check_cluster("q2")  # no error
+
+
+@pytest.mark.parametrize(
+    ("dumps", "model", "message"),
+    [
+        ("missing", "tiny-gpt2", "DUMPS={}/missing: no such folder"),
+        ("empty", "tiny-gpt2", "DUMPS={}/empty: no *.pt dump in it"),
+        ("dumps", "no-such-model", "MODEL=no-such-model: no such checkpoint folder or file"),
+    ],
+)
+def test_q1_refuses_missing_dumps_or_model_before_anything(tmp_path, capsys, dumps, model, message):
+    (tmp_path / "empty").mkdir()
+    (tmp_path / "dumps").mkdir()
+    (tmp_path / "dumps" / "rollout_0.pt").write_bytes(b"")
+    run = tmp_path / "run"
+    argv = ["question", "q1", "--run-dir", str(run), "--dumps", str(tmp_path / dumps)]
+    assert rescue_main([*argv, "--model", model]) == 2
+    assert message.format(tmp_path) in capsys.readouterr().err and not run.exists()
+
+
+def fake_sources(tmp_path) -> list[str]:
+    """A Miles and a Megatron-LM folder a rehearsal's checks accept (nothing runs them)."""
+    (tmp_path / "miles").mkdir(exist_ok=True)
+    (tmp_path / "miles" / "train_async.py").write_text("")
+    (tmp_path / "meg" / "megatron" / "training").mkdir(parents=True, exist_ok=True)
+    return ["--miles-src", str(tmp_path / "miles"), "--megatron-src", str(tmp_path / "meg")]
+
+
+def test_the_recorded_steps_are_the_ones_the_training_runs(tmp_path, monkeypatch):
+    """A rehearsal records its default steps (2 a run for q2, 3 for q1's run), not 0; a
+    cluster run the launchers'."""
+    from rescue.stages import Runner
+
+    recorded = []
+    src = fake_sources(tmp_path)
+    # a runner that records the settings and runs nothing (a failure: nothing to print)
+    monkeypatch.setattr(Runner, "run", lambda self: recorded.append(self.settings) or 1)
+    rescue_main(["question", "q2", "--run-dir", str(tmp_path / "a"), "--rehearsal", *src])
+    rescue_main(["question", "q2", "--run-dir", str(tmp_path / "b"), "--rehearsal", "--steps", "7",
+                 *src])  # fmt: skip
+    rescue_main(["question", "q1", "--run-dir", str(tmp_path / "d"), "--rehearsal", *src])
+    assert [r["STEPS"] for r in recorded] == [chains.REHEARSAL_STEPS["q2"], 7,
+                                             chains.REHEARSAL_STEPS["q1"]]  # fmt: skip
+    assert recorded[0]["SEEDS"] == chains.REHEARSAL_SEEDS
+    with cluster_machine(tmp_path):
+        rescue_main(["question", "q2", "--run-dir", str(tmp_path / "c")])
+    assert recorded[-1]["STEPS"] == "NUM_ROLLOUT of the launchers"
+
+
+@pytest.mark.parametrize("question", ["q2", "q3"])
+def test_fewer_seeds_than_the_judge_needs_are_refused_before_anything_runs(
+    tmp_path, capsys, question
+):
+    run = tmp_path / question
+    argv = ["question", question, "--run-dir", str(run), "--seeds", "2"]
+    if question == "q3":
+        (tmp_path / "gate.json").write_text(json.dumps({"go": True}))
+        argv += ["--q2-dir", str(tmp_path)]
+    with cluster_machine(tmp_path):  # past the machine's check: GPUs and Miles are there
+        assert rescue_main(argv) == 2 and not run.exists()
+    err = capsys.readouterr().err
+    named = "P3" if question == "q2" else "P5"
+    assert err.count("\n") == 1 and named in err and "SEEDS=2" in err and "FORCE=1" in err
+
+
+def test_forced_few_seeds_print_the_line_and_reach_the_sweep(tmp_path, capsys):
+    import argparse
+
+    assert power_first("q2", 2, argparse.Namespace(rehearsal=False, force=True)) is True
+    out = capsys.readouterr().out
+    assert "decides nothing" in out and "FORCE=1" in out
+    train = next(st for st in chains.q2(chains.Settings(tmp_path, seeds=2, force=True))
+                 if st.name == "train")  # fmt: skip
+    assert "FORCE=1" in train.command and "SEEDS=2" in train.command
+    train = next(st for st in chains.q2(chains.Settings(tmp_path, seeds=3)) if st.name == "train")
+    assert not any(w.startswith("FORCE=") for w in train.command)
+
+
+def test_the_power_line_comes_first_and_a_rehearsal_is_not_refused(capsys):
+    import argparse
+
+    assert power_first("q2", 2, argparse.Namespace(rehearsal=True, force=False)) is False
+    assert "q2: power" in capsys.readouterr().out
+    power_first("q3", 3, argparse.Namespace(rehearsal=False, force=False))
+    line = capsys.readouterr().out
+    assert "SEEDS=3 per arm" in line and "P5" in line and "P6" in line and " / " in line
 
 
 def test_the_cluster_chain_of_q2_runs_the_launchers_with_the_run_folders_paths(tmp_path):

@@ -30,7 +30,7 @@ REHEARSAL_PY = os.environ.get("REHEARSAL_PY") or str(REPO / ".venv-rehearsal" / 
 #: Seconds a chain may take before its test stops it.
 LIMIT = 3600
 
-pytestmark = pytest.mark.rehearsal
+pytestmark = [pytest.mark.rehearsal, pytest.mark.slow]
 
 
 def _require() -> None:
@@ -164,3 +164,80 @@ def test_q1_rehearsal_killed_mid_run_resumes_at_the_stage_it_stopped(tmp_path):
     # the replay differentiated the checkpoint Miles wrote at the last step
     grads = (run / "logs" / "gradients.log").read_text()
     assert str(run / "train" / "checkpoint-hf") in grads
+    # a failing stage is named with its job and its log; what it read is not trained again
+    model = tmp_path / "not-a-model"  # a folder, so q1 starts; the replay cannot load it
+    model.mkdir()
+    r = question("q1", "--run-dir", str(run), "--model", str(model))
+    assert r.returncode == 1 and "train: done, inputs unchanged: skipped" in r.stdout
+    log = run / "logs" / "gradients.log"
+    assert (
+        f"gradients: FAILED (exit 2): job rescue replay gradients (P1, P2); log {log}" in r.stdout
+    )
+    assert "not-a-model': not a local model directory" in log.read_text()
+    assert [s["status"] for s in read_state(run)["stages"]][-2:] == ["failed", "pending"]
+
+
+def alive(pids: list[int]) -> list[int]:
+    out = []
+    for pid in pids:
+        try:
+            state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+        except (OSError, IndexError):
+            continue
+        if state != "Z":
+            out.append(pid)
+    return out
+
+
+@pytest.mark.skipif(not Path("/proc").is_dir(), reason="reads /proc (Linux)")
+def test_ctrl_c_during_make_q2_rehearsal_leaves_no_process_and_records_the_stage(tmp_path):
+    """Ctrl-C (SIGINT to the whole foreground group) while `make q2 REHEARSAL=1` trains
+    through Miles: every process below make ends (Ray's heads and workers, the engines, the
+    jobs), rescue says so in one line, the stage is recorded interrupted with the runs it
+    reached, and nothing of the unfinished training stage is left in place of its folder."""
+    _require()
+    from rescue.interrupts import descendants
+
+    run = tmp_path / "q2"
+    venv = Path(sys.executable).parent.parent
+    env = {k: v for k, v in os.environ.items() if not k.startswith("MAKE") and k != "MFLAGS"}
+    argv = ["make", "--no-print-directory", f"VENV={venv}", f"REHEARSAL_VENV={Path(REHEARSAL_PY).parent.parent}",
+            "-o", f"{venv}/.stamp-sim+replay+rlvr+swe",
+            "-o", f"{Path(REHEARSAL_PY).parent.parent}/.stamp", "q2", "REHEARSAL=1",
+            f"RUN_DIR={run}", f"MILES_SRC={MILES_SRC}", f"MEGATRON_SRC={MEGATRON_SRC}"]  # fmt: skip
+    proc = subprocess.Popen(
+        argv, cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+        start_new_session=True, env=env,
+    )  # fmt: skip
+    progress = run / "progress" / "train.json"
+    deadline = time.monotonic() + LIMIT
+    while time.monotonic() < deadline and proc.poll() is None:
+        try:
+            if json.loads(progress.read_text())["detail"].startswith("training"):
+                break
+        except (OSError, ValueError, KeyError):
+            pass
+        time.sleep(0.5)
+    assert proc.poll() is None, proc.communicate()
+    time.sleep(20)  # Ray, the engine and Miles' actors up
+    tree = descendants(proc.pid)
+    assert len(tree) >= 8  # runner, driver, engine, Ray head and workers, the job
+    os.killpg(proc.pid, signal.SIGINT)
+    out, err = proc.communicate(timeout=300)
+    assert "Traceback" not in out + err
+    deadline = time.monotonic() + 30
+    while alive(tree) and time.monotonic() < deadline:
+        time.sleep(0.5)
+    assert alive(tree) == []
+    said = [x for x in out.splitlines() if ": interrupted by" in x]
+    assert said == [
+        f"[5/9] train: interrupted by SIGINT; recorded in {run / 'stages.json'}; "
+        "the same command resumes here"
+    ]
+    record = next(st for st in read_state(run)["stages"] if st["name"] == "train")
+    assert record["status"] == "interrupted" and record["signal"] == "SIGINT"
+    assert not (run / "train").exists()  # no half-trained folder in the training stage's place
+    status = subprocess.run(
+        [sys.executable, "-m", "rescue", "status", str(run)], capture_output=True, text=True
+    )
+    assert "INTERRUPTED train" in status.stdout

@@ -308,6 +308,8 @@ def test_each_flag_reaches_the_launcher_settings(tmp_path):
     assert extra == "--async-max-concurrent-samples 16 --x 1"
     drop = _settings(tmp_path, "--arm", "drop")
     assert drop["ARM"] == "drop" and "A" not in drop
+    assert drop["EXTRA_ARGS"] == "--async-max-concurrent-samples 12"
+    assert drop["AGENT_CONCURRENCY"] == "12"
     assert set(ARMS) == {"drop", "never-drop", "protect", "pace", "zero", "mask", "matched",
                          "drgrpo-mask", "survivor", "turn"}  # fmt: skip
 

@@ -119,9 +119,9 @@ def test_a_loss_that_ignores_the_turn_channel_fails_the_rehearsal(tmp_path):
     assert rc == 1, stdout[-3000:] + stderr[-3000:]
     checks = _report(out)
     assert checks["job"]["ok"]  # the run itself goes through
-    assert not checks["advantages"]["ok"], checks["advantages"]
-    assert "advantage sum trained" in checks["advantages"]["detail"]
-    assert "rehearsal: FAILED: advantages:" in stdout
+    advantages = checks["advantages"]
+    assert not advantages["ok"] and "advantage sum trained 0 over" in advantages["detail"]
+    assert stdout.strip().splitlines()[-1].startswith("rehearsal: FAILED:")
 
 
 @pytest.mark.rehearsal_ci
@@ -157,8 +157,14 @@ def test_without_a_tool_call_parser_the_rehearsal_stops_at_preflight_saying_why(
     assert not (out / "job.log").exists()  # stopped before Ray
 
 
-@pytest.mark.rehearsal_ci
-@pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM], ids=["ctrl-c", "time-limit"])
+@pytest.mark.parametrize(
+    "sig",
+    [
+        pytest.param(signal.SIGINT, id="ctrl-c", marks=pytest.mark.rehearsal_ci),
+        # the same clean-up as Ctrl-C (SIGTERM unwinds like it): every arm's run, not CI's
+        pytest.param(signal.SIGTERM, id="time-limit"),
+    ],
+)
 def test_an_interrupted_rehearsal_leaves_no_process_behind(tmp_path, sig):
     _require()
     out = tmp_path / "r"

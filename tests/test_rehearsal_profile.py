@@ -106,3 +106,17 @@ def test_the_profile_splits_each_step_into_its_parts(tmp_path):
     assert p["cpu"] == {"engine": 3.5}
     text = render(p)
     assert "step 2: wall 22.0" in text and "CPU: engine 3.5" in text
+
+
+def test_a_sandbox_command_is_counted_once_in_its_agent_not_while_it_runs(tmp_path):
+    # a stand-in docker call still running: its CPU is left to the parent that reaps it
+    burn = "sum(range(10**8)); import time; time.sleep(30)"
+    proc = _spawn(tmp_path, [sys.executable, "-c", burn, "rescue/rehearsal/docker.py"])
+    meter = CpuMeter(tmp_path)
+    try:
+        time.sleep(3)
+        meter.sample()
+        assert survivors(tmp_path) and meter.totals() == {}
+    finally:
+        proc.kill()
+        proc.wait()

@@ -590,8 +590,39 @@ def test_the_sweep_checks_every_arm_before_it_starts_anything(arms, bin_dir, mil
 
 @pytest.mark.parametrize("arms", ["zero,mask", "zero, mask", "zero mask", " zero,,mask "])
 def test_the_sweep_takes_arms_separated_by_commas_or_spaces(arms, bin_dir, miles_dir):
-    out = rlvr("rlvr_sweep.sh", bin_dir, miles_dir, ARMS=arms, SEEDS="1", CAP="1024").stdout
+    out = rlvr("rlvr_sweep.sh", bin_dir, miles_dir, ARMS=arms, SEEDS="1", CAP="1024",
+               FORCE="1").stdout  # fmt: skip
     assert set(sweep_submits(out)) == {("zero", "1"), ("mask", "1")}
+
+
+def test_the_sweep_prints_what_its_seeds_can_decide_before_it_submits(bin_dir, miles_dir):
+    out = rlvr("rlvr_sweep.sh", bin_dir, miles_dir, ARMS="zero mask turn", SEEDS="3",
+               CAP="1024").stdout  # fmt: skip
+    lines = out.splitlines()
+    power = [i for i, x in enumerate(lines) if x.startswith("# power of this sweep's report: ")]
+    submits = [i for i, x in enumerate(lines) if x.startswith("ray job submit")]
+    assert len(power) == 1 and submits and power[0] < submits[0]
+    line = lines[power[0]]
+    assert "SEEDS=3 per arm" in line and "P3 " in line and "P7 online " in line
+
+
+def test_the_sweep_refuses_seeds_that_decide_nothing_unless_forced(bin_dir, miles_dir):
+    result = launch("rlvr_sweep.sh", bin_dir, miles_dir, DRY_RUN="1", CAP="1024",
+                    ARMS="zero mask", SEEDS="2")  # fmt: skip
+    assert result.returncode == 2 and result.stdout == ""
+    assert result.stderr == (
+        "rlvr-sweep: error: SEEDS=2: P3, control compare these arms, and the judge decides "
+        "nothing on fewer than 3 paired seeds per arm: set SEEDS >= 3, or FORCE=1 to run anyway\n"
+    )
+    out = rlvr("rlvr_sweep.sh", bin_dir, miles_dir, CAP="1024", ARMS="zero mask", SEEDS="2",
+               FORCE="1").stdout  # fmt: skip
+    assert "# power of this sweep's report: FORCE=1: SEEDS=2" in out
+    assert "decides nothing" in out and len(sweep_submits(out)) == 4
+    # an arm no prediction compares alone is not refused
+    out = rlvr(
+        "rlvr_sweep.sh", bin_dir, miles_dir, CAP="1024", ARMS="drgrpo-mask", SEEDS="1"
+    ).stdout
+    assert len(sweep_submits(out)) == 1
 
 
 @pytest.mark.parametrize(
@@ -607,6 +638,7 @@ def test_the_sweep_takes_arms_separated_by_commas_or_spaces(arms, bin_dir, miles
             "RUN_NAME is set, but every run of a sweep has its own: unset RUN_NAME",
         ),
         ({"SEEDS": "0"}, "SEEDS='0' is not a positive integer: set SEEDS=N"),
+        ({"FORCE": "yes"}, "FORCE='yes': set FORCE=0 or FORCE=1"),
     ],
 )
 def test_sweep_settings_are_checked(env, message, bin_dir, miles_dir):

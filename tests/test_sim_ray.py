@@ -5,6 +5,7 @@ process group, and stops exactly that process group afterwards; it never connect
 nor stops, a Ray it did not start.
 """
 
+import json
 import os
 import shutil
 import signal
@@ -89,3 +90,32 @@ def test_without_ray_installed_the_flag_says_how_to_get_it(tmp_path, capsys, mon
     monkeypatch.setitem(sys.modules, "ray", None)  # import ray raises ImportError
     assert cli.main(["sim", "--out", str(tmp_path), "--ray", "auto", *ARGS]) == 2
     assert "pip install 'rescue[ray]'" in capsys.readouterr().err
+
+
+MAP_GRID = """
+title = "tiny"
+base = "budget-three-outcome"
+seeds = 3
+[config]
+subsidy = true
+groups-per-step = 4
+concurrency = 4
+[[axis]]
+setting = "lr"
+values = [0.1, 0.3]
+[[axis]]
+setting = "steps"
+values = [8, 16]
+"""
+
+
+def test_the_map_on_ray_gives_the_local_maps_cells(ray_head, tmp_path):
+    grid = tmp_path / "grid.toml"
+    grid.write_text(MAP_GRID)
+    cells = []
+    for where, how in (("local", ["--workers", "1"]), ("ray", ["--ray", ray_head])):
+        out = tmp_path / where
+        argv = ["sim", "map", "--grid", str(grid), "--out", str(out), "--no-plots", "--no-progress"]
+        assert cli.main([*argv, *how]) == 0
+        cells.append(json.loads((out / "map.json").read_text())["cells"])
+    assert len(cells[0]) == 4 and cells[0] == cells[1]

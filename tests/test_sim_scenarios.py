@@ -36,6 +36,7 @@ def test_the_presets_set_what_their_mechanism_needs():
     ft, budget, two, swe = (sc.preset(n).sim_config() for n in sc.names())
     assert ft.episodes == "table" and ft.group_size == 1 and ft.baseline_scope == "batch"
     assert budget.submit_failure and not two.submit_failure and not two.std_normalize
+    assert budget.subsidy and not swe.subsidy  # the budget scenario logs the exact subsidy
     assert swe == SimConfig()  # swe-like is the defaults, written out
     assert ft.tis and swe.tis  # the async scenarios correct stale rollouts as the cluster does
 

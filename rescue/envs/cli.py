@@ -13,10 +13,22 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
+from rescue import flags
 
-def configure(parser: argparse.ArgumentParser) -> None:
+
+def _levels(text: str) -> tuple[int, ...]:
+    from rescue.envs.prepare import LEVELS
     from rescue.replay.cli import number_list
 
+    levels = number_list(text, int)
+    if not levels or any(x not in LEVELS for x in levels):
+        raise argparse.ArgumentTypeError(
+            f"{text!r}: allowed comma-separated levels of {','.join(map(str, sorted(LEVELS)))}"
+        )
+    return levels
+
+
+def configure(parser: argparse.ArgumentParser) -> None:
     sub = parser.add_subparsers(dest="agent_command", metavar="{prepare}", required=True)
     p = sub.add_parser("prepare", help="make the games and write the prompt rows")
     p.add_argument("--env", required=True, choices=("cooking", "alfworld"), help="the game")
@@ -25,18 +37,23 @@ def configure(parser: argparse.ArgumentParser) -> None:
         "--games-dir", type=Path, help="cooking: where tw-make writes the games (required)"
     )
     p.add_argument(
-        "--games", type=int, default=32, help="cooking: games per difficulty level (default 32)"
+        "--games",
+        type=flags.COUNT,
+        default=32,
+        help="cooking: games per difficulty level (default 32)",
     )
-    p.add_argument("--seed", type=int, default=0, help="cooking: the set's seed (default 0)")
+    p.add_argument(
+        "--seed", type=flags.NON_NEGATIVE, default=0, help="cooking: the set's seed (default 0)"
+    )
     p.add_argument(
         "--cap",
-        type=int,
+        type=flags.COUNT,
         default=15,
         help="cooking: the step cap; a game whose walkthrough is longer is left out (default 15)",
     )
     p.add_argument(
         "--levels",
-        type=lambda s: number_list(s, int),
+        type=_levels,
         default=(1, 2, 3, 4, 5),
         help="cooking: difficulty levels, comma-separated, from 0 (the ingredient in hand) "
         "to 5 (default 1,2,3,4,5)",
@@ -50,7 +67,10 @@ def configure(parser: argparse.ArgumentParser) -> None:
         help="alfworld: train, valid_seen or valid_unseen (default train)",
     )
     p.add_argument(
-        "--limit", type=int, default=0, help="alfworld: at most N games (default 0: all)"
+        "--limit",
+        type=flags.NON_NEGATIVE,
+        default=0,
+        help="alfworld: at most N games (default 0: all)",
     )
 
 

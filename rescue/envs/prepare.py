@@ -37,6 +37,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from rescue.errors import InputError
+from rescue.output import write_text
 
 #: tw-make's skills per level (``tw-make tw-cooking --help``), easiest first. Level 0 (the
 #: ingredient already in hand: examine the cookbook, prepare the meal, eat it) is not among
@@ -140,7 +141,13 @@ def cooking_rows(
 
 def alfworld_rows(data_dir: str, *, split: str = "train", limit: int = 0) -> list[dict]:
     """The ALFWorld games of ``split`` its training environment would load (docstring)."""
-    from alfworld.agents.environment.alfred_tw_env import TASK_TYPES, AlfredTWEnv
+    try:
+        from alfworld.agents.environment.alfred_tw_env import TASK_TYPES, AlfredTWEnv
+    except ImportError:
+        raise InputError(
+            "--env alfworld: ALFWorld is not installed: pip install -e '.[agent]' "
+            "(make agent-prepare installs it)"
+        ) from None
 
     splits = {
         "train": "train",
@@ -181,12 +188,8 @@ def alfworld_rows(data_dir: str, *, split: str = "train", limit: int = 0) -> lis
 
 def write_rows(rows: Iterable[dict], out: Path) -> int:
     """The rows as JSONL at ``out`` (its folder made); how many were written."""
-    out.parent.mkdir(parents=True, exist_ok=True)
-    n = 0
-    with out.open("w") as f:
-        for row in rows:
-            f.write(json.dumps(row) + "\n")
-            n += 1
-    if n == 0:
+    lines = [json.dumps(row) + "\n" for row in rows]
+    if not lines:
         raise InputError(f"no game to write to {out}: every game was left out")
-    return n
+    write_text(out, "".join(lines))  # replaced whole, or left as it was
+    return len(lines)

@@ -16,7 +16,7 @@ trained groups only).
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 import numpy as np
@@ -81,6 +81,8 @@ class Check:
     falsifies: float = NAN
     alone: str | None = None
     p: float = NAN
+    #: How ``compare`` took the margin (its ``margin`` argument), for ``rejudge``.
+    margin_rule: Any = field(default="not a comparison", repr=False, compare=False)
 
     def as_dict(self) -> dict[str, Any]:
         return {
@@ -100,6 +102,11 @@ class Check:
             "unit": self.unit,
         }
 
+
+#: The label of a ``per_seed`` check's values (one number per seed, no arms).
+PER_SEED = "per seed"
+#: ``Check.margin_rule`` of a check ``compare`` did not make (``rejudge`` refuses it).
+MISSING_RULE = "not a comparison"
 
 #: ``(arm run, reference run) -> (arm value, reference value)`` for one seed.
 PairValue = Callable[[Run, Run], tuple[float, float]]
@@ -218,18 +225,44 @@ def compare(
         why = getattr(value, "why", None)  # the window rule says why a run has no value
         reasons = {w for s in lost for run in (arm[s], ref[s]) if why and (w := why(run))}
         check.notes.extend(sorted(reasons))
+    check.margin_text = margin_text or (f"seed SD of {r_label}" if margin == "ref" else "")
+    check.margin_rule = margin
+    return judge_pairs(check, va, vr)
+
+
+def judge_pairs(check: Check, va: Mapping[Any, float], vr: Mapping[Any, float]) -> Check:
+    """The statistics of ``compare`` on per-seed values: pair ``va`` (the arm) with ``vr``
+    (the reference) by seed, take the margin by ``check.margin_rule`` from the reference's
+    values, and judge the differences' t interval (``judge_values``). ``compare`` ends
+    here; ``rejudge`` re-runs it on other values."""
     _, diffs = paired(va, vr)
     m = NAN
-    if margin == "ref":
+    margin = check.margin_rule
+    if isinstance(margin, str) and margin == "ref":
         m = seed_sd(vr)
-        check.margin_text = margin_text or f"seed SD of {r_label}"
     elif callable(margin):
         m = margin({s: v for s, v in vr.items() if s in va and np.isfinite(va[s])})
-        check.margin_text = margin_text
     elif isinstance(margin, (int, float)):
         m = float(margin)
-        check.margin_text = margin_text
     return judge_values(check, t_interval(diffs), margin=m)
+
+
+def rejudge(check: Check, values: Mapping[str, Mapping[Any, float]]) -> Check:
+    """A copy of ``check`` judged again, by its own rule, on other per-seed values
+    (``{label: {seed: value}}``, the shape of ``Check.values``): a comparison of two arms
+    by ``judge_pairs``, a one-number-per-seed check (``per_seed``) by its t interval
+    against its thresholds. ``rescue power`` judges its replicates through it."""
+    new = replace(check, values={k: dict(v) for k, v in values.items()}, notes=list(check.notes))
+    new.alone, new.p = None, NAN
+    if list(values) == [PER_SEED]:
+        return judge_values(
+            new, t_interval(list(values[PER_SEED].values())),
+            supports=check.supports, falsifies=check.falsifies,
+        )  # fmt: skip
+    if check.margin_rule is MISSING_RULE or len(values) != 2:
+        raise ValueError(f"check {check.name!r} is not a comparison rejudge can re-run")
+    va, vr = values.values()
+    return judge_pairs(new, va, vr)
 
 
 def _read_from(quantity: str, sources: tuple[str, ...] | None, runs: list[Run]) -> list[str]:
@@ -270,7 +303,7 @@ def per_seed(
     ``falsifies`` (``at least`` / ``at most``)."""
     check = Check(name=name, expects=expects, window=window, decides=decides, unit=unit)
     values: dict[int, float] = {}
-    check.values = {"per seed": values}
+    check.values = {PER_SEED: values}
     for s in sorted(set(arm) & set(ref)):
         try:
             values[s] = value(arm[s], ref[s])

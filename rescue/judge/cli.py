@@ -30,7 +30,10 @@ def configure(parser: argparse.ArgumentParser) -> None:
         help="files, directories or globs: rescue sim output, *.jsonl, *.csv, *.json, wandb offline runs",
     )
     parser.add_argument(
-        "--out", default=DEFAULT_OUT, help="output directory (default: %(default)s)"
+        "--out",
+        default=DEFAULT_OUT,
+        help="output directory; an earlier report there (report.md, report.json, plots/) is "
+        "replaced when this one is written, left as it was when it fails (default: %(default)s)",
     )
     parser.add_argument(
         "--no-plots",
@@ -42,29 +45,40 @@ def configure(parser: argparse.ArgumentParser) -> None:
     )
 
 
+#: What a report writes in its folder (replaced by the next report; the rest stays).
+OUTPUTS = ("report.md", "report.json", "plots")
+
+
+def owned(entry: Path) -> bool:
+    """An earlier report's entry of the output folder (``rescue.output``)."""
+    return entry.name in OUTPUTS
+
+
 def main(args: argparse.Namespace) -> int:
     from rescue.judge.inputs import read_inputs
     from rescue.judge.report import as_json, header, judge, markdown, summary_table
+    from rescue.output import check_out, staged
 
+    out = check_out(Path(args.out))
     inputs = read_inputs(args.runs, progress=not args.no_progress)
     j = judge(inputs.runs, inputs.replays, notes=inputs.notes)
-    out = Path(args.out)
-    out.mkdir(parents=True, exist_ok=True)
-    (out / "report.md").write_text(markdown(j))
-    (out / "report.json").write_text(json.dumps(as_json(j), indent=1) + "\n")
     lines = [f"read {len(inputs.runs)} runs and {len(inputs.replays)} replay reports", ""]
     lines += header(j)
     for c in j.cohorts:
         lines += ["", f"{c.title}:", *summary_table(c.results)]
-    lines += ["", "offline replay:", *summary_table(j.offline), ""]
-    lines += [f"report: {out / 'report.md'}, {out / 'report.json'}"]
-    if not args.no_plots:
-        try:
-            from rescue.judge.plots import write_plots
+    if inputs.replays:
+        lines += ["", "offline replay:", *summary_table(j.offline)]
+    lines += ["", f"report: {Path(args.out) / 'report.md'}, {Path(args.out) / 'report.json'}"]
+    with staged(out, owned) as stage:
+        (stage.path / "report.md").write_text(markdown(j))
+        (stage.path / "report.json").write_text(json.dumps(as_json(j), indent=1) + "\n")
+        if not args.no_plots:
+            try:
+                from rescue.judge.plots import write_plots
 
-            pngs = write_plots(j, out / "plots")
-            lines.append(f"plots: {len(pngs)} PNG files in {out / 'plots'}")
-        except ImportError:
-            lines.append("plots: matplotlib not installed (pip install 'rescue[sim]'): skipped")
+                pngs = write_plots(j, stage.path / "plots")
+                lines.append(f"plots: {len(pngs)} PNG files in {Path(args.out) / 'plots'}")
+            except ImportError:
+                lines.append("plots: matplotlib not installed (pip install 'rescue[sim]'): skipped")
     print("\n".join(lines))
     return 0

@@ -30,8 +30,16 @@ import numpy as np
 from rescue.judge import offline
 from rescue.judge import quantities as qs
 from rescue.judge.checks import Check
-from rescue.judge.runs import Cohort, Run, config_value
-from rescue.judge.stats import INCONCLUSIVE, combine
+from rescue.judge.runs import Cohort, Run, arm_name, config_value
+from rescue.judge.stats import (
+    AS_PREDICTED,
+    CLAIMS,
+    INCONCLUSIVE,
+    NO_DIFFERENCE,
+    NOT_JUDGEABLE,
+    OPPOSITE,
+    combine,
+)
 
 
 @dataclass(frozen=True)
@@ -48,8 +56,9 @@ class Role:
             return False
         return self.a is None or (c.a is not None and abs(c.a - self.a) < 1e-9)
 
-    def describe(self) -> str:
-        return self.arm + (f" a={self.a:g}" if self.a is not None else "")
+    def describe(self, family: str | None = None) -> str:
+        """The role as the runs of ``family`` name its arm (``turn-baseline`` in the simulator)."""
+        return arm_name(self.arm, family) + (f" a={self.a:g}" if self.a is not None else "")
 
 
 @dataclass
@@ -139,8 +148,11 @@ def bindings(p: Prediction, cohort: Cohort) -> tuple[list[dict[str, str | None]]
             if seeds and spec.matches(next(iter(seeds.values())))
         )
         if not found[role] and not spec.optional:
-            need = ", ".join(f"`{r.describe()}`" for r in p.roles.values() if not r.optional)
-            return [], f"not run: needs the arms {need}; missing `{spec.describe()}`"
+            family = next(
+                (run.condition.family for seeds in cohort.values() for run in seeds.values()), None
+            )
+            need = ", ".join(f"`{r.describe(family)}`" for r in p.roles.values() if not r.optional)
+            return [], f"not run: needs the arms {need}; missing `{spec.describe(family)}`"
 
     def k_of(label: str) -> int | None:
         return next(iter(cohort[label].values())).condition.k
@@ -193,6 +205,65 @@ def _judge(p: Prediction, ctx: Context) -> Result:
         return Result(p, ctx.binding, checks, None)
     note = "" if checks else "nothing to judge"
     return Result(p, ctx.binding, checks, verdict_of(p, checks), note)
+
+
+def short_name(check: Check) -> str:
+    """A check's quantity, without its arms (``turns of successes over the run``)."""
+    return check.name.split(", ")[0] if ", " in check.name else check.name
+
+
+def verdict_reason(r: Result) -> str:
+    """Why the result has its verdict, in a few words from its deciding checks (what a plot
+    title and a report section say beside the verdict); the note when it has no checks.
+
+    E.g. ``the turns of failures (submitted or capped) over the run check found no
+    difference (P5 needs both deciding checks; the turns of successes over the run check
+    found what was predicted)``, or ``the family-wise rule withdrew the final success
+    check's claim (as predicted alone, p = 0.039)``.
+    """
+    if r.verdict is None:
+        return r.note or "a reported comparison, no verdict"
+    deciding = [c for c in r.checks if c.decides and c.verdict is not None]
+    if not deciding:
+        return r.note or "nothing to judge"
+    withdrawn = [c for c in deciding if c.alone != c.verdict and c.alone in CLAIMS]
+    if withdrawn and r.alone != r.verdict:
+        c = withdrawn[0]
+        p = f", p = {c.p:.2g}" if np.isfinite(c.p) else ""
+        return (
+            f"the family-wise rule withdrew the {short_name(c)} check's claim ({c.alone} alone{p})"
+        )
+    same = [c for c in deciding if c.verdict == r.verdict]
+    if r.verdict != INCONCLUSIVE and len(same) == len(deciding) > 1:
+        return f"every deciding check found {_found(r.verdict)}"
+    shorts = [short_name(c) for c in deciding]
+    names = {
+        id(c): s if shorts.count(s) == 1 else c.name for c, s in zip(deciding, shorts, strict=True)
+    }
+
+    def said(c: Check) -> str:
+        if c.verdict == INCONCLUSIVE:
+            why = f": {c.reason}" if c.reason else ""
+            return f"the {names[id(c)]} check is inconclusive{why}"
+        return f"the {names[id(c)]} check found {_found(c.verdict or '')}"
+
+    if r.verdict in (AS_PREDICTED, OPPOSITE, NO_DIFFERENCE, NOT_JUDGEABLE):
+        return "; ".join(map(said, same))
+    text = "; ".join(said(c) for c in deciding if c.verdict != AS_PREDICTED)
+    agree = [c for c in deciding if c.verdict == AS_PREDICTED]
+    if agree and r.prediction.combine == "all":
+        text += f" ({r.prediction.id} needs every deciding check; " + "; ".join(map(said, agree))
+        text += ")"
+    return text
+
+
+def _found(verdict: str) -> str:
+    return {
+        OPPOSITE: "the opposite",
+        NO_DIFFERENCE: "no difference",
+        NOT_JUDGEABLE: "that its condition did not occur",
+        AS_PREDICTED: "what was predicted",
+    }.get(verdict, verdict)
 
 
 def verdict_of(p: Prediction, checks: Sequence[Check]) -> str:

@@ -4,7 +4,9 @@ Specification
 -------------
 Per cohort (files prefixed ``<family>[-cap<CAP>][-<setting>]-``):
 
-- ``<prediction>.png``: for each difference the prediction plots (``Prediction.curves``),
+- ``<prediction>.png``: headed by the prediction's verdict and its reason
+  (``evaluation.verdict_reason``), wrapped to the figure's width like every panel title;
+  for each difference the prediction plots (``Prediction.curves``),
   the per-seed difference arm − reference of the quantity pooled over a trailing window
   of ``max(1, steps // 30)`` steps, its mean over seeds and the ``LEVEL`` t band (n − 1
   dof, where at least two seeds have a value), against the step (left) and against the
@@ -29,7 +31,7 @@ from pathlib import Path
 import numpy as np
 
 from rescue.judge import quantities as qs
-from rescue.judge.evaluation import Result
+from rescue.judge.evaluation import Result, verdict_reason
 from rescue.judge.report import CohortJudgement, Judgement
 from rescue.judge.runs import Run
 from rescue.judge.stats import LEVEL
@@ -126,12 +128,16 @@ def prediction_figure(result: Result, cohort: CohortJudgement, path: Path) -> Pa
             curves.append((quantity, arm_label, ref_label, window, steps, d, b))
     if not curves:
         return None
-    fig, axes = plt.subplots(len(curves), 2, figsize=(11, 3.2 * len(curves)), squeeze=False)
+    width = 11.0
+    fig, axes = plt.subplots(
+        len(curves), 2, figsize=(width, 3.4 * len(curves) + 0.8), squeeze=False
+    )
     for (quantity, a, r, window, steps, d, b), (ax_s, ax_b) in zip(curves, axes, strict=True):
-        title = f"{qs.QUANTITIES[quantity].title}: {a} − {r}"
+        what = f"{qs.QUANTITIES[quantity].title}: {a} − {r}"
         _draw_band(ax_s, steps, d, f"mean of {d.shape[0]} seeds, {LEVEL:.0%} t band")
         ax_s.axhline(0, color="k", lw=0.6)
-        ax_s.set(xlabel="trainer step", title=f"{title} (trailing {window} steps)")
+        ax_s.set_xlabel(f"trainer step (trailing {window} steps)")
+        ax_s.set_title(fit(what, width / 2), fontsize=TITLE_SIZE)
         ax_s.legend(fontsize=7)
         centres, by_b = binned(b, d)
         if np.isfinite(by_b).any():
@@ -140,16 +146,37 @@ def prediction_figure(result: Result, cohort: CohortJudgement, path: Path) -> Pa
         else:
             ax_b.text(0.5, 0.5, f"{a}: b not logged", ha="center", transform=ax_b.transAxes)
         ax_b.axhline(0, color="k", lw=0.6)
-        ax_b.set(xlabel=f"b of {a} (bins of {B_BIN:g})", title=title)
+        ax_b.set_xlabel(f"b of {a} (bins of {B_BIN:g})")
+        ax_b.set_title(fit(f"{what}, against b", width / 2), fontsize=TITLE_SIZE)
         for ax in (ax_s, ax_b):
             ax.grid(alpha=0.3)
-    fig.suptitle(
-        f"{result.prediction.id}: {result.prediction.title} — {result.verdict or 'reported'}"
-    )
+    fig.suptitle(fit(headline(result), width, SUPTITLE_SIZE), fontsize=SUPTITLE_SIZE)
     fig.tight_layout()
     fig.savefig(path, dpi=100)
     plt.close(fig)
     return path
+
+
+#: Font sizes of the panels' titles and of the figure's headline (points).
+TITLE_SIZE = 9.0
+SUPTITLE_SIZE = 10.5
+
+
+def headline(result: Result) -> str:
+    """The figure's title: the prediction, its verdict and why (``verdict_reason``)."""
+    p = result.prediction
+    if result.verdict is None:
+        return f"{p.id}: {p.title} — reported, no verdict"
+    return f"{p.id}: {p.title} — {result.verdict}: {verdict_reason(result)}"
+
+
+def fit(text: str, width_in: float, size: float = TITLE_SIZE) -> str:
+    """``text`` wrapped to lines that fit ``width_in`` inches at ``size`` points (a
+    character of the default sans-serif font is about 0.6 of its size wide)."""
+    import textwrap
+
+    chars = max(20, int(width_in * 72 / (0.6 * size)) - 4)
+    return textwrap.fill(text, chars)
 
 
 def _by_b(run: Run, quantity: str, window: int) -> tuple[np.ndarray, np.ndarray]:

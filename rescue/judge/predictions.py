@@ -35,6 +35,27 @@ DEPENDS_P3 = (
     "step size (`lr`) and the run length (`steps`)"
 )
 
+#: P5's window, falsification and margin in words, from what decides it
+#: (``rules.P5_DECIDES``): the level over the whole run, or its trend; the other is reported.
+_P5_DECIDES = "levels over the whole run" if rules.P5_DECIDES == "level" else "trends"
+_P5_QUANTITY = "level" if rules.P5_DECIDES == "level" else "trend"
+_P5_WINDOW = (
+    (
+        rules.WHOLE_WINDOW + ", of every generated rollout"
+        if rules.P5_DECIDES == "level"
+        else rules.DRIFT_WINDOW + ", per 100 steps, of every generated rollout"
+    )
+    + " (`rollout/census/generated/*`, or the simulator's older `sim/generated/*`); a run "
+    "that logged only the trained groups' census is not judged (inconclusive, naming the "
+    "key). "
+    + (
+        "The trend per 100 steps is reported beside it"
+        if rules.P5_DECIDES == "level"
+        else "The level over the whole run is reported beside it"
+    )
+)
+
+
 PREDICTIONS: tuple[Prediction, ...] = (
     Prediction(
         id="P1",
@@ -137,13 +158,10 @@ PREDICTIONS: tuple[Prediction, ...] = (
         "failed ones longer over training, and fewer successes ran the tests before "
         "submitting; judged on every generated rollout (a drop arm's trained rollouts are its "
         "survivors, which differ from never-drop's by construction).",
-        falsified="the trends of the outcome-conditioned turn counts do not separate (both no "
-        "difference), or separate the other way.",
-        window=rules.DRIFT_WINDOW + ", per 100 steps, of every generated rollout "
-        "(`rollout/census/generated/*`, or the simulator's older `sim/generated/*`); a run "
-        "that logged only the trained groups' census is not judged (inconclusive, naming the "
-        "key). The level over the whole run is reported beside it",
-        margin="never-drop's seed SD of the same trend",
+        falsified=f"the {_P5_DECIDES} of the outcome-conditioned turn counts do not separate "
+        "(both no difference), or separate the other way.",
+        window=_P5_WINDOW,
+        margin=f"never-drop's seed SD of the same {_P5_QUANTITY}",
         depends="the stale share (timing: `turn_time`, `context_growth`, `time_noise`, "
         "`concurrency`, `train_time`; K = `max_staleness`), the group size (a group waits for its "
         "slowest rollout), the fast/thorough length gap, `lr`, `steps`",

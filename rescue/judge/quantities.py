@@ -134,7 +134,7 @@ class Quantity:
 
 def _z(run: Run, key: str) -> np.ndarray:
     """The column with NaN read as 0 (an outcome that did not occur has no turns key)."""
-    return np.nan_to_num(run.column(key), nan=0.0)
+    return run.zeroed(key)
 
 
 def _rate(outcome: str) -> Callable[[Run, str], Rows]:

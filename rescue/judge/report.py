@@ -4,8 +4,10 @@ Specification
 -------------
 ``judge(runs, replays)`` groups the runs into cohorts (``runs.cohorts``: one family, cap,
 setting, scenario and value of every compared setting), judges every prediction on each
-cohort, then the replay-based ones (P1, P2, P7 offline) once on the replay reports; every
-prediction appears, ``not run`` with the arms or reports it needs when they are missing.
+cohort, then the replay-based ones (P1, P2, P7 offline) once on the replay reports when
+some were read (without any, the report has no offline section); every prediction of a
+cohort appears, ``not run`` with the arms it needs, named as that cohort's runs name them,
+when they are missing.
 Then the family-wise rule (``family``: Holm over the report's deciding checks) adjusts
 the verdicts. ``markdown`` opens with the rule and what it did, and with every collision
 (two runs of one arm and seed in one cohort; the first read is kept), then gives per
@@ -23,7 +25,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from rescue.judge.checks import Check
-from rescue.judge.evaluation import Prediction, Result, evaluate
+from rescue.judge.evaluation import Prediction, Result, evaluate, verdict_reason
 from rescue.judge.family import Family, holm
 from rescue.judge.offline import Report
 from rescue.judge.predictions import PREDICTIONS
@@ -93,7 +95,7 @@ def judge(
     out = []
     for key, arms in sorted(grouped.items(), key=lambda kv: kv[0].sort_key()):
         out.append(_cohort(key, arms, evaluate(predictions, arms)))
-    off = evaluate(predictions, None, replays)
+    off = evaluate(predictions, None, replays) if replays else []
     j = Judgement(out, off, list(notes), collisions)
     j.family = holm(j.results())
     return j
@@ -150,6 +152,8 @@ def result_markdown(r: Result, level: int = 3) -> list[str]:
     p = r.prediction
     verdict = f" — **{r.verdict}**" if r.verdict else ""
     lines = ["#" * level + f" {p.id}: {p.title}{verdict}", ""]
+    if r.verdict and r.checks:
+        lines += [f"Verdict: **{r.verdict}**, because {verdict_reason(r)}.", ""]
     lines.append(("Rule: " if p.prediction else "What: ") + p.rule)
     lines.append("")
     if p.prediction:
@@ -243,7 +247,8 @@ def markdown(j: Judgement) -> str:
         lines += [f"## {c.title}", "", f"Arms: {arms}.", "", *summary_table(c.results), ""]
         for r in c.results:
             lines += result_markdown(r)
-    lines += ["## offline replay", "", *summary_table(j.offline), ""]
+    if j.offline:
+        lines += ["## offline replay", "", *summary_table(j.offline), ""]
     for r in j.offline:
         lines += result_markdown(r)
     if j.notes:

@@ -63,6 +63,16 @@ ARM_NAMES: tuple[str, ...] = (
     "turn",
 )
 ALIASES: dict[str, str] = {"turn-baseline": "turn"}
+
+
+def arm_name(arm: str, family: str | None) -> str:
+    """A vocabulary arm as the runs of ``family`` name it (the simulator's ``turn`` is
+    ``turn-baseline``)."""
+    if family == "sim":
+        return next((alias for alias, name in ALIASES.items() if name == arm), arm)
+    return arm
+
+
 FAMILIES: tuple[str, ...] = ("swe", "rlvr", "sim")
 #: Step key of rollout-side metrics on the cluster and in the simulator's JSONL.
 STEP_KEY = "rollout/step"
@@ -290,6 +300,16 @@ class Run:
             col = np.fromiter((_float(r.get(key)) for r in self.rows), float, len(self.rows))
             self._columns[key] = col
         return col
+
+    def zeroed(self, key: str) -> np.ndarray:
+        """``column(key)`` with NaN read as 0 (cached, read-only): an outcome that did not
+        occur in a step has no count there."""
+        cached = self._columns.get("\0" + key)
+        if cached is None:
+            cached = np.nan_to_num(self.column(key), nan=0.0)
+            cached.setflags(write=False)
+            self._columns["\0" + key] = cached
+        return cached
 
     def steps(self) -> np.ndarray:
         """The step of each row: ``rollout/step``, else wandb's ``_step``, else the row index."""

@@ -34,7 +34,8 @@ not zeroed yet). This function:
 6. under score centering (``rescue.miles.sc_flags.sc_enabled``: the run's loss is
    ``rescue.miles.sc_loss.policy_loss``), publishes every trained sample's recorded top-K
    heads for the trainer (``rescue.miles.topk_store.publish``; a trained sample without
-   them stops the run) and logs ``rollout/rescue/sc/published`` (entries) and
+   them stops the run; under the matched control, the samples of its reference copy, which
+   trains the capped trajectories the mask removed) and logs ``rollout/rescue/sc/published`` (entries) and
    ``rollout/rescue/sc/head_positions`` (positions with a head);
 7. logs them with Miles' tracking at ``rollout/step`` (``compute_rollout_step``, so the
    step matches Miles' own rollout metrics, with ``--wandb-always-use-train-step`` too);
@@ -166,14 +167,19 @@ def gradient_share(args: Any, samples: Sequence[Any]) -> dict[str, float]:
 
 
 def publish_heads(rollout_id: int, args: Any, samples: Sequence[Any]) -> dict[str, float]:
-    """Step 6 above: ``{}`` unless the run trains with score centering."""
+    """Step 6 above: ``{}`` unless the run trains with score centering. Under the matched
+    control the heads of its reference copy are published: that copy trains every position
+    the mask arm's copy trains and, unmasked, the capped trajectories the mask removed."""
     from rescue.miles.sc_flags import check_sc_flags, sc_enabled
 
     if not sc_enabled(args):
         return {}
+    from rescue.miles.matched import matched_enabled, reference_copy
     from rescue.miles.topk_store import publish
 
     check_sc_flags(args)
+    if matched_enabled(args):
+        samples = reference_copy(samples, reward_key=getattr(args, "reward_key", None))
     published, positions = publish(rollout_id, samples)
     return {
         "rollout/rescue/sc/published": float(published),

@@ -30,7 +30,9 @@ that reading. A ``remove_sample`` already in the dump (a budget mask filter) is 
 every arm. The replay inputs are written as Miles writes dumps (``{"rollout_id",
 "metadata", "samples": [Sample.to_dict()]}``) under ``rollout_data/{rollout_id}.pt`` with
 consecutive replay ids, and the manifest ``oracle.json`` lists them
-(``rescue.oracle.manifest``).
+(``rescue.oracle.manifest``). The folder is written beside the old one and swapped in when
+every dump is read (``rescue.output``): a failed build leaves an earlier oracle folder as it
+was; a finished one replaces what the oracle's steps had written there (``OWNED``).
 """
 
 from __future__ import annotations
@@ -39,12 +41,18 @@ import glob
 import os
 import pickle
 from collections.abc import Mapping, Sequence
+from pathlib import Path
 from typing import Any
 
 from rescue.errors import InputError
 from rescue.gate import Arm, Gate
-from rescue.oracle.manifest import MANIFEST, ROLLOUT_DATA, Entry, Manifest
+from rescue.oracle.manifest import GRADIENTS, MANIFEST, ROLLOUT_DATA, STATS, Entry, Manifest
+from rescue.output import check_out, staged
 from rescue.samples import COIN_KEY, WEIGHT_KEY, WOULD_DROP_KEY, rollout_key
+
+#: What the oracle's steps write in its folder (build, the replay's gradients or streamed
+#: statistics, compare): replaced by a new build, which they derive from; the rest stays.
+OWNED = (MANIFEST, ROLLOUT_DATA, GRADIENTS, STATS, "compare.json", "compare.md")
 
 #: The arms ``build`` writes by default, in replay order (``all`` must come first).
 DEFAULT_ARMS = ("all", "drop", "stale", "protect")
@@ -194,45 +202,44 @@ def build(
     files = dump_files(paths)
     if os.path.exists(os.path.join(out_dir, MANIFEST)) and not force:
         raise InputError(f"{out_dir} already holds {MANIFEST}; pass --force to rebuild it")
-    os.makedirs(os.path.join(out_dir, ROLLOUT_DATA), exist_ok=True)
+    check_out(Path(out_dir))
     manifest = Manifest(arms=names)
-    bar = progress_bar(len(files), unit="dumps", desc="oracle", enabled=progress)
-    steps: dict[int, str] = {}
-    for ordinal, path in enumerate(files):
-        payload = read_payload(path, unsafe_load=unsafe_load)
-        if not isinstance(payload, Mapping) or not isinstance(payload.get("samples"), list):
-            raise InputError(f"{path}: not a debug rollout dump (no 'samples' list)")
-        rid = payload.get("rollout_id")
-        step = int(rid) if isinstance(rid, int) else ordinal
-        if step in steps:
-            raise InputError(f"{path} and {steps[step]} are both step {step}")
-        steps[step] = path
-        samples = payload["samples"]
-        tags = _tags(samples, path)
-        for arm in names:
-            selected, counts = select(samples, tags, arm)
-            entry = Entry(
-                rollout_id=len(manifest.entries), step=step, arm=arm, source=path, **counts
-            )
-            target = os.path.join(out_dir, ROLLOUT_DATA, f"{entry.rollout_id}.pt")
-            data = {
-                "rollout_id": entry.rollout_id,
-                "metadata": payload.get("metadata") or {},
-                "samples": selected,
-            }
-            try:
-                torch.save(data, target + ".tmp")
-            except pickle.PicklingError as e:
-                if os.path.exists(target + ".tmp"):
-                    os.remove(target + ".tmp")
-                raise InputError(
-                    f"{path}: its samples hold framework objects read as inert stand-ins ({e}); "
-                    "to copy them, load the dumps as themselves: --unsafe-load with Miles on "
-                    "PYTHONPATH, for dumps you trust"
-                ) from None
-            os.replace(target + ".tmp", target)
-            manifest.entries.append(entry)
-        bar.update(1)
-    bar.close()
-    manifest.write(out_dir)
+    with staged(out_dir, owned=lambda entry: entry.name in OWNED) as stage:
+        os.makedirs(stage.path / ROLLOUT_DATA)
+        with progress_bar(
+            len(files), unit="dumps", desc="oracle", enabled=progress and len(files) > 1
+        ) as bar:
+            steps: dict[int, str] = {}
+            for ordinal, path in enumerate(files):
+                payload = read_payload(path, unsafe_load=unsafe_load)
+                if not isinstance(payload, Mapping) or not isinstance(payload.get("samples"), list):
+                    raise InputError(f"{path}: not a debug rollout dump (no 'samples' list)")
+                rid = payload.get("rollout_id")
+                step = int(rid) if isinstance(rid, int) else ordinal
+                if step in steps:
+                    raise InputError(f"{path} and {steps[step]} are both step {step}")
+                steps[step] = path
+                samples = payload["samples"]
+                tags = _tags(samples, path)
+                for arm in names:
+                    selected, counts = select(samples, tags, arm)
+                    entry = Entry(
+                        rollout_id=len(manifest.entries), step=step, arm=arm, source=path, **counts
+                    )
+                    data = {
+                        "rollout_id": entry.rollout_id,
+                        "metadata": payload.get("metadata") or {},
+                        "samples": selected,
+                    }
+                    try:
+                        torch.save(data, stage.path / ROLLOUT_DATA / f"{entry.rollout_id}.pt")
+                    except pickle.PicklingError as e:
+                        raise InputError(
+                            f"{path}: its samples hold framework objects read as inert stand-ins "
+                            f"({e}); to copy them, load the dumps as themselves: --unsafe-load with "
+                            "Miles on PYTHONPATH, for dumps you trust"
+                        ) from None
+                    manifest.entries.append(entry)
+                bar.update(1)
+        manifest.write(str(stage.path))
     return manifest

@@ -45,6 +45,7 @@ import numpy as np
 
 from rescue.errors import InputError
 from rescue.oracle.manifest import GRADIENTS, STATS, Entry, Manifest, stats_path
+from rescue.output import write_text
 
 #: Format tag of the report.
 FORMAT = "rescue-oracle-compare/1"
@@ -255,8 +256,7 @@ def markdown(report: dict[str, Any]) -> str:
 def write(report: dict[str, Any], directory: str) -> tuple[str, str]:
     """``compare.json`` and ``compare.md`` in the oracle directory; their paths."""
     paths = (os.path.join(directory, "compare.json"), os.path.join(directory, "compare.md"))
-    with open(paths[0], "w") as f:
-        json.dump(report, f, indent=1, default=float)
-    with open(paths[1], "w") as f:
-        f.write(markdown(report) + "\n")
+    text = json.dumps(report, indent=1, default=float), markdown(report) + "\n"
+    for path, content in zip(paths, text, strict=True):  # each replaced whole, or not at all
+        write_text(path, content)
     return paths

@@ -48,8 +48,9 @@ Q3_ARMS = (
 )
 #: The arm whose run q1's rehearsal replays (the arm that records on the cluster).
 Q1_ARM = "never-drop"
-#: Rehearsal defaults: trained steps per run (the driver makes one more rollout) and runs
-#: at once on the Ray head.
+#: Rehearsal defaults: seeds per arm, trained steps per run (the driver makes one more
+#: rollout) unless SEEDS / STEPS say others, and runs at once (each lane a Ray head).
+REHEARSAL_SEEDS = 2
 REHEARSAL_STEPS = {"q1": 3, "q2": 2, "q3": 2}
 PARALLEL = 2
 #: The chat template the rehearsal's tiny tokenizer gets (the Qwen3 family's, from Miles).
@@ -114,6 +115,7 @@ def training_stage(question: str, s: Settings, inputs: tuple[str, ...]) -> Stage
             cmd,
             inputs=inputs,
             outputs=(s.path("train", "summary.json"),),
+            progress=progress,
             job="the single-turn arms x seeds through Miles' train.py on the CPU "
             "(python -m rescue.rehearsal.miles --launcher rlvr)",
         )
@@ -125,6 +127,7 @@ def training_stage(question: str, s: Settings, inputs: tuple[str, ...]) -> Stage
             cmd,
             inputs=inputs,
             outputs=(s.path("train", "summary.json"),),
+            progress=progress,
             job="the SWE arms x seeds through Miles' train_async.py on the CPU against the "
             "stand-in docker (python -m rescue.rehearsal.miles --launcher swe)",
             note="the SWE agent is a scripted one (a random tiny model never writes a tool "
@@ -141,6 +144,7 @@ def training_stage(question: str, s: Settings, inputs: tuple[str, ...]) -> Stage
             SEEDS=str(s.seeds),
             SWEEP_WATCH="0",
             **_steps(s),
+            **({"FORCE": "1"} if s.force and s.seeds < 3 else {}),
         )
         return Stage(
             "train",
@@ -296,6 +300,7 @@ def q1(s: Settings) -> list[Stage]:
                  "--steps", str(s.steps or REHEARSAL_STEPS["q1"]), "--miles-src", s.miles_src,
                  "--megatron-src", s.megatron_src, "--replace", "--out", train),
                 outputs=(f"{train}/report.json", f"{train}/checkpoint-hf"),
+                progress=s.path("progress", "train.json"),
                 job=f"a {Q1_ARM} run through Miles' train_async.py on the CPU, with its dumps and "
                 "its last checkpoint (python -m rescue.rehearsal.miles)",
                 note="the SWE agent is a scripted one (a random tiny model never writes a tool "

@@ -3,21 +3,41 @@
 The stages are ``rescue.questions.chains``'; the runner is ``rescue.stages.Runner``: a
 done stage with unchanged inputs is skipped, a failed or interrupted one restarted, and a
 failure names the stage, its job and its log (exit status 1). ``--rehearsal`` runs the
-same chain on a CPU in minutes, every training stage through Miles' own loop with a tiny
-model (``rescue.rehearsal.miles``, in the rehearsal's environment, with the Miles and
-Megatron-LM sources given).
+same chain on a CPU, every training stage through Miles' own loop with a tiny model
+(``rescue.rehearsal.miles``, in the rehearsal's environment, with the Miles and Megatron-LM
+sources given: ``--miles-src``, ``--megatron-src``, each refused with one line when it is
+not a checkout).
 
 q3 starts only when q2's gate (``Q2_DIR/gate.json``) says go, or with ``--force``, which
 the settings and q3's report record.
+
+Everything is checked before the run folder is touched or a stage starts: the cluster
+chains of q2 and q3 need GPUs (``nvidia-smi`` lists one) and a Miles checkout
+(``MILES_DIR``, default ``/root/miles``, holding ``train_async.py``), else they stop with
+one line saying how to run the rehearsal instead, before any download; q1 needs ``DUMPS``
+to be a folder of dumps and ``MODEL`` a checkpoint folder or file, or ``tiny-gpt2`` /
+``tiny-llama``. The run's settings record the steps the training runs for (``STEPS``,
+the rehearsal's default resolved), not 0. q3 ends with P6's cost per unit of reward
+improvement (reported without a verdict).
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import os
+import shutil
+import subprocess
+import sys
 from pathlib import Path
 
+from rescue import flags
 from rescue.errors import InputError
+
+#: The Miles checkout the launchers use when MILES_DIR is unset (launch/config.sh).
+MILES_DIR_DEFAULT = "/root/miles"
+#: The models q1's replay builds without a checkpoint (rescue.replay.model).
+BUILT_IN_MODELS = ("tiny-gpt2", "tiny-llama")
 
 
 def configure(parser: argparse.ArgumentParser) -> None:
@@ -28,8 +48,8 @@ def configure(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--rehearsal",
         action="store_true",
-        help="the chain on a CPU in minutes, training through Miles' loop with a tiny model "
-        "(default off; needs --miles-src and --megatron-src)",
+        help="the chain on a CPU, training through Miles' loop with a tiny model (default "
+        "off; needs --miles-src and --megatron-src)",
     )
     parser.add_argument(
         "--rehearsal-python",
@@ -46,13 +66,13 @@ def configure(parser: argparse.ArgumentParser) -> None:
     )
     parser.add_argument(
         "--seeds",
-        type=int,
+        type=flags.COUNT,
         default=None,
         help="seeds per arm (default 3 on the cluster, 2 in rehearsal)",
     )
     parser.add_argument(
         "--steps",
-        type=int,
+        type=flags.NON_NEGATIVE,
         default=0,
         help="training steps per run (default: the launchers' own; in rehearsal 2 for q2 and "
         "q3, 3 for q1)",
@@ -61,7 +81,8 @@ def configure(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--force",
         action="store_true",
-        help="q3: start without q2's go; recorded in the report (default off)",
+        help="q3: start without q2's go; q2, q3: run with fewer seeds than the judge needs to "
+        "decide anything; recorded (default off)",
     )
     parser.add_argument("--dumps", default="", help="q1: the dumps folder of a finished run")
     parser.add_argument(
@@ -89,6 +110,78 @@ def check_gate(q2_dir: Path, force: bool) -> str:
     return why
 
 
+def power_first(question: str, seeds: int, args: argparse.Namespace) -> bool:
+    """Before anything runs: the power line for ``seeds`` per arm of the question's cluster
+    arms (``rescue power``), and the refusal of a seed count at which the judge decides
+    nothing for a prediction those arms compare, unless ``--force`` (a rehearsal spends no
+    cluster time: it prints the line and goes on). Returns whether it ran forced."""
+    from rescue.judge import power as pw
+    from rescue.judge.power_cli import question_arms
+
+    arms = question_arms(question)
+    why = pw.refusal(arms, seeds)
+    if why and not args.rehearsal and not args.force:
+        raise InputError(f"{why}: set SEEDS >= 3, or FORCE=1 to run anyway (recorded)")
+    if seeds < pw.MIN_SEEDS:  # the judge's minimum: nothing to simulate
+        table = pw.Power(tuple(arms), 0, (seeds,), (0.0,))
+    else:
+        table = pw.power(
+            arms, seeds=(seeds,), effects=(pw.LINE_EFFECT,), replicates=pw.LINE_REPLICATES
+        )
+    said = pw.line(table, seeds, arms=arms)
+    print(f"{question}: power of the report on the cluster's arms: {said}")
+    if why and not args.rehearsal:
+        print(f"{question}: FORCE=1: {why}; running anyway")
+        return True
+    return False
+
+
+def gpu_count() -> int:
+    """GPUs ``nvidia-smi -L`` lists (0 without the command or a driver)."""
+    exe = shutil.which("nvidia-smi")
+    if exe is None:
+        return 0
+    try:
+        out = subprocess.run([exe, "-L"], capture_output=True, text=True, timeout=30)
+    except (OSError, subprocess.SubprocessError):
+        return 0
+    return (
+        sum(line.startswith("GPU ") for line in out.stdout.splitlines())
+        if out.returncode == 0
+        else 0
+    )
+
+
+def check_cluster(question: str) -> None:
+    """The cluster chains of q2 and q3 need GPUs and a Miles checkout: an error saying how
+    to run the rehearsal on this machine instead, before anything is written or fetched."""
+    miles = os.environ.get("MILES_DIR") or MILES_DIR_DEFAULT
+    why = []
+    if gpu_count() == 0:
+        why.append("no GPU here (nvidia-smi lists none)")
+    if not (Path(miles) / "train_async.py").is_file():
+        why.append(f"no Miles checkout at MILES_DIR={miles} (train_async.py missing)")
+    if why:
+        forced = " FORCE=1" if question == "q3" else ""
+        raise InputError(
+            f"{question} trains on a GPU cluster through Miles: {'; '.join(why)}; on this "
+            f"machine run its rehearsal, make {question} REHEARSAL=1{forced}"
+        )
+
+
+def check_sources(miles_src: str, megatron_src: str) -> None:
+    """A rehearsal's framework sources are checkouts (one line naming the variable)."""
+    for name, value, what, marker in (
+        ("MILES_SRC", miles_src, "a Miles checkout", "train_async.py"),
+        ("MEGATRON_SRC", megatron_src, "a Megatron-LM checkout", "megatron/training"),
+    ):
+        if not value or not (Path(value) / marker).exists():
+            raise InputError(
+                f"{name}={value!r}: REHEARSAL=1 trains through Miles' loop and needs {what} "
+                f"(with {marker}): set {name}=/path"
+            )
+
+
 def p6_costs(report: dict) -> list[str]:
     """P6's cost checks of a report.json (per unit of reward improvement, reported without a
     verdict), one line each with its estimate and interval, for q3's closing summary."""
@@ -112,25 +205,45 @@ def _num(x: float | None) -> str:
     return "n/a" if x is None else f"{x:.3g}"
 
 
+def machine_refusal(question: str) -> int:
+    """``check_cluster`` as a command's exit status: 0, or 2 after its one line (``make q2``
+    runs it with the system's Python before installing anything)."""
+    try:
+        check_cluster(question)
+    except InputError as e:
+        print(f"rescue question: error: {e}", file=sys.stderr)
+        return 2
+    return 0
+
+
+def check_q1(dumps: str, model: str, rehearsal: bool) -> None:
+    """q1's inputs exist (DUMPS a folder of *.pt, MODEL a path or a built-in name)."""
+    if not rehearsal and dumps:
+        folder = Path(dumps)
+        if not folder.is_dir():
+            raise InputError(f"DUMPS={dumps}: no such folder: the debug dumps of a finished run")
+        if not any(folder.glob("*.pt")):
+            raise InputError(f"DUMPS={dumps}: no *.pt dump in it (Miles' rollout_*.pt)")
+    if model and model not in BUILT_IN_MODELS and not Path(model).exists():
+        raise InputError(
+            f"MODEL={model}: no such checkpoint folder or file; allowed: a path, or "
+            f"{' / '.join(BUILT_IN_MODELS)}"
+        )
+
+
 def main(args: argparse.Namespace) -> int:
-    from rescue.questions.chains import QUESTIONS, REPO, Settings
+    from rescue.questions.chains import QUESTIONS, REHEARSAL_SEEDS, REHEARSAL_STEPS, REPO, Settings
     from rescue.stages import Runner
 
     run_dir = Path(args.run_dir).resolve()
-    seeds = args.seeds if args.seeds is not None else (2 if args.rehearsal else 3)
-    if seeds < 1 or args.steps < 0:
-        raise InputError(f"--seeds {seeds} --steps {args.steps}: allowed seeds >= 1, steps >= 0")
-    q2_dir = Path(args.q2_dir or "runs/q2").resolve()
+    seeds = args.seeds if args.seeds is not None else (REHEARSAL_SEEDS if args.rehearsal else 3)
+    if args.question in ("q2", "q3") and not args.rehearsal:
+        check_cluster(args.question)
+    if args.question == "q1":
+        check_q1(args.dumps, args.model, args.rehearsal)
     if args.rehearsal:
-        for flag, value, what, marker in (
-            ("MILES_SRC", args.miles_src, "a Miles checkout", "train_async.py"),
-            ("MEGATRON_SRC", args.megatron_src, "a Megatron-LM checkout", "megatron/training"),
-        ):
-            if not value or not (Path(value) / marker).exists():
-                raise InputError(
-                    f"{flag}={value!r}: REHEARSAL=1 trains through Miles' loop and needs {what} "
-                    f"(with {marker}): set {flag}=/path"
-                )
+        check_sources(args.miles_src, args.megatron_src)
+    q2_dir = Path(args.q2_dir or "runs/q2").resolve()
     settings = Settings(
         run_dir,
         rehearsal=args.rehearsal,
@@ -144,7 +257,16 @@ def main(args: argparse.Namespace) -> int:
         miles_src=str(Path(args.miles_src).resolve()) if args.miles_src else "",
         megatron_src=str(Path(args.megatron_src).resolve()) if args.megatron_src else "",
     )
-    recorded = {"REHEARSAL": int(args.rehearsal), "SEEDS": seeds, "STEPS": args.steps}
+    steps: int | str = args.steps or (
+        REHEARSAL_STEPS[args.question] if args.rehearsal else "NUM_ROLLOUT of the launchers"
+    )
+    recorded = {"REHEARSAL": int(args.rehearsal), "SEEDS": seeds, "STEPS": steps}
+    if args.question == "q1":  # q1 replays dumps: its rehearsal trains the run it replays
+        recorded = {"REHEARSAL": int(args.rehearsal)}
+        if args.rehearsal:
+            recorded["STEPS"] = steps
+    if args.question in ("q2", "q3") and power_first(args.question, seeds, args):
+        recorded["FORCE"] = 1
     if args.question == "q3":
         why = check_gate(q2_dir, args.force)
         recorded.update(Q2_DIR=str(q2_dir), FORCE=int(args.force))
@@ -152,9 +274,11 @@ def main(args: argparse.Namespace) -> int:
             print(f"q3: FORCE=1: starting although {why}")
     stages = QUESTIONS[args.question](settings)
     if args.rehearsal:
+        standing = [st.name for st in stages if st.note]
         print(
-            f"{args.question}: REHEARSAL=1: training through Miles' own loop on this CPU with a "
-            "tiny model; a stage that stands in for a cluster one says so"
+            f"{args.question}: REHEARSAL=1: every training stage through Miles' own loop on this "
+            f"CPU with a tiny model; {', '.join(standing) or 'no stage'} stand(s) in for the "
+            "cluster's (each says what and why when it starts)"
         )
     code = Runner(run_dir, stages, question=args.question, settings=recorded, cwd=REPO).run()
     if code == 0:

@@ -33,6 +33,7 @@ import sys
 from pathlib import Path
 
 from rescue.errors import InputError
+from rescue.output import staged, write_text
 from rescue.stages import write_progress
 
 
@@ -100,7 +101,7 @@ def collect(args: argparse.Namespace) -> int:
     paths = [p for p in paths if Path(p).exists()]
     if not paths:
         raise InputError(f"no runs at {args.runs}: did the training stage write them?")
-    Path(args.out).write_text(json.dumps({"runs": paths}, indent=1))
+    write_text(args.out, json.dumps({"runs": paths}, indent=1))
     print(f"{len(paths)} run folder(s) for the report: {', '.join(paths)}")
     return 0
 
@@ -158,11 +159,14 @@ def _num(x: float | None) -> str:
 
 
 def pilot(args: argparse.Namespace) -> int:
+    rows = [json.loads(x) for x in Path(args.tasks).read_text().splitlines() if x.strip()]
+    with staged(args.out) as stage:
+        return _pilot(rows, args.tasks, stage.path)
+
+
+def _pilot(rows: list[dict], tasks: str, out: Path) -> int:
     import random
 
-    rows = [json.loads(x) for x in Path(args.tasks).read_text().splitlines() if x.strip()]
-    out = Path(args.out)
-    out.mkdir(parents=True, exist_ok=True)
     rng = random.Random(1)
     lines = []
     for i, row in enumerate(rows):
@@ -182,13 +186,23 @@ def pilot(args: argparse.Namespace) -> int:
                 )
             )
     (out / "results.jsonl").write_text("\n".join(lines) + "\n")
-    return _cli(["swe", "pilot", "--tasks", args.tasks, "--out", str(out), "--summarize-only"])
+    code = _cli(["swe", "pilot", "--tasks", tasks, "--out", str(out), "--summarize-only"])
+    if code != 0:  # nothing replaces the earlier pilot folder
+        raise SystemExit(code)
+    return code
 
 
 def validate(args: argparse.Namespace) -> int:
+    with staged(args.out) as stage:
+        code = _validate(args, stage.path)
+        if code != 0:  # nothing replaces the earlier folder
+            raise SystemExit(code)
+    return code
+
+
+def _validate(args: argparse.Namespace, out: Path) -> int:
     from rescue.rehearsal import tasks as tiny
 
-    out = Path(args.out)
     rows = [json.loads(x) for x in Path(args.tasks).read_text().splitlines() if x.strip()]
     root = tiny.docker_state(out / "docker")
     shim = tiny.write_docker_shim(out / "bin", sys.executable)
@@ -263,9 +277,9 @@ def link(args: argparse.Namespace) -> int:
     found = sorted(glob.glob(args.pattern))
     if len(found) != 1:
         raise InputError(f"{args.pattern}: expected one folder, found {found or 'none'}")
-    if os.path.lexists(args.out):
-        os.unlink(args.out)
-    os.symlink(os.path.abspath(found[0]), args.out)
+    tmp = f"{args.out}.partial-{os.getpid()}"
+    os.symlink(os.path.abspath(found[0]), tmp)
+    os.replace(tmp, args.out)  # the link is replaced, never missing
     return 0
 
 
@@ -280,9 +294,10 @@ def force_note(args: argparse.Namespace) -> int:
         return 0
     data.setdefault("notes", []).insert(0, note)
     data["forced"] = True
-    (folder / "report.json").write_text(json.dumps(data, indent=1))
     md = folder / "report.md"
-    md.write_text(f"> **{note}**\n\n" + md.read_text())
+    text = f"> **{note}**\n\n" + md.read_text()
+    write_text(folder / "report.json", json.dumps(data, indent=1))
+    write_text(md, text)
     print(note)
     return 0
 

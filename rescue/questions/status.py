@@ -1,12 +1,13 @@
 """``rescue status RUN_DIR``: the stages of a question's run folder and the running one's bar.
 
-Reads only the run folder: ``stages.json`` (``rescue.stages``) and the running stage's
-progress file (``{"done", "total", "unit", "detail"}``, written by its command through
+Reads only the run folder: ``stages.json`` (``rescue.stages``) and the stages' progress
+files (``{"done", "total", "unit", "detail"}``, written by their commands through
 ``rescue.stages.write_progress``). One line per stage (status, job, start and end, the
-log of a failed one); under the running stage a tqdm progress bar (``tqdm.format_meter``:
-done / total units, the time since the stage started, the rate and what is left) and the
-detail line (e.g. arms x seeds done, steps per run). Without tqdm installed the bar is a
-plain ``done/total unit``. The exit status is 0, or 1 when a stage failed.
+log of a failed one, the signal that interrupted one); under the running stage a tqdm
+progress bar (``tqdm.format_meter``: done / total units, the time since the stage
+started, the rate and what is left) and the detail line (e.g. arms x seeds done, steps per
+run); under an interrupted or failed stage how far it got. Without tqdm installed the bar is a plain ``done/total unit``. The
+exit status is 0, or 1 when a stage failed.
 """
 
 from __future__ import annotations
@@ -19,7 +20,13 @@ from typing import Any
 
 from rescue.stages import read_state
 
-MARK = {"done": "done   ", "running": "running", "failed": "FAILED ", "pending": "pending"}
+MARK = {
+    "done": "done       ",
+    "running": "running    ",
+    "failed": "FAILED     ",
+    "pending": "pending    ",
+    "interrupted": "INTERRUPTED",
+}
 
 
 def configure(parser: argparse.ArgumentParser) -> None:
@@ -70,14 +77,23 @@ def render(run_dir: str | Path) -> tuple[str, int]:
         if status == "failed":
             failed = True
             lines.append(f"        exit {r.get('exit_code')}; log {r.get('log')}")
+        if status == "interrupted":
+            lines.append(
+                f"        interrupted by {r.get('signal') or 'a signal'}; log {r.get('log')}"
+            )
+        progress = _read_progress(run_dir, r.get("progress", ""))
         if status == "running":
-            progress = _read_progress(run_dir, r.get("progress", ""))
             if progress is None:
                 lines.append(f"        (no progress reported yet; log {r.get('log')})")
             else:
                 lines.append("        " + progress_line(progress, r.get("started")))
-                if progress.get("detail"):
-                    lines.append(f"        {progress['detail']}")
+        elif progress is not None and status in ("interrupted", "failed"):
+            lines.append(
+                f"        stopped at {int(progress.get('done', 0))}/"
+                f"{int(progress.get('total', 0))} {progress.get('unit', '')}".rstrip()
+            )
+        if progress and status in ("running", "interrupted", "failed") and progress.get("detail"):
+            lines.append(f"        {progress['detail']}")
     return "\n".join(lines), int(failed)
 
 

@@ -71,6 +71,15 @@ def component(cmdline: str) -> str:
     return next((name for name, mark in COMPONENTS if mark in cmdline), "other")
 
 
+#: The stand-in docker's command line: a sandbox command and its children are short-lived.
+SANDBOX = "rescue/rehearsal/docker.py"
+
+
+def _in_sandbox(p: Any) -> bool:
+    """Whether ``p`` is a stand-in docker call or runs under one."""
+    return any(SANDBOX in " ".join(q.cmdline()) for q in (p, *p.parents()))
+
+
 class CpuMeter:
     """CPU seconds per component of run ``out``, sampled while it runs: a process's last
     sample counts, so one that exits (Ray's workers, at the job's end) is not lost."""
@@ -84,6 +93,8 @@ class CpuMeter:
 
         for p in survivors(self.out):
             with contextlib.suppress(psutil.Error):
+                if _in_sandbox(p):  # counted once, in its agent's process, when reaped
+                    continue
                 t = p.cpu_times()
                 seconds = t.user + t.system + t.children_user + t.children_system
                 self._last[p.pid] = (component(" ".join(p.cmdline())), seconds)

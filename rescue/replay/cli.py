@@ -17,9 +17,13 @@ DUMPS are files written by Miles or slime ``--save-debug-rollout-data`` (paths o
 from __future__ import annotations
 
 import argparse
+import itertools
 import json
 import sys
+from pathlib import Path
 from typing import Any
+
+from rescue import flags
 
 
 def number_list(text: str, kind: type = float) -> tuple:
@@ -29,19 +33,26 @@ def number_list(text: str, kind: type = float) -> tuple:
     except ValueError:
         what = "integers" if kind is int else "numbers"
         raise argparse.ArgumentTypeError(
-            f"{text!r} is not a comma-separated list of {what}"
+            f"{text!r}: allowed a comma-separated list of {what}"
         ) from None
 
 
 def _floats(text: str) -> tuple[float, ...]:
     values = number_list(text)
-    if any(not 0.0 <= v <= 1.0 for v in values):
-        raise argparse.ArgumentTypeError(f"{text!r}: every rho must be in [0, 1]")
+    if not values or any(not 0.0 <= v <= 1.0 for v in values):
+        raise argparse.ArgumentTypeError(
+            f"{text!r}: allowed one or more comma-separated fractions in [0, 1]"
+        )
     return values
 
 
 def _ints(text: str) -> tuple[int, ...]:
-    return number_list(text, int)
+    values = number_list(text, int)
+    if not values or values[0] < 1 or any(b <= a for a, b in itertools.pairwise(values)):
+        raise argparse.ArgumentTypeError(
+            f"{text!r}: allowed increasing comma-separated integers >= 1 (e.g. 1,2,4,8)"
+        )
+    return values
 
 
 def _common(p: argparse.ArgumentParser) -> None:
@@ -70,13 +81,13 @@ def _arm_options(p: argparse.ArgumentParser) -> None:
     )
     p.add_argument(
         "--seed",
-        type=int,
+        type=flags.NON_NEGATIVE,
         default=0,
         help="seed of the (d) arms' mask coin, as RESCUE_SEED (default 0)",
     )
     p.add_argument(
         "--kappa",
-        type=float,
+        type=flags.number(0),
         default=2.0,
         help="shrinkage of the turn-reached baseline, arm (e) (default 2.0)",
     )
@@ -115,7 +126,10 @@ def configure(parser: argparse.ArgumentParser) -> None:
         help="parameter dtype (default float32)",
     )
     p.add_argument(
-        "--model-seed", type=int, default=0, help="seed of a randomly initialized model (default 0)"
+        "--model-seed",
+        type=flags.NON_NEGATIVE,
+        default=0,
+        help="seed of a randomly initialized model (default 0)",
     )
     p.add_argument(
         "--reduction",
@@ -140,7 +154,8 @@ def configure(parser: argparse.ArgumentParser) -> None:
         default=None,
         help="instead of the arms' report, write each dump's gradient as the trainer trains "
         "it (its masks and loss weights, rescue.replay.trained) to DIR/<rollout_id>/model.pt, "
-        "e.g. DIR = an oracle directory's gradients/ (default: off)",
+        "e.g. DIR = an oracle directory's gradients/; an earlier run's step folders there are "
+        "replaced when every gradient is written, left as they were when it fails (default: off)",
     )
 
 
@@ -148,8 +163,31 @@ def _print(report: Any, text: str, as_json: bool) -> None:
     print(json.dumps(report, indent=2, default=str) if as_json else text)
 
 
+def check_device(name: str) -> None:
+    """``--device``: a device torch knows and this machine has (before any dump is read)."""
+    import torch
+
+    from rescue.errors import InputError
+
+    try:
+        device = torch.device(name)
+    except RuntimeError:
+        raise InputError(
+            f"--device {name!r}: not a torch device; allowed e.g. cpu, cuda, cuda:1"
+        ) from None
+    backend = getattr(torch, device.type, None)
+    available = getattr(backend, "is_available", None)
+    if device.type != "cpu" and (available is None or not available()):
+        raise InputError(
+            f"--device {name!r}: no {device.type} device on this machine; allowed: cpu"
+        )
+
+
 def main(args: argparse.Namespace) -> int:
     from rescue.replay.dumps import load_dumps
+
+    if args.replay_command == "gradients":
+        check_device(args.device)
 
     dumps = load_dumps(
         args.dumps,
@@ -184,25 +222,31 @@ def main(args: argparse.Namespace) -> int:
         device=args.device,
     )
     if args.trained is not None:
-        import os
-
         import torch
 
+        from rescue.output import staged
         from rescue.replay.trained import trained_gradient
 
-        for d in dumps:
-            grads = trained_gradient(
-                d,
-                model,
-                std_normalize=args.std_normalize,
-                reduction=args.reduction,
-                device=args.device,
-            )
-            target = os.path.join(args.trained, str(d.step))
-            os.makedirs(target, exist_ok=True)
-            torch.save({k: v.cpu() for k, v in grads.items()}, os.path.join(target, "model.pt"))
-            norm = float(sum(float(v.double().pow(2).sum()) for v in grads.values())) ** 0.5
-            print(f"{d.path}: rollout {d.step}, gradient norm {norm:.6e} -> {target}/model.pt")
+        out = Path(args.trained)
+        with staged(out, owned=lambda entry: entry.name.isdigit()) as stage:
+            lines = []
+            for d in dumps:
+                grads = trained_gradient(
+                    d,
+                    model,
+                    std_normalize=args.std_normalize,
+                    reduction=args.reduction,
+                    device=args.device,
+                )
+                target = stage.path / str(d.step)
+                target.mkdir(exist_ok=True)
+                torch.save({k: v.cpu() for k, v in grads.items()}, target / "model.pt")
+                norm = float(sum(float(v.double().pow(2).sum()) for v in grads.values())) ** 0.5
+                lines.append(
+                    f"{d.path}: rollout {d.step}, gradient norm {norm:.6e} -> "
+                    f"{out / str(d.step) / 'model.pt'}"
+                )
+        print("\n".join(lines))
         return 0
     if args.check_only:
         from rescue.replay.arms import build_batch

@@ -147,8 +147,8 @@ def read_payload(path: str, *, unsafe_load: bool = False) -> Any:
                 f"{path}: refusing to unpickle {e.args[0]}; pass --unsafe-load "
                 "(weights_only=False) only for a dump you trust"
             ) from None
-        except (RuntimeError, EOFError, pickle.UnpicklingError) as e:
-            raise InputError(f"{path}: not a torch.save file ({e})") from None
+        except Exception as e:  # whatever a file that is no pickle makes the unpickler raise
+            raise InputError(f"{path}: not a torch.save file ({type(e).__name__}: {e})") from None
     try:
         return torch.load(path, map_location="cpu", weights_only=True)
     except Exception as first:  # pickle.UnpicklingError; the message names the global
@@ -194,7 +194,10 @@ def _restricted_pickle_module(path: str) -> Any:
                 raise _Refused(qualname)
             return obj
 
-    return SimpleNamespace(__name__="rescue_restricted_pickle", Unpickler=Unpickler, load=None)
+    def load(file: Any, **kwargs: Any) -> Any:  # torch's loader of a file not in zip format
+        return Unpickler(file, **kwargs).load()
+
+    return SimpleNamespace(__name__="rescue_restricted_pickle", Unpickler=Unpickler, load=load)
 
 
 def _numpy_dtype_classes() -> list:

@@ -12,6 +12,7 @@ from __future__ import annotations
 import argparse
 import sys
 
+from rescue import flags
 from rescue.errors import InputError
 from rescue.rlvr.data import DATASETS
 
@@ -43,17 +44,25 @@ def configure(parser: argparse.ArgumentParser) -> None:
     c.add_argument("--base-url", required=True, help="SGLang server serving the checkpoint")
     c.add_argument("--caps", required=True, help="candidate caps, e.g. '512 1024 2048'")
     c.add_argument("--out", required=True, help="cap file to write (read by rlvr-arm)")
-    c.add_argument("--prompts", type=int, default=256, help="prompts sampled (default 256)")
-    c.add_argument("--n", type=int, default=8, help="responses per prompt (default 8)")
-    c.add_argument("--low", type=float, default=0.2, help="window's low end (default 0.2)")
-    c.add_argument("--high", type=float, default=0.4, help="window's high end (default 0.4)")
+    c.add_argument("--prompts", type=flags.COUNT, default=256, help="prompts sampled (default 256)")
+    c.add_argument("--n", type=flags.COUNT, default=8, help="responses per prompt (default 8)")
     c.add_argument(
-        "--temperature", type=float, default=1.0, help="sampling temperature (default 1)"
+        "--low", type=flags.PROBABILITY, default=0.2, help="window's low end (default 0.2)"
     )
-    c.add_argument("--seed", type=int, default=1, help="seed of the prompt sample (default 1)")
-    c.add_argument("--concurrency", type=int, default=64, help="requests at once (default 64)")
     c.add_argument(
-        "--timeout", type=float, default=3600.0, help="seconds per request (default 3600)"
+        "--high", type=flags.PROBABILITY, default=0.4, help="window's high end (default 0.4)"
+    )
+    c.add_argument(
+        "--temperature", type=flags.number(0), default=1.0, help="sampling temperature (default 1)"
+    )
+    c.add_argument(
+        "--seed", type=flags.NON_NEGATIVE, default=1, help="seed of the prompt sample (default 1)"
+    )
+    c.add_argument(
+        "--concurrency", type=flags.COUNT, default=64, help="requests at once (default 64)"
+    )
+    c.add_argument(
+        "--timeout", type=flags.SECONDS, default=3600.0, help="seconds per request (default 3600)"
     )
 
     k = sub.add_parser("cap", help="print the cap of a cap file")
@@ -64,10 +73,12 @@ def configure(parser: argparse.ArgumentParser) -> None:
     w = sub.add_parser("watch", help="follow a sweep's Ray jobs until every run has ended")
     w.add_argument("--plan", required=True, help="the sweep's plan.jsonl")
     w.add_argument("--address", required=True, help="Ray dashboard address (http://host:port)")
-    w.add_argument("--poll-s", type=float, default=60.0, help="seconds between polls (default 60)")
+    w.add_argument(
+        "--poll-s", type=flags.SECONDS, default=60.0, help="seconds between polls (default 60)"
+    )
     w.add_argument(
         "--lost-after",
-        type=int,
+        type=flags.COUNT,
         default=10,
         help="polls in a row without an answer before a run is reported lost (default 10)",
     )

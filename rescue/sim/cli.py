@@ -13,6 +13,7 @@ prints the summary. Every setting of the simulator is a flag
     rescue sim --arms drop,never-drop,protect:0.5,pace --max-staleness 2 --out runs/mine
     rescue sim --scenario two-outcome --print-scenario > mine.toml   # copy, edit, then
     rescue sim --scenario-file mine.toml
+    rescue sim map [--grid FILE]                 # P3 over a declared grid (make map)
 """
 
 from __future__ import annotations
@@ -21,6 +22,7 @@ import argparse
 import os
 from pathlib import Path
 
+from rescue import flags
 from rescue.errors import InputError
 from rescue.sim import scenario as sc
 from rescue.sim.arms import ARMS, DEFAULT_ARMS, parse_arms
@@ -75,15 +77,21 @@ def configure(parser: argparse.ArgumentParser) -> None:
     )
     what.add_argument(
         "--a",
-        type=float,
+        type=flags.number(0, 1, low_open=True),
         default=0.5,
         help="keep probability a of protect arms given without :A (default: 0.5)",
     )
     what.add_argument(
-        "--seeds", type=int, default=DEFAULT_SEEDS, help="seeds per arm (default: %(default)s)"
+        "--seeds",
+        type=flags.COUNT,
+        default=DEFAULT_SEEDS,
+        help="seeds per arm (default: %(default)s)",
     )
     what.add_argument(
-        "--first-seed", type=int, default=0, help="first seed; seeds are consecutive (default: 0)"
+        "--first-seed",
+        type=flags.NON_NEGATIVE,
+        default=0,
+        help="first seed; seeds are consecutive (default: 0)",
     )
     groups: dict[str, argparse._ArgumentGroup] = {}
     for s in settings():
@@ -110,13 +118,14 @@ def configure(parser: argparse.ArgumentParser) -> None:
     out.add_argument(
         "--out",
         default=None,
-        help=f"output directory; what an earlier rescue sim run wrote there is replaced, not "
-        f"mixed in (default: {DEFAULT_OUT} for --scenario all, else runs/sim-NAME after the "
-        "scenario(s), the scenario file's name, or 'default')",
+        help=f"output directory; what an earlier rescue sim run wrote there is replaced when "
+        "this run has finished (a failed or interrupted run leaves it as it was), not mixed in; "
+        f"other files there stay (default: {DEFAULT_OUT} for --scenario all, else "
+        "runs/sim-NAME after the scenario(s), the scenario file's name, or 'default')",
     )
     out.add_argument(
         "--workers",
-        type=int,
+        type=flags.COUNT,
         default=None,
         help="worker processes (default: the number of CPUs); results do not depend on it",
     )
@@ -138,6 +147,16 @@ def configure(parser: argparse.ArgumentParser) -> None:
     )
     out.add_argument(
         "--no-progress", action="store_true", help="no progress bar on stderr (default: show it)"
+    )
+    sub = parser.add_subparsers(dest="sim_command", metavar="map", required=False)
+    from rescue.sim import drift_map
+
+    drift_map.configure(
+        sub.add_parser(
+            "map",
+            help="P3 over a grid of settings declared in a file, the subsidy beside it (make map)",
+            description=(drift_map.__doc__ or "").split("\n\n")[0],
+        )
     )
 
 
@@ -177,36 +196,30 @@ def default_out(args: argparse.Namespace) -> Path:
     return Path("runs/sim-default")
 
 
-def clear_previous(out: Path) -> None:
-    """Remove what an earlier ``rescue sim`` run wrote in ``out`` (``runner.OUTPUTS`` and
-    the plots; and its scenario folders, the subfolders holding a ``runs.json``), so that no
-    census, plot or summary of that run is read as part of this one. Nothing else in ``out``
-    is touched."""
-    from rescue.sim.runner import clear_outputs
+def owned(entry: Path) -> bool:
+    """What an earlier ``rescue sim`` run wrote in its output folder (``runner.OUTPUTS``,
+    the plots, and its scenario folders: the subfolders holding a ``runs.json``): replaced
+    by a new run's, so that no census, plot or summary of that run is read as part of this
+    one. Every other entry stays (``rescue.output``)."""
+    from rescue.sim.runner import OUTPUTS
 
-    if not out.is_dir():
-        return
-    clear_outputs(out)
-    for sub in sorted(out.iterdir()):
-        if sub.is_dir() and (sub / "runs.json").is_file():
-            clear_outputs(sub)
-            if not any(sub.iterdir()):
-                sub.rmdir()
+    if entry.name in OUTPUTS or entry.suffix == ".png":
+        return True
+    return entry.is_dir() and (entry / "runs.json").is_file()
 
 
 def main(args: argparse.Namespace) -> int:
+    from rescue.output import check_out, staged
     from rescue.sim.engine import check_runnable
     from rescue.sim.runner import run_scenarios
 
+    if getattr(args, "sim_command", None) == "map":
+        from rescue.sim import drift_map
+
+        return drift_map.main(args)
     if args.scenarios:
         print(sc.listing())
         return 0
-    if not (0.0 < args.a <= 1.0):
-        raise InputError(f"--a={args.a!r}; allowed: 0 < a <= 1")
-    if args.seeds < 1:
-        raise InputError(f"--seeds={args.seeds}; allowed: an integer >= 1")
-    if args.workers is not None and args.workers < 1:
-        raise InputError(f"--workers={args.workers}; allowed: an integer >= 1")
     scenarios = scenarios_from_args(args)
     plans = []
     for s in scenarios:
@@ -220,29 +233,37 @@ def main(args: argparse.Namespace) -> int:
     seeds = list(range(args.first_seed, args.first_seed + args.seeds))
     workers = args.workers if args.workers is not None else (os.cpu_count() or 1)
     out = Path(args.out) if args.out else default_out(args)
-    where = [out / s.name if len(plans) > 1 else out for s, _, _ in plans]
-    for _, cfg, arms in plans:  # refused before anything is removed or run
+    for _, cfg, arms in plans:  # refused before anything is written or run
         for arm in arms:
             check_runnable(cfg, arm)
-    clear_previous(out)
-    written = run_scenarios(
-        [(s, cfg, arms, w) for (s, cfg, arms), w in zip(plans, where, strict=True)], seeds,
-        workers=workers, ray=args.ray, progress=not args.no_progress, wandb=not args.no_wandb,
-        plots=not args.no_plots,
-    )  # fmt: skip
-    summaries = []
-    for (s, _, _), w, (summary, ran, notes) in zip(plans, where, written, strict=True):
-        summaries.append((s, w.relative_to(out) if len(plans) > 1 else w, ran))
+    check_out(out)
+    if args.ray is not None:  # reach the cluster before the output folder is touched
+        from rescue.sim.cluster import connect
+
+        connect(args.ray)
+    with staged(out, owned) as stage:
+        where = [stage.path / s.name if len(plans) > 1 else stage.path for s, _, _ in plans]
+        written = run_scenarios(
+            [(s, cfg, arms, w) for (s, cfg, arms), w in zip(plans, where, strict=True)], seeds,
+            workers=workers, ray=args.ray, progress=not args.no_progress,
+            wandb=not args.no_wandb, plots=not args.no_plots,
+        )  # fmt: skip
+        index = None
+        if len(plans) > 1:
+            from rescue.sim.runner import family
+            from rescue.sim.summary import index_markdown
+
+            ran = [
+                (s, Path(s.name), r) for (s, _, _), (_, r, _) in zip(plans, written, strict=True)
+            ]
+            index = index_markdown(ran, seeds, family[0] if family else None)
+            (stage.path / "summary.md").write_text(index)
+    for _, (summary, _, notes) in zip(plans, written, strict=True):
         if len(plans) == 1:
             print(summary)
-        for line in notes:
-            print(line)
-    if len(plans) > 1:
-        from rescue.sim.runner import family
-        from rescue.sim.summary import index_markdown
-
-        index = index_markdown(summaries, seeds, family[0] if family else None)
-        (out / "summary.md").write_text(index)
+        for line in notes:  # the notes name the temporary folder the run was written into
+            print(line.replace(str(stage.path), str(out)))
+    if index is not None:
         print(index)
         print(f"index of the scenarios: {out / 'summary.md'}")
     return 0

@@ -9,7 +9,10 @@ run's. The driver connects to the cluster at ``ADDRESS`` (``auto``: the cluster 
 machine is a node of), ships this ``rescue`` package to the workers (Ray's
 ``runtime_env`` ``py_modules``, so the nodes need only numpy, not rescue), waits for the
 tasks (reporting the steps of the finished ones to ``on_progress``, the runner's progress
-bar), and disconnects. It never starts or stops a cluster.
+bar), and disconnects. It never starts or stops a cluster. ``connect`` reaches the cluster
+on its own: ``rescue sim`` calls it before it touches its output folder, so a cluster that
+is not there is one line and nothing else. An interrupt (or any error) while the tasks run
+cancels the tasks still running before it disconnects.
 
 Ray is an optional dependency (the ``ray`` extra, and in Miles' stack already); it is
 imported here, inside the function, only when ``--ray`` is given.
@@ -30,11 +33,12 @@ Job = tuple[SimConfig, ArmSpec, int]
 POLL_S = 0.5
 
 
-def run_on_ray(
-    address: str, jobs: Sequence[Job], *, on_progress: Callable[[int], None] | None = None
-) -> list[RunResult]:
-    """``RunResult`` of each ``(config, arm, seed)`` of ``jobs``, in order, run on Ray;
-    ``on_progress(steps)`` with the steps of the finished runs at every look."""
+def connect(address: str) -> None:
+    """Connect this driver to the Ray cluster at ``address`` (``auto``: the one this machine
+    is a node of), shipping the ``rescue`` package; an error naming ``--ray`` when Ray is
+    not installed or no cluster answers there. Nothing when already connected."""
+    if not address:
+        raise InputError("--ray needs an address: host:port of the cluster's head, or auto")
     try:
         import ray
     except ImportError:
@@ -43,8 +47,8 @@ def run_on_ray(
         ) from None
     import rescue
 
-    if not address:
-        raise InputError("--ray needs an address: host:port of the cluster's head, or auto")
+    if ray.is_initialized():
+        return
     try:
         ray.init(
             address=address,
@@ -52,11 +56,27 @@ def run_on_ray(
             log_to_driver=False,
             configure_logging=False,
         )
-    except ConnectionError as e:
-        raise InputError(f"--ray {address}: no Ray cluster there ({e})") from None
+    except Exception as e:  # ConnectionError, or Ray's RpcError when its GCS never answers
+        raise InputError(f"--ray {address}: no Ray cluster there ({str(e).strip()})") from None
+
+
+def run_on_ray(
+    address: str,
+    jobs: Sequence[Job],
+    *,
+    on_progress: Callable[[int], None] | None = None,
+    keep: Sequence[str] | None = None,
+) -> list[RunResult]:
+    """``RunResult`` of each ``(config, arm, seed)`` of ``jobs``, in order, run on Ray;
+    ``on_progress(steps)`` with the steps of the finished runs at every look; ``keep`` as
+    ``run_one``'s."""
+    connect(address)
+    import ray
+
+    pending: list = []
     try:
         task = ray.remote(num_cpus=1)(run_one)
-        refs = [task.remote(cfg, arm, seed) for cfg, arm, seed in jobs]
+        refs = [task.remote(cfg, arm, seed, keep=keep) for cfg, arm, seed in jobs]
         steps = {ref: cfg.steps for ref, (cfg, _, _) in zip(refs, jobs, strict=True)}
         pending = list(refs)
         while pending:
@@ -64,5 +84,9 @@ def run_on_ray(
             if on_progress is not None:
                 on_progress(sum(steps.values()) - sum(steps[r] for r in pending))
         return ray.get(refs)
+    except BaseException:
+        for ref in pending:  # nothing of this run keeps running on the cluster
+            ray.cancel(ref, force=True)
+        raise
     finally:
         ray.shutdown()  # disconnects this driver; the cluster keeps running

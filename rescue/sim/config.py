@@ -43,6 +43,9 @@ __all__ = [
     "settings",
 ]
 
+#: The widest log-normal sigma of a turn's wall-clock (``time_noise``): e^(5 · 4) is already
+#: a turn 10^8 times its median.
+MAX_TIME_NOISE = 5.0
 #: How an episode is played: the turn-by-turn agent, or the strategy table (``env``).
 EPISODE_MODELS: tuple[str, ...] = ("agent", "table")
 #: The rollouts a baseline is computed over.
@@ -244,6 +247,15 @@ class SimConfig:
         T,
     )
     kappa: float = _s(2.0, "shrinkage κ of the turn-reached baseline", FLOAT, T)
+    subsidy: bool = _s(
+        False,
+        "log the exact subsidy terms each step (sim/subsidy/*: the b·∇P(cap) and ∇J terms of "
+        "the masked update along ∇P(cap), rescue.sim.subsidy); needs --episodes agent and "
+        "--baseline-scope group; about a tenth of a run's time at a 12-turn cap, more at "
+        "longer caps",
+        BOOL,
+        T,
+    )
     tis: bool = _s(
         True,
         "truncated importance ratio min(π_now / π_launch, tis-clip) per decision (Miles' --use-tis)",
@@ -345,6 +357,10 @@ class SimConfig:
                 raise InputError(
                     f"{flag_name(name)}={getattr(self, name)!r}; allowed: a number >= 0"
                 )
+        if not self.time_noise <= MAX_TIME_NOISE:  # a wider log-normal overflows the clock
+            raise InputError(
+                f"--time-noise={self.time_noise!r}; allowed: a number in [0, {MAX_TIME_NOISE:g}]"
+            )
         most = (self.max_staleness + 1) * self.groups_per_step
         if self.pace_window and not self.groups_per_step <= self.pace_window <= most:
             raise InputError(
@@ -380,6 +396,12 @@ class SimConfig:
             raise InputError(
                 f"--table-turns={Kind('ints', 4).show(self.table_turns)}, --table-late-turns="
                 f"{self.table_late_turns}; allowed: 1 <= turns <= --max-turns ({self.max_turns})"
+            )
+        if self.subsidy and (self.episodes != "agent" or self.baseline_scope != "group"):
+            raise InputError(
+                f"--subsidy with --episodes {self.episodes} --baseline-scope "
+                f"{self.baseline_scope}; allowed: --episodes agent and --baseline-scope group "
+                "(the terms are per group of one task, and the strategy table has no cap)"
             )
         if len(self.initial_logits) != ROWS:
             raise InputError(

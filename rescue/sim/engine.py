@@ -45,6 +45,11 @@ over-represents short rollouts right after a change of policy, the launch view d
 Outputs of earlier versions logged the completion view as ``sim/generated/``; the judge
 still reads it there.
 
+With ``subsidy`` on, each step also carries ``sim/subsidy/*`` (``rescue.sim.subsidy``): the
+exact b·∇P(cap) and ∇J terms of the masked update at the parameters the step's update
+started from, swept over every step at the end of the run (no random draw: the run's
+other outputs are the same with it off).
+
 Everything random comes from ``numpy.random.Generator``s spawned from the seed, and events
 are ordered by (time, sequence number): a seed gives the same run in any process.
 """
@@ -66,7 +71,7 @@ from rescue.gate import Gate
 from rescue.mask import mask_decision
 from rescue.outcomes import is_capped
 from rescue.pace import PaceSchedule, PaceSettings
-from rescue.sim import env, update
+from rescue.sim import env, subsidy, update
 from rescue.sim.arms import ArmSpec
 from rescue.sim.config import SimConfig
 from rescue.sim.policy import Policy
@@ -154,6 +159,7 @@ class Simulation:
             else None
         )
         self.p7 = np.zeros((3, 3))  # per baseline in P7_BASELINES: n, ΣA, ΣA²
+        self._thetas: list[np.ndarray] = []  # with cfg.subsidy: θ each update started from
 
     # ------------------------------------------------------------------ records
 
@@ -229,6 +235,9 @@ class Simulation:
         for v, m in enumerate(steps):  # the launch view, of every version whose groups finished
             if flow.versions[v] == 0 and self._launched.get(v):
                 m.update(outcome_metrics(self._launched[v], LAUNCHED_PREFIX))
+        if self.cfg.subsidy:  # exact, from the parameters: swept once over every step
+            for m, extra in zip(steps, subsidy.step_metrics(self._thetas, self.cfg), strict=True):
+                m.update(extra)
         return steps
 
     def _settle(self, flow: Flow) -> None:
@@ -321,6 +330,8 @@ class Simulation:
             [[r.masked for r in g.records] for g, _, _ in flow.batch],
             [w for _, w, _ in flow.batch],
         )
+        if self.cfg.subsidy:
+            self._thetas.append(self.policy.theta.copy())
         info = update.step(self.policy, batch, self.arm, self.cfg)
         self.p7 += update.p7_moments(batch, self.cfg)
         self.version += 1

@@ -57,13 +57,19 @@ def run_one(
     *,
     wandb_dir: Path | None = None,
     labels: Sequence[str] = (),
+    keep: Sequence[str] | None = None,
 ) -> RunResult:
     """Simulate one arm with one seed; with ``wandb_dir``, log it as an offline wandb run
-    under each of ``labels`` (default: the arm's label)."""
+    under each of ``labels`` (default: the arm's label); with ``keep``, each step's metrics
+    are cut to the keys that start with one of ``keep`` (a map of many long runs keeps what
+    it reads, not every metric, in memory)."""
     t0 = time.perf_counter()
     sim = Simulation(cfg, arm, seed)
     steps = sim.run(on_step=_tick)
     seconds = time.perf_counter() - t0
+    if keep is not None:
+        prefixes = tuple(keep)
+        steps = [{k: v for k, v in m.items() if k.startswith(prefixes)} for m in steps]
     if wandb_dir is not None:
         for label in labels or (arm.label,):
             log_wandb_run(steps, label, seed, cfg, wandb_dir)

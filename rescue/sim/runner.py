@@ -26,6 +26,7 @@ Output under ``out_dir``:
 
 from __future__ import annotations
 
+import contextlib
 import json
 import multiprocessing as mp
 import shutil
@@ -36,6 +37,7 @@ from dataclasses import asdict, replace
 from pathlib import Path
 
 from rescue.errors import InputError
+from rescue.interrupts import end_tree, worker_initializer
 from rescue.progress import advance_to, progress_bar
 from rescue.sim.arms import ArmSpec
 from rescue.sim.config import SimConfig
@@ -65,7 +67,9 @@ def clear_outputs(out_dir: Path) -> None:
 
 
 def _count_steps(counter) -> None:
-    """Worker initializer: every trainer step of this worker adds 1 to the shared counter."""
+    """Worker initializer: every trainer step of this worker adds 1 to the shared counter;
+    the worker ignores SIGINT and dies with its parent (``rescue.interrupts``)."""
+    worker_initializer()
 
     def hook() -> None:
         with counter.get_lock():
@@ -104,9 +108,11 @@ def run_grid(
     workers: int = 1,
     progress: bool = True,
     ray: str | None = None,
+    keep: Sequence[str] | None = None,
 ) -> list[dict[str, list[RunResult]]]:
     """``run_arms`` for several ``(config, arms, wandb dir)`` at once, sharing the workers
-    (and the progress bar): one result dict per plan."""
+    (and the progress bar): one result dict per plan. ``keep``: cut each step's metrics to
+    the keys starting with one of these (``run_one``; default None: every key)."""
     if workers < 1:
         raise InputError(f"--workers={workers}; allowed: an integer >= 1")
     jobs: list[tuple[SimConfig, ArmSpec, int]] = []
@@ -121,12 +127,11 @@ def run_grid(
         for arm in unique.values():
             for s in seeds:
                 jobs.append((cfg, arm, s))
-                kw.append({"wandb_dir": wandb_dir, "labels": labels[arm.behaviour]})
+                kw.append({"wandb_dir": wandb_dir, "labels": labels[arm.behaviour], "keep": keep})
                 plan_of.append(p)
     for cfg, arm, _ in jobs:  # before the first step of any run: no run dies part-way
         check_runnable(cfg, arm)
     total = sum(cfg.steps for cfg, _, _ in jobs)
-    bar = progress_bar(total, unit="steps", desc="simulating", enabled=progress)
     steps_per_run = "/".join(sorted({str(cfg.steps) for cfg, _, _ in jobs}))
 
     def staged(steps: int, finished: int) -> None:  # for `rescue status`, when run as a stage
@@ -135,49 +140,11 @@ def run_grid(
             f"{finished}/{len(jobs)} runs (arm x seed) done, {steps_per_run} steps per run",
         )  # fmt: skip
 
-    if ray is not None:
-        from rescue.sim.cluster import run_on_ray
-
-        done = run_on_ray(ray, jobs, on_progress=lambda n: advance_to(bar, n))
-        for (cfg, _, s), r, k in zip(jobs, done, kw, strict=True):
-            if k["wandb_dir"] is not None:  # logged here: the nodes need not see this disk
-                for label in k["labels"]:
-                    log_wandb_run(r.steps, label, s, cfg, k["wandb_dir"])
-    elif workers == 1 or len(jobs) == 1:
-
-        def step() -> None:
-            bar.update(1)
-            if bar.n % 10 == 0:
-                staged(bar.n, len(done))
-
-        done: list[RunResult] = []
-        set_step_hook(step)
-        try:
-            for job, k in zip(jobs, kw, strict=True):
-                done.append(run_one(*job, **k))
-        finally:
-            set_step_hook(None)
-    else:
-        # fork where the platform has it: no re-import of __main__, fast start. The longest
-        # runs go first, so no worker is left with one long run at the end.
-        ctx = mp.get_context("fork" if "fork" in mp.get_all_start_methods() else "spawn")
-        counter = ctx.Value("l", 0, lock=True)
-        order = sorted(range(len(jobs)), key=lambda i: -_cost(jobs[i][0]))
-        with ProcessPoolExecutor(
-            max_workers=min(workers, len(jobs)),
-            mp_context=ctx,
-            initializer=_count_steps,
-            initargs=(counter,),
-        ) as pool:
-            futures = {i: pool.submit(run_one, *jobs[i], **kw[i]) for i in order}
-            while not all(f.done() for f in futures.values()):
-                advance_to(bar, counter.value)
-                staged(counter.value, sum(f.done() for f in futures.values()))
-                time.sleep(0.2)
-            done = [futures[i].result() for i in range(len(jobs))]
-    advance_to(bar, total)
+    # closed however the runs end (an interrupt's line then starts on a line of its own)
+    with progress_bar(total, unit="steps", desc="simulating", enabled=progress) as bar:
+        done = _execute(jobs, kw, workers=workers, ray=ray, bar=bar, staged=staged)
+        advance_to(bar, total)
     staged(total, len(jobs))
-    bar.close()
     out = []
     for p, (_, arms, _) in enumerate(plans):
         by_key = {
@@ -192,6 +159,66 @@ def run_grid(
             }
         )
     return out
+
+
+def _execute(jobs, kw, *, workers: int, ray: str | None, bar, staged) -> list[RunResult]:
+    """Every job's ``RunResult``, in order: here, in worker processes or on Ray."""
+    if ray is not None:
+        from rescue.sim.cluster import run_on_ray
+
+        keep = kw[0]["keep"] if kw else None  # one setting for every job of a call
+        done = run_on_ray(ray, jobs, on_progress=lambda n: advance_to(bar, n), keep=keep)
+        for (cfg, _, s), r, k in zip(jobs, done, kw, strict=True):
+            if k["wandb_dir"] is not None:  # logged here: the nodes need not see this disk
+                for label in k["labels"]:
+                    log_wandb_run(r.steps, label, s, cfg, k["wandb_dir"])
+        return done
+    if workers == 1 or len(jobs) == 1:
+        done: list[RunResult] = []
+
+        def step() -> None:
+            bar.update(1)
+            if bar.n % 10 == 0:
+                staged(bar.n, len(done))
+
+        set_step_hook(step)
+        try:
+            for job, k in zip(jobs, kw, strict=True):
+                done.append(run_one(*job, **k))
+        finally:
+            set_step_hook(None)
+        return done
+    # fork where the platform has it: no re-import of __main__, fast start. The longest
+    # runs go first, so no worker is left with one long run at the end.
+    ctx = mp.get_context("fork" if "fork" in mp.get_all_start_methods() else "spawn")
+    counter = ctx.Value("l", 0, lock=True)
+    order = sorted(range(len(jobs)), key=lambda i: -_cost(jobs[i][0]))
+    with _pool(min(workers, len(jobs)), ctx, _count_steps, (counter,)) as pool:
+        futures = {i: pool.submit(run_one, *jobs[i], **kw[i]) for i in order}
+        while not all(f.done() for f in futures.values()):
+            advance_to(bar, counter.value)
+            staged(counter.value, sum(f.done() for f in futures.values()))
+            time.sleep(0.2)
+        return [futures[i].result() for i in range(len(jobs))]
+
+
+@contextlib.contextmanager
+def _pool(workers: int, ctx, initializer=worker_initializer, initargs=()):
+    """A process pool whose workers end with the block: on an error or an interrupt they are
+    killed at once (``ProcessPoolExecutor``'s own exit would wait for every queued run)."""
+    pool = ProcessPoolExecutor(
+        max_workers=workers, mp_context=ctx, initializer=initializer, initargs=initargs
+    )
+    try:
+        yield pool
+    except BaseException:
+        if hasattr(pool, "terminate_workers"):  # Python 3.14
+            pool.terminate_workers()
+        else:  # the executor's table of its worker processes, pid -> process
+            end_tree(list(getattr(pool, "_processes", None) or {}), grace_s=2.0)
+        pool.shutdown(wait=False, cancel_futures=True)
+        raise
+    pool.shutdown()
 
 
 def _cost(cfg: SimConfig) -> float:
@@ -326,9 +353,7 @@ def _plots(plans, results, judgements, workers: int) -> list:
     try:
         if workers == 1 or len(plans) == 1 or "fork" not in mp.get_all_start_methods():
             return [_plot_one(i) for i in range(len(plans))]
-        with ProcessPoolExecutor(
-            max_workers=min(workers, len(plans)), mp_context=mp.get_context("fork")
-        ) as pool:
+        with _pool(min(workers, len(plans)), mp.get_context("fork")) as pool:
             return list(pool.map(_plot_one, range(len(plans))))
     finally:
         _PLOT_JOBS = []

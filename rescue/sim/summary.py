@@ -160,7 +160,10 @@ def target_table(arms: Cohort, target: float) -> list[str]:
             if hit.size:
                 t = qs.wall_clock(run)
                 rows = run.steps() <= steps[hit[0]]
-                clock.append(float(t.num[t.step <= steps[hit[0]]][-1]))
+                until = t.num[t.step <= steps[hit[0]]]
+                if not until.size:  # no finite wall-clock up to there: not counted
+                    continue
+                clock.append(float(until[-1]))
                 gen.append(float(np.nansum(run.column(qs.GEN + "rollouts")[rows])))
         cells = []
         for x in (clock, gen):

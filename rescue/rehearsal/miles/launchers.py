@@ -17,8 +17,9 @@ launcher   script                  Miles entry point   what a step is
                                                        engine request per action
 =========  ======================  ==================  ==============================
 
-``SETTINGS[launcher]`` are the launcher variables the rehearsal sets, each with its reason
-(printed at the start of a run); every other variable keeps the launcher's own default.
+A launcher's ``settings`` are the variables the rehearsal sets, each with its reason
+(printed at the start of a run), and ``arm_settings`` an arm's own over them; every other
+variable keeps the launcher's own default.
 ``{out}`` is the run folder, ``{model}`` the tiny model's folder and ``{megatron}`` its
 weights as a Megatron checkpoint. ``CHECKS[launcher]``
 names the checks of ``rescue.rehearsal.report`` that apply; the others are reported as
@@ -27,7 +28,7 @@ names the checks of ``rescue.rehearsal.report`` that apply; the others are repor
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 STALE_ARMS = ("drop", "never-drop", "protect", "pace")
 BUDGET_ARMS = ("zero", "mask", "matched", "drgrpo-mask", "survivor", "turn")
@@ -46,6 +47,14 @@ class Launcher:
     settings: tuple[tuple[str, str, str], ...]
     #: The family ``rescue report`` judges the run as (``rescue.judge.runs``).
     family: str
+    #: Settings of one arm over ``settings`` (name, value, reason).
+    arm_settings: dict[str, tuple[tuple[str, str, str], ...]] = field(default_factory=dict)
+
+    def settings_of(self, arm: str) -> tuple[tuple[str, str, str], ...]:
+        """The launcher's settings with the arm's own over them."""
+        own = self.arm_settings.get(arm, ())
+        names = {name for name, _, _ in own}
+        return (*(s for s in self.settings if s[0] not in names), *own)
 
 
 _COMMON: tuple[tuple[str, str, str], ...] = (
@@ -80,8 +89,8 @@ SWE = Launcher(
         (
             "STALENESS",
             "0",
-            "K = 0 (pace: 1): a group generated across a weight update is stale, so a few "
-            "steps have stale groups; pace needs K >= 1 for a window wider than one step's batch",
+            "K = 0: a group generated across a weight update is stale, so a few steps have "
+            "stale groups",
         ),
         ("AGENT_CONCURRENCY", "16", "4 groups' trials at once (with the EXTRA_ARGS below)"),
         (
@@ -106,6 +115,19 @@ SWE = Launcher(
         ),
         ("REAP", "0", "no real containers"),
     ),
+    arm_settings={
+        "pace": (("STALENESS", "1", "pace needs K >= 1 for a window wider than one step's batch"),),
+        "drop": (
+            ("AGENT_CONCURRENCY", "12", "3 groups' trials at once (with the EXTRA_ARGS below)"),
+            (
+                "EXTRA_ARGS",
+                "--async-max-concurrent-samples 12",
+                "3 groups in flight: one crosses each weight update and is dropped; with 4 "
+                "nearly every group in flight went stale and each step waited for them to be "
+                "generated again (the rehearsal's --extra-args are added after)",
+            ),
+        ),
+    },
 )
 
 RLVR = Launcher(

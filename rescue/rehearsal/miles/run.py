@@ -67,6 +67,7 @@ from rescue.rehearsal.miles.command import (
 from rescue.rehearsal.miles.inputs import agent_prompts, megatron_model_args
 from rescue.rehearsal.miles.launchers import LAUNCHERS, SWE, Launcher
 from rescue.rehearsal.processes import CpuMeter, reap
+from rescue.stages import write_progress
 
 __all__ = ["agent_prompts", "main", "megatron_model_args", "parse_args"]
 
@@ -107,9 +108,9 @@ class RunSpec:
         (self.folder / "marks.json").write_text(json.dumps(self.marks))
 
 
-def print_table(launcher: Launcher, removed: list[str], settings: dict[str, str]) -> None:
+def print_table(launcher: Launcher, removed: list[str], settings: dict[str, str], arm: str) -> None:
     print(f"rehearsal: {launcher.script} settings (everything else is the arm's own)")
-    reasons = {name: why for name, _, why in launcher.settings}
+    reasons = {name: why for name, _, why in launcher.settings_of(arm)}
     for name, value in settings.items():
         print(f"  {name}={value}  ({reasons.get(name, 'the rehearsal input')})")
     print("rehearsal: CPU-forced changes (rescue/rehearsal/miles/changes.py)")
@@ -221,7 +222,7 @@ def launcher_settings(
     megatron = inputs.get("megatron", "")
     settings = {
         name: value.format(out=out, model=model, megatron=megatron)
-        for name, value, _ in launcher.settings
+        for name, value, _ in launcher.settings_of(arm)
     }
     config = json.loads((Path(model) / "config.json").read_text())
     settings.update(
@@ -244,11 +245,8 @@ def launcher_settings(
         settings["CAP_FILE"] = str(inputs["cap_file"])
     if a is not None:
         settings["A"] = a
-    if args.launcher == "swe":
-        if arm == "pace":
-            settings["STALENESS"] = "1"
-        if args.staleness is not None:
-            settings["STALENESS"] = str(args.staleness)
+    if args.launcher == "swe" and args.staleness is not None:
+        settings["STALENESS"] = str(args.staleness)
     if args.extra_args:
         extra = settings.get("EXTRA_ARGS", "")
         settings["EXTRA_ARGS"] = f"{extra} {args.extra_args}".strip()
@@ -371,7 +369,7 @@ class Rehearsal:
             router=self.args.router,
         )
         if not self.printed_table:
-            print_table(self.launcher, removed, settings)
+            print_table(self.launcher, removed, settings, run.arm)
             if self.args.without:
                 print(f"rehearsal: removed from the launcher's command (--without): "
                       f"{' '.join(self.args.without)}")  # fmt: skip
@@ -533,9 +531,11 @@ class Rehearsal:
                     active.remove(run)
                     self.finish(run)
                     self.busy[run.lane] = False
+            steps = ", ".join(f"{r.name} {trained(r.folder)}/{args.steps}" for r in active)
+            done = len(self.runs) - len(queue) - len(active)
+            write_progress(done, len(self.runs), "runs", f"training: {steps}" if active else "")
             if active and time.monotonic() - said >= 30:
                 said = time.monotonic()
-                steps = ", ".join(f"{r.name} {trained(r.folder)}/{args.steps}" for r in active)
                 print(f"rehearsal: {time.monotonic() - started_at:.0f} s, steps trained: {steps}",
                       flush=True)  # fmt: skip
             time.sleep(2 if active else 0)

@@ -1,0 +1,187 @@
+"""The times the docs state for the CPU commands, measured on this machine.
+
+Measures, each as a new user meets it (wall-clock seconds):
+
+- ``install``: a fresh virtual environment and what ``make test`` installs into it (the
+  ``TEST_EXTRAS`` of the Makefile; pip's cache as it is on this machine, said in the record);
+- ``make test``: the newcomer's test tier, in that environment;
+- ``make demo``: the demo's recipe (read from the Makefile), into a temporary folder;
+- ``make q1 REHEARSAL=1``, ``make q2 REHEARSAL=1``, ``make q3 REHEARSAL=1 FORCE=1``: each
+  question's rehearsal into a temporary run folder (q3 forced: q2's rehearsal says no go),
+  after the extras these targets install (not timed).
+
+Each figure is recorded in ``bench/cpu_times.json`` with when and on what machine (cores,
+CPU, the 1-minute load average when the command started and when it ended: other work on
+the machine slows every figure); ``--only`` measures some of them and keeps the
+others' records. The docs quote these records (``tests/test_docs.py`` checks every time
+they state for these commands against them) and ``docs/performance.md`` lists them.
+
+Run: ``.venv/bin/python bench/cpu_times.py [--only demo,q1,q2,q3,install,test]``
+(``--venv DIR``: the environment for everything but ``install``, default ``.venv``; the
+``install`` figure builds its own in a temporary folder, which ``make test`` then uses).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import re
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+RECORD = ROOT / "bench" / "cpu_times.json"
+#: Figure name -> the command the docs name it by.
+COMMANDS = {
+    "install": "make test's install",
+    "test": "make test",
+    "demo": "make demo",
+    "q1": "make q1 REHEARSAL=1",
+    "q2": "make q2 REHEARSAL=1",
+    "q3": "make q3 REHEARSAL=1 FORCE=1",
+}
+
+
+def display(seconds: float) -> str:
+    """``41 s``, ``2 min 6 s``: how the docs write a measured time."""
+    s = round(seconds)
+    if s < 60:
+        return f"{s} s"
+    return f"{s // 60} min {s % 60} s" if s % 60 else f"{s // 60} min"
+
+
+def machine() -> str:
+    model = platform.processor() or platform.machine()
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                model = line.split(":", 1)[1].strip()
+                break
+    except OSError:
+        pass
+    return f"{os.cpu_count()} cores, {model}, Python {platform.python_version()}"
+
+
+def env() -> dict[str, str]:
+    """This environment as a user's shell has it: not inside another make."""
+    return {k: v for k, v in os.environ.items() if not k.startswith("MAKE") and k != "MFLAGS"}
+
+
+#: The 1-minute load average when each timed command started and ended (other work on the
+#: machine slows every figure; the record says how busy it was).
+LOADS: list[tuple[float, float]] = []
+
+
+def load() -> float:
+    return os.getloadavg()[0] if hasattr(os, "getloadavg") else float("nan")
+
+
+def timed(argv: list[str], cwd: Path = ROOT) -> float:
+    print("+ " + " ".join(argv), flush=True)
+    start = load()
+    t0 = time.monotonic()
+    done = subprocess.run(argv, cwd=cwd, env=env())
+    seconds = time.monotonic() - t0
+    LOADS.append((start, load()))
+    if done.returncode != 0:
+        raise SystemExit(f"{' '.join(argv)} failed (exit {done.returncode}): nothing recorded")
+    return seconds
+
+
+def test_extras() -> str:
+    makefile = (ROOT / "Makefile").read_text()
+    return re.search(r"^TEST_EXTRAS := (\S+)$", makefile, re.M)[1]
+
+
+def demo_argv(python: str, out: Path) -> list[str]:
+    makefile = (ROOT / "Makefile").read_text()
+    recipe = re.search(r"^demo: .*\n\t\$\(PY\) -m rescue (.*)$", makefile, re.M)[1].split()
+    return [python, "-m", "rescue", *recipe, "--out", str(out)]
+
+
+def measure(names: list[str], venv: Path) -> dict[str, tuple[float, tuple[float, float]]]:
+    """Seconds, and the load average at the start and the end, of each figure."""
+    got: dict[str, tuple[float, tuple[float, float]]] = {}
+    with tempfile.TemporaryDirectory() as tmp:
+        work = Path(tmp)
+        if "install" in names or "test" in names:
+            fresh = work / "venv"
+            stamp = fresh / f".stamp-{test_extras()}"
+            seconds = timed(["make", "--no-print-directory", f"VENV={fresh}", str(stamp)])
+            if "install" in names:
+                got["install"] = seconds, LOADS[-1]
+            if "test" in names:
+                argv = ["make", "--no-print-directory", "test", f"VENV={fresh}", "PYTEST_ARGS=-q"]
+                got["test"] = timed(argv), LOADS[-1]
+        python = str(venv / "bin" / "python")
+        if "demo" in names:
+            got["demo"] = timed(demo_argv(python, work / "sim")), LOADS[-1]
+        if {"q1", "q2", "q3"} & set(names):  # their install first, not timed
+            timed(["make", "--no-print-directory", f"VENV={venv}",
+                   f"{venv}/.stamp-sim+replay+rlvr+swe"])  # fmt: skip
+        for q, extra in (("q1", []), ("q2", []), ("q3", ["FORCE=1"])):
+            if q in names:
+                argv = ["make", "--no-print-directory", f"VENV={venv}", q, "REHEARSAL=1",
+                        f"RUN_DIR={work / q}", *extra]  # fmt: skip
+                if q == "q3":  # its gate is q2's rehearsal's: read from the one just run
+                    argv.append(f"Q2_DIR={work / 'q2'}")
+                got[q] = timed(argv), LOADS[-1]
+    return got
+
+
+def table(record: dict) -> str:
+    """The markdown table of the recorded figures (docs/performance.md has it)."""
+    rows = [
+        "| command | time | measured on | machine | load average, start / end |",
+        "|---|---|---|---|---|",
+    ]
+    for name in COMMANDS:
+        if name in record:
+            r = record[name]
+            before, after = r["load_average"]
+            pip = f" ({r['pip']})" if "pip" in r else ""
+            rows.append(
+                f"| `{r['command']}`{pip} | {r['display']} | {r['when']} | {r['machine']} "
+                f"| {before:g} / {after:g} |"
+            )
+    return "\n".join(rows)
+
+
+def main() -> None:
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("--only", default=",".join(COMMANDS), help="comma-separated figures")
+    p.add_argument("--venv", default=str(ROOT / ".venv"), help="environment (default .venv)")
+    args = p.parse_args()
+    names = [n.strip() for n in args.only.split(",") if n.strip()]
+    unknown = sorted(set(names) - set(COMMANDS))
+    if unknown:
+        raise SystemExit(f"--only: {', '.join(unknown)}; allowed: {', '.join(COMMANDS)}")
+    if shutil.which("make") is None:
+        raise SystemExit("needs make")
+    started = time.strftime("%Y-%m-%d")
+    got = measure(names, Path(args.venv))
+    record = json.loads(RECORD.read_text()) if RECORD.exists() else {}
+    pip_cache = "pip's cache warm" if (Path.home() / ".cache" / "pip").is_dir() else "no pip cache"
+    for name, (seconds, (before, after)) in got.items():
+        record[name] = {
+            "command": COMMANDS[name],
+            "seconds": round(seconds, 1),
+            "display": display(seconds),
+            "when": started,
+            "machine": machine(),
+            "load_average": [round(before, 1), round(after, 1)],
+            **({"pip": pip_cache} if name == "install" else {}),
+        }
+    RECORD.write_text(json.dumps(record, indent=1, sort_keys=True) + "\n")
+    print(table(record))
+    print(f"recorded in {RECORD.relative_to(ROOT)}", file=sys.stderr)
+
+
+if __name__ == "__main__":
+    main()
