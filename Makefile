@@ -117,7 +117,7 @@ READS_q2 := RUN_DIR REHEARSAL SEEDS STEPS FORCE $(Q_REHEARSAL_READS) $(LAUNCH_VA
 READS_q3 := RUN_DIR REHEARSAL SEEDS STEPS Q2_DIR FORCE MODEL $(Q_REHEARSAL_READS) \
 	$(LAUNCH_VARIABLES)
 $(foreach t,$(CLUSTER_TARGETS),$(eval READS_$(t) := RESCUE_PY DRY_RUN $(LAUNCH_VARIABLES)))
-READS_agent-arm += REHEARSAL STEPS REHEARSAL_ARGS $(Q_REHEARSAL_READS)
+READS_agent-arm += REHEARSAL STEPS REHEARSAL_ARGS AGENT_REHEARSAL_INPUTS $(Q_REHEARSAL_READS)
 SWITCHES := REHEARSAL FORCE DRY_RUN RESUME RAY_STOP PREFLIGHT REAP PULL_IMAGES EXTEND_CONTEXT \
 	PILOT_ALL PILOT_RETRY_INFRA DRGRPO ORACLE_STREAM ORACLE_FORCE PILOT_PULL REQUIRE_VALIDATE
 KNOWN_TARGETS := $(sort $(patsubst READS_%,%,$(filter READS_%,$(.VARIABLES))))
@@ -398,9 +398,9 @@ agent-prepare: $(AGENT_CLI_DEPS)
 # REHEARSAL=1 (default 0): the text-game arm on this CPU instead, ENV=cooking only: Miles'
 # train.py through the training rehearsal (python -m rescue.rehearsal.miles --launcher agent)
 # with MILES_SRC, MEGATRON_SRC (required), ARM, SEED and STEPS trained steps (default 3); the
-# games (levels 0 to 5) and the taught tiny model are made once into
-# runs/rehearsal/agent-cooking-inputs and reused by every arm.
-AGENT_REHEARSAL_INPUTS := runs/rehearsal/agent-cooking-inputs
+# games (levels 0 to 5) and the taught tiny model are made once into AGENT_REHEARSAL_INPUTS
+# (default runs/rehearsal/agent-cooking-inputs) and reused by every arm.
+AGENT_REHEARSAL_INPUTS ?= runs/rehearsal/agent-cooking-inputs
 
 agent-arm: $(if $(filter 1,$(REHEARSAL)),$(REHEARSAL_VENV)/.stamp)
 ifeq ($(REHEARSAL),1)

@@ -8,7 +8,12 @@ Measures, each as a new user meets it (wall-clock seconds):
 - ``make demo``: the demo's recipe (read from the Makefile), into a temporary folder;
 - ``make q1 REHEARSAL=1``, ``make q2 REHEARSAL=1``, ``make q3 REHEARSAL=1 FORCE=1``: each
   question's rehearsal into a temporary run folder (q3 forced: q2's rehearsal says no go),
-  after the extras these targets install (not timed).
+  after the extras these targets install (not timed); every training stage trains through
+  Miles' own loop, so they need ``MILES_SRC`` and ``MEGATRON_SRC`` (``--miles-src``,
+  ``--megatron-src``, default the environment's);
+- ``make agent-arm ENV=cooking ARM=zero|mask|turn REHEARSAL=1``: the text-game arms in
+  that order, into a temporary inputs folder (``AGENT_REHEARSAL_INPUTS``): the first makes
+  the games and teaches the tiny model, the others reuse them.
 
 Each figure is recorded in ``bench/cpu_times.json`` with when and on what machine (cores,
 CPU, the 1-minute load average when the command started and when it ended: other work on
@@ -16,7 +21,7 @@ the machine slows every figure); ``--only`` measures some of them and keeps the
 others' records. The docs quote these records (``tests/test_docs.py`` checks every time
 they state for these commands against them) and ``docs/performance.md`` lists them.
 
-Run: ``.venv/bin/python bench/cpu_times.py [--only demo,q1,q2,q3,install,test]``
+Run: ``.venv/bin/python bench/cpu_times.py [--only demo,q1,q2,q3,install,test,agent-zero,...]``
 (``--venv DIR``: the environment for everything but ``install``, default ``.venv``; the
 ``install`` figure builds its own in a temporary folder, which ``make test`` then uses).
 """
@@ -45,7 +50,12 @@ COMMANDS = {
     "q1": "make q1 REHEARSAL=1",
     "q2": "make q2 REHEARSAL=1",
     "q3": "make q3 REHEARSAL=1 FORCE=1",
+    "agent-zero": "make agent-arm ENV=cooking ARM=zero REHEARSAL=1",
+    "agent-mask": "make agent-arm ENV=cooking ARM=mask REHEARSAL=1",
+    "agent-turn": "make agent-arm ENV=cooking ARM=turn REHEARSAL=1",
 }
+#: The figures that train through Miles (they need the framework sources).
+TRAINING = ("q1", "q2", "q3", "agent-zero", "agent-mask", "agent-turn")
 
 
 def display(seconds: float) -> str:
@@ -105,8 +115,11 @@ def demo_argv(python: str, out: Path) -> list[str]:
     return [python, "-m", "rescue", *recipe, "--out", str(out)]
 
 
-def measure(names: list[str], venv: Path) -> dict[str, tuple[float, tuple[float, float]]]:
-    """Seconds, and the load average at the start and the end, of each figure."""
+def measure(
+    names: list[str], venv: Path, sources: list[str] = ()
+) -> dict[str, tuple[float, tuple[float, float]]]:
+    """Seconds, and the load average at the start and the end, of each figure;
+    ``sources``: ``MILES_SRC=...``, ``MEGATRON_SRC=...`` for the training figures."""
     got: dict[str, tuple[float, tuple[float, float]]] = {}
     with tempfile.TemporaryDirectory() as tmp:
         work = Path(tmp)
@@ -128,10 +141,16 @@ def measure(names: list[str], venv: Path) -> dict[str, tuple[float, tuple[float,
         for q, extra in (("q1", []), ("q2", []), ("q3", ["FORCE=1"])):
             if q in names:
                 argv = ["make", "--no-print-directory", f"VENV={venv}", q, "REHEARSAL=1",
-                        f"RUN_DIR={work / q}", *extra]  # fmt: skip
+                        f"RUN_DIR={work / q}", *sources, *extra]  # fmt: skip
                 if q == "q3":  # its gate is q2's rehearsal's: read from the one just run
                     argv.append(f"Q2_DIR={work / 'q2'}")
                 got[q] = timed(argv), LOADS[-1]
+        for arm in ("zero", "mask", "turn"):  # in this order: zero makes the inputs
+            if f"agent-{arm}" in names:
+                argv = ["make", "--no-print-directory", f"VENV={venv}", "agent-arm", "ENV=cooking",
+                        f"ARM={arm}", "REHEARSAL=1", f"AGENT_REHEARSAL_INPUTS={work / 'agent'}",
+                        f"REHEARSAL_ARGS=--out {work / arm}", *sources]  # fmt: skip
+                got[f"agent-{arm}"] = timed(argv), LOADS[-1]
     return got
 
 
@@ -157,6 +176,10 @@ def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--only", default=",".join(COMMANDS), help="comma-separated figures")
     p.add_argument("--venv", default=str(ROOT / ".venv"), help="environment (default .venv)")
+    p.add_argument("--miles-src", default=os.environ.get("MILES_SRC", ""),
+                   help="Miles checkout for the training figures (default $MILES_SRC)")  # fmt: skip
+    p.add_argument("--megatron-src", default=os.environ.get("MEGATRON_SRC", ""),
+                   help="Megatron-LM checkout for them (default $MEGATRON_SRC)")  # fmt: skip
     args = p.parse_args()
     names = [n.strip() for n in args.only.split(",") if n.strip()]
     unknown = sorted(set(names) - set(COMMANDS))
@@ -164,8 +187,15 @@ def main() -> None:
         raise SystemExit(f"--only: {', '.join(unknown)}; allowed: {', '.join(COMMANDS)}")
     if shutil.which("make") is None:
         raise SystemExit("needs make")
+    training = [n for n in names if n in TRAINING]
+    if training and not (args.miles_src and args.megatron_src):
+        raise SystemExit(
+            f"--miles-src and --megatron-src (or MILES_SRC, MEGATRON_SRC): {', '.join(training)} "
+            "train through Miles"
+        )
+    sources = [f"MILES_SRC={args.miles_src}", f"MEGATRON_SRC={args.megatron_src}"]
     started = time.strftime("%Y-%m-%d")
-    got = measure(names, Path(args.venv))
+    got = measure(names, Path(args.venv), sources if training else [])
     record = json.loads(RECORD.read_text()) if RECORD.exists() else {}
     pip_cache = "pip's cache warm" if (Path.home() / ".cache" / "pip").is_dir() else "no pip cache"
     for name, (seconds, (before, after)) in got.items():

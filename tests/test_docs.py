@@ -246,6 +246,9 @@ def test_a_docs_command_block_runs_as_written(where, body, timeout, tmp_path):
 #: Every time a page states for these commands is bench/cpu_times.py's record of it; the
 #: longest names first (a rehearsal's command holds its question's).
 TIMED = (
+    ("make agent-arm ENV=cooking ARM=zero REHEARSAL=1", "agent-zero"),
+    ("make agent-arm ENV=cooking ARM=mask REHEARSAL=1", "agent-mask"),
+    ("make agent-arm ENV=cooking ARM=turn REHEARSAL=1", "agent-turn"),
     ("make q3 REHEARSAL=1 FORCE=1", "q3"),
     ("make q2 REHEARSAL=1", "q2"),
     ("make q1 REHEARSAL=1", "q1"),
@@ -297,7 +300,8 @@ def test_every_time_the_pages_state_for_a_cpu_command_is_the_measured_one():
                 wrong.append(f"{name}: {time} for {figure} ({line[:80]})")
         vague += [f"{name}: {m.group()}" for m in VAGUE.finditer(text)]
     assert wrong == [] and vague == []
-    assert stated == set(record) == {"install", "test", "demo", "q1", "q2", "q3"}
+    assert stated == set(record) == {"install", "test", "demo", "q1", "q2", "q3", "agent-zero",
+                                     "agent-mask", "agent-turn"}  # fmt: skip
     readme = {f for f, _, _ in time_claims((ROOT / "README.md").read_text())}
     assert {"install", "test", "demo"} <= readme  # the newcomer's figures, on the front page
 

@@ -317,3 +317,16 @@ def test_rescue_agent_prepare_needs_a_games_dir(tmp_path):
     assert done.stderr == (
         "rescue agent: error: --env cooking needs --games-dir (where tw-make writes the games)\n"
     )
+
+
+def test_a_command_reaches_the_game_without_characters_that_are_not_printable():
+    """A NUL (or another control character) in a reply never reaches the game: TextWorld's
+    Z-machine interpreter hangs on a NUL (the CPU rehearsal's tiny model wrote one)."""
+    assert read_action("<think>x</think><action>\x00</action>").command == ""
+    assert read_action("<think>x</think><action>ta\x7fke\tknife</action>").command == "takeknife"
+    assert read_action("no tags\x00 at all").command == "no tags at all"
+    game = ScriptedGame()
+    ep = Episode(game, env="cooking", cap=5)
+    ep.start()
+    ep.act(reply("\x00look\x1b"))
+    assert game.commands == ["look"]

@@ -95,14 +95,18 @@ def test_q2_rehearsal_trains_every_arm_through_miles_and_gates_on_their_wandb_ru
     assert r.returncode == 0 and r.stdout.count("inputs unchanged: skipped") == 9
 
 
+@pytest.mark.rehearsal_ci
 def test_q3_rehearsal_trains_the_swe_arms_and_its_oracle_reads_their_dumps_and_checkpoint(
-    q2_run, tmp_path
+    tmp_path,
 ):
-    q2, _ = q2_run
-    r = question("q3", "--run-dir", str(tmp_path / "q3"), "--q2-dir", str(q2), "--seeds", "1")
-    if json.loads((q2 / "gate.json").read_text())["go"] is False:
-        assert r.returncode == 2 and "says no go" in r.stderr and not (tmp_path / "q3").exists()
-    r = question("q3", "--run-dir", str(tmp_path / "q3"), "--q2-dir", str(q2), "--force",
+    """The chain with the most stages (what CI runs): prepare, pilot, validate, subset, the
+    five SWE runs through Miles, the oracle on the never-drop run's dumps and checkpoint,
+    the report, FORCE=1 recorded; one seed per arm."""
+    no_gate = tmp_path / "q2"
+    no_gate.mkdir()
+    r = question("q3", "--run-dir", str(tmp_path / "q3"), "--q2-dir", str(no_gate))
+    assert r.returncode == 2 and "no q2 gate" in r.stderr and not (tmp_path / "q3").exists()
+    r = question("q3", "--run-dir", str(tmp_path / "q3"), "--q2-dir", str(no_gate), "--force",
                  "--seeds", "1")  # fmt: skip
     assert r.returncode == 0, r.stdout[-4000:] + r.stderr[-4000:]
     q3 = tmp_path / "q3"

@@ -13,7 +13,9 @@ The format is the public ALFWorld recipe the plan cites (verl-agent,
   current observation and the admissible actions as ``'<a>'`` joined by ``"\\n "``
   (``help`` left out); the first step's prompt has no history part;
 - the action is the text between the first ``<action>`` and the next ``</action>`` of the
-  reply, stripped and lower-cased. A reply is *valid* when it has both action tags and
+  reply, its characters that are not printable removed (a NUL hangs the Z-machine
+  interpreter TextWorld plays the games with, found when the CPU rehearsal's tiny model
+  wrote one), stripped and lower-cased. A reply is *valid* when it has both action tags and
   both ``<think>`` tags; an invalid reply is still played, as the recipe does: its command
   is the tag's content when it has one, else the reply's last 30 characters (lower-cased),
   and the game's answer is the next observation. An invalid or inadmissible action is an
@@ -116,13 +118,18 @@ class Action:
     valid: bool
 
 
+def _printable(text: str) -> str:
+    """``text`` without the characters that are not printable (control characters)."""
+    return "".join(ch for ch in text if ch.isprintable())
+
+
 def read_action(reply: str) -> Action:
     """The command of a reply and whether the reply is valid (module docstring)."""
     lower = reply.lower()
     start, end = lower.find("<action>"), lower.find("</action>")
     if start == -1 or end == -1:
-        return Action(lower[-30:], False)
-    command = lower[start + len("<action>") : end].strip()
+        return Action(_printable(lower[-30:]), False)
+    command = _printable(lower[start + len("<action>") : end]).strip()
     valid = "<think>" in reply and "</think>" in reply and not _CHINESE.search(reply)
     return Action(command, valid)
 

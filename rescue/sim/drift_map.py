@@ -47,6 +47,7 @@ from pathlib import Path
 
 import numpy as np
 
+from rescue import flags
 from rescue.errors import InputError
 from rescue.sim import grid as gd
 from rescue.sim.map_report import CellResult
@@ -169,7 +170,7 @@ def configure(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--workers",
         dest="map_workers",
-        type=int,
+        type=flags.COUNT,
         default=None,
         help="worker processes (default: the number of CPUs); results do not depend on it",
     )
