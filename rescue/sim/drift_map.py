@@ -47,7 +47,7 @@ from pathlib import Path
 
 import numpy as np
 
-from rescue.errors import InputError
+from rescue import flags
 from rescue.sim import grid as gd
 from rescue.sim.map_report import CellResult
 
@@ -169,7 +169,7 @@ def configure(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--workers",
         dest="map_workers",
-        type=int,
+        type=flags.COUNT,
         default=None,
         help="worker processes (default: the number of CPUs); results do not depend on it",
     )
@@ -199,8 +199,6 @@ def main(args: argparse.Namespace) -> int:
     if args.describe:
         print("\n".join([grid.title, *gd.describe(grid)]))
         return 0
-    if args.map_workers is not None and args.map_workers < 1:
-        raise InputError(f"--workers={args.map_workers}; allowed: an integer >= 1")
     workers = args.map_workers or (os.cpu_count() or 1)
     t0, load0 = time.perf_counter(), os.getloadavg()[0]
     cells, family = run_map(
