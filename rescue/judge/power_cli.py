@@ -68,7 +68,7 @@ def configure(parser: argparse.ArgumentParser) -> None:
         help="true effects in seed SDs, besides none (default: 0.5,1,1.5,2,3)",
     )
     parser.add_argument(
-        "--replicates", type=flags.COUNT, default=None, help="replicates (default: 300; 100 with --line)"
+        "--replicates", type=flags.integer(2), default=None, help="replicates (default: 300; 100 with --line)"
     )
     parser.add_argument(
         "--rng-seed", type=flags.NON_NEGATIVE, default=0, help="seed of the replicates' draws (default: 0)"
@@ -108,8 +108,6 @@ def main(args: argparse.Namespace) -> int:
     if args.line and len(seeds) != 1:
         raise InputError(f"--line with --seeds={args.seeds!r}; allowed: one seed count")
     replicates = args.replicates or (pw.LINE_REPLICATES if args.line else pw.REPLICATES)
-    if replicates < 2:
-        raise InputError(f"--replicates={replicates}; allowed: 2 or more")
     if args.arms:
         reports = [("--arms", [a.strip() for a in args.arms.split(",") if a.strip()])]
     else:

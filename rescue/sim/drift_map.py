@@ -48,7 +48,6 @@ from pathlib import Path
 import numpy as np
 
 from rescue import flags
-from rescue.errors import InputError
 from rescue.sim import grid as gd
 from rescue.sim.map_report import CellResult
 
@@ -200,8 +199,6 @@ def main(args: argparse.Namespace) -> int:
     if args.describe:
         print("\n".join([grid.title, *gd.describe(grid)]))
         return 0
-    if args.map_workers is not None and args.map_workers < 1:
-        raise InputError(f"--workers={args.map_workers}; allowed: an integer >= 1")
     workers = args.map_workers or (os.cpu_count() or 1)
     t0, load0 = time.perf_counter(), os.getloadavg()[0]
     cells, family = run_map(
