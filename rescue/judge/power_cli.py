@@ -68,10 +68,16 @@ def configure(parser: argparse.ArgumentParser) -> None:
         help="true effects in seed SDs, besides none (default: 0.5,1,1.5,2,3)",
     )
     parser.add_argument(
-        "--replicates", type=flags.integer(2), default=None, help="replicates (default: 300; 100 with --line)"
+        "--replicates",
+        type=flags.integer(2),
+        default=None,
+        help="replicates (default: 300; 100 with --line)",
     )
     parser.add_argument(
-        "--rng-seed", type=flags.NON_NEGATIVE, default=0, help="seed of the replicates' draws (default: 0)"
+        "--rng-seed",
+        type=flags.NON_NEGATIVE,
+        default=0,
+        help="seed of the replicates' draws (default: 0)",
     )
     parser.add_argument(
         "--line",
