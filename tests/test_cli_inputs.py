@@ -123,7 +123,12 @@ def files(tmp_path) -> dict[str, str]:
     (tmp_path / "empty").write_text("")
     (tmp_path / "garbage.pt").write_text("garbage\n")
     (tmp_path / "folder").mkdir()
+    (tmp_path / "miles").mkdir()
+    (tmp_path / "miles" / "train_async.py").write_text("")
+    (tmp_path / "megatron" / "megatron" / "training").mkdir(parents=True)
     return {
+        "miles": str(tmp_path / "miles"),
+        "megatron": str(tmp_path / "megatron"),
         "none": str(tmp_path / "nosuch"),
         "empty": str(tmp_path / "empty"),
         "garbage": str(tmp_path / "garbage.pt"),
@@ -149,7 +154,11 @@ PATH_CASES = [
     (["status", "{folder}"], "stages.json"),
     (["question", "q1", "--run-dir", "{out}", "--dumps", "{none}", "--model", "tiny-gpt2"], "DUMPS"),
     (["question", "q1", "--run-dir", "{out}", "--dumps", "{folder}", "--model", "m"], "DUMPS"),
-    (["question", "q3", "--run-dir", "{out}", "--rehearsal", "--q2-dir", "{none}"], "gate"),
+    (["question", "q3", "--run-dir", "{out}", "--rehearsal", "--q2-dir", "{none}"], "MILES_SRC"),
+    (["question", "q3", "--run-dir", "{out}", "--rehearsal", "--q2-dir", "{none}",
+      "--miles-src", "{miles}", "--megatron-src", "{none}"], "MEGATRON_SRC"),
+    (["question", "q3", "--run-dir", "{out}", "--rehearsal", "--q2-dir", "{none}",
+      "--miles-src", "{miles}", "--megatron-src", "{megatron}"], "gate"),
     (["rlvr", "prepare", "--dataset", "gsm8k", "--source", "{none}.jsonl", "--out", "{out}"], "input"),
     (["rlvr", "cap", "{none}"], "cap file"),
     (["rlvr", "cap", "{empty}"], "cap file"),
@@ -165,7 +174,7 @@ PATH_CASES = [
 
 
 @pytest.mark.parametrize(
-    ("argv", "named"), PATH_CASES, ids=[" ".join(a[:2]) for a, _ in PATH_CASES]
+    ("argv", "named"), PATH_CASES, ids=[f"{' '.join(a[:2])}-{named}" for a, named in PATH_CASES]
 )
 def test_a_missing_or_wrong_input_is_one_line_naming_it(argv, named, files, capsys):
     argv = [a.format(**files) for a in argv]
