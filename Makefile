@@ -53,7 +53,8 @@
 #                      (SLIME_DIR; settings in launch/slime_config.sh)
 #   make agent-prepare ENV=cooking|alfworld: the text games' prompt rows
 #   make agent-arm     ENV=alfworld|cooking ARM=zero|mask|matched|drgrpo-mask|survivor|turn
-#                      (REHEARSAL=1 MILES_SRC=... MEGATRON_SRC=...: cooking on this CPU)
+#                      (REHEARSAL=1 MILES_SRC=... MEGATRON_SRC=...: cooking on this CPU,
+#                      its games and taught model made once into AGENT_REHEARSAL_INPUTS)
 #   make reap          remove task containers trials left behind on this node
 #   make oracle        CKPT=... DUMPS=... [ORACLE_A=0.5] [ORACLE_ARMS=all,drop,stale,protect]
 #   make rlvr-prepare  GSM8K or MATH rows -> PROMPT_DATA (RLVR_DATASET=gsm8k|math)

@@ -54,7 +54,7 @@ def refused(*argv: str) -> str:
         (["test", "PYTEST_ARG=-x"], "no make target reads PYTEST_ARG; did you mean PYTEST_ARGS?"),
         (["agent-prepare", "OUT=rows.jsonl"], "OUT=rows.jsonl: no make target reads OUT"),
         (["demo", "SEEDS=3"], "SEEDS=3: make demo does not read SEEDS (read by make q2 q3 "),
-        (["q1", "STEPS=3"], "STEPS=3: make q1 does not read STEPS (read by make q2 q3 rehearsal)"),
+        (["q1", "SEEDS=3"], "SEEDS=3: make q1 does not read SEEDS (read by make q2 q3 "),
         (["q2", "MODEL=m"], "MODEL=m: make q2 does not read MODEL (read by make q1 q3)"),
     ],
 )
