@@ -37,7 +37,6 @@ With one run, its folder is ``--out``; with several, ``--out/<arm>[-a<A>]-seed<S
 from __future__ import annotations
 
 import argparse
-import contextlib
 import json
 import os
 import shutil
@@ -45,16 +44,12 @@ import signal
 import subprocess
 import sys
 import time
-import urllib.error
-import urllib.request
-from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from rescue.rehearsal.miles import inputs as run_inputs
-from rescue.rehearsal.miles.changes import CHANGES, FAULT_ENV, FAULTS
-from rescue.rehearsal.miles.checkpoint import check_and_export
+from rescue.rehearsal.miles.changes import CHANGES, FAULT_ENV
 from rescue.rehearsal.miles.command import (
     ROOT,
     RehearsalError,
@@ -62,10 +57,19 @@ from rescue.rehearsal.miles.command import (
     drop_option,
     free_port,
     launcher_entry,
-    option_values,
 )
 from rescue.rehearsal.miles.inputs import agent_prompts, megatron_model_args
 from rescue.rehearsal.miles.launchers import LAUNCHERS, SWE, Launcher
+from rescue.rehearsal.miles.options import parse_args
+from rescue.rehearsal.miles.reports import report_run, summarize
+from rescue.rehearsal.miles.servers import (
+    engine_command,
+    preflight,
+    processes,
+    ray_command,
+    stop_each,
+    wait_http,
+)
 from rescue.rehearsal.processes import CpuMeter, reap
 from rescue.stages import write_progress
 
@@ -75,8 +79,6 @@ SITE = Path(__file__).with_name("site")
 ARMS = SWE.arms
 #: The SWE launcher's settings (``rescue.rehearsal.miles.launchers.SWE``).
 SETTINGS = SWE.settings
-#: The default arm of each launcher.
-DEFAULT_ARM = {"swe": "protect", "rlvr": "zero", "agent": "zero"}
 
 
 @dataclass
@@ -117,95 +119,6 @@ def print_table(launcher: Launcher, removed: list[str], settings: dict[str, str]
     for change in CHANGES:
         print(f"  [{change.kind}] {change.what}\n      why: {change.reason}")
     print(f"  removed flags: {' '.join(removed) or '(none)'}")
-
-
-def preflight(port: int, launcher: str) -> None:
-    """The engine answers what the launcher's path needs: a SWE engine returns a chat tool
-    call in ``tool_calls`` (the agent reads nothing else); a single-turn or text-game engine
-    a reply sampled from the model with its finish reason."""
-    if launcher != "swe":
-        reply = _post(
-            f"http://127.0.0.1:{port}/generate",
-            {"input_ids": [1, 2, 3], "sampling_params": {"max_new_tokens": 4}},
-        )
-        if not reply.get("output_ids") or "finish_reason" not in reply.get("meta_info", {}):
-            raise RehearsalError(f"pre-flight: /generate returned no sampled reply: {reply}")
-        return
-    tool = {
-        "type": "function",
-        "function": {
-            "name": "bash",
-            "parameters": {"type": "object", "properties": {"command": {"type": "string"}}},
-        },
-    }
-    body = {
-        "messages": [
-            {"role": "system", "content": "pre-flight"},
-            {"role": "user", "content": "pre-flight: run one command"},
-        ],
-        "tools": [tool],
-        "max_tokens": 256,
-    }
-    reply = _post(f"http://127.0.0.1:{port}/v1/chat/completions", body)
-    message = reply["choices"][0]["message"]
-    if not message.get("tool_calls"):
-        raise RehearsalError(
-            "pre-flight: the engine returned the tool call as text in message.content "
-            "(no tool_calls): the training command sets no --sglang-tool-call-parser, and "
-            "Miles does not derive one from --tito-model; mini-swe-agent reads only "
-            "tool_calls, so every trial would end in a format error"
-        )
-
-
-def _post(url: str, body: dict[str, Any], timeout: float = 60) -> Any:
-    request = urllib.request.Request(
-        url, data=json.dumps(body).encode(), headers={"Content-Type": "application/json"}
-    )
-    with urllib.request.urlopen(request, timeout=timeout) as response:
-        return json.loads(response.read())
-
-
-def wait_http(url: str, deadline_s: float, proc: subprocess.Popen | None = None) -> None:
-    """Wait until ``url`` answers (an error when ``proc`` exits first, or on a refusal)."""
-    end = time.monotonic() + deadline_s
-    while time.monotonic() < end:
-        if proc is not None and proc.poll() is not None:
-            raise RehearsalError(f"{proc.args[0]} exited with {proc.returncode} while starting")
-        try:
-            urllib.request.urlopen(url, timeout=2).read()
-            return
-        except urllib.error.HTTPError as e:
-            if e.code in (401, 403):  # a refusal: waiting longer will not change it
-                raise RehearsalError(f"{url} answered HTTP {e.code} {e.reason}") from e
-        except OSError:
-            pass
-        time.sleep(0.5)
-    raise RehearsalError(f"{url} did not answer within {deadline_s:.0f} s")
-
-
-@contextlib.contextmanager
-def processes(out: Path, ray_dirs: list[Path]) -> Iterator[list[subprocess.Popen]]:
-    """Processes started here; on exit every process whose environment names ``out`` (or a
-    run folder under it) is stopped and Ray's temporary folders ``ray_dirs`` removed."""
-    started: list[subprocess.Popen] = []
-    try:
-        yield started
-    finally:
-        stop_all(started, out)
-        for ray_dir in ray_dirs:
-            shutil.rmtree(ray_dir, ignore_errors=True)
-
-
-def stop_all(started: list[subprocess.Popen], out: Path) -> None:
-    for proc in reversed(started):
-        if proc.poll() is None:
-            with contextlib.suppress(ProcessLookupError):
-                os.killpg(proc.pid, signal.SIGTERM)
-    deadline = time.monotonic() + 20
-    for proc in started:
-        with contextlib.suppress(subprocess.TimeoutExpired):
-            proc.wait(max(0.1, deadline - time.monotonic()))
-    reap(out)
 
 
 def launcher_settings(
@@ -251,37 +164,6 @@ def launcher_settings(
         extra = settings.get("EXTRA_ARGS", "")
         settings["EXTRA_ARGS"] = f"{extra} {args.extra_args}".strip()
     return settings
-
-
-def _engine_command(flags: list[str], port: int, model: Path, folder: Path, seed: int) -> list[str]:
-    cmd = [
-        sys.executable, "-m", "rescue.rehearsal.engine", "--port", str(port), "--policy",
-        "--seed", str(seed), "--model-path", str(model),
-        "--record", str(folder / "probes" / "engine.jsonl"),
-        "--weights-record", str(folder / "probes" / "engine_weights.jsonl"), "--base-gpu-id", "1",
-    ]  # fmt: skip
-    for flag, option in (
-        ("--sglang-tool-call-parser", "--tool-call-parser"),
-        ("--sglang-reasoning-parser", "--reasoning-parser"),
-        ("--sglang-context-length", "--context-length"),
-    ):
-        value = (option_values(flags, flag) or [None])[0]
-        if value:
-            cmd += [option, value]
-    return cmd
-
-
-def _ray_command(ports: dict[str, int], ray_dir: Path) -> list[str]:
-    return [
-        str(Path(sys.executable).with_name("ray")), "start", "--head", "--block",
-        "--node-ip-address", "127.0.0.1", "--port", str(ports["gcs"]),
-        "--dashboard-host", "127.0.0.1", "--dashboard-port", str(ports["dashboard"]),
-        "--ray-client-server-port", str(ports["client"]),
-        "--dashboard-agent-listen-port", str(ports["agent"]),
-        "--metrics-export-port", str(ports["metrics"]),
-        "--num-cpus", "8", "--num-gpus", "2", "--temp-dir", str(ray_dir),
-        "--disable-usage-stats",
-    ]  # fmt: skip
 
 
 def trained(folder: Path) -> int:
@@ -420,7 +302,7 @@ class Rehearsal:
             "RAY_DEDUP_LOGS": "0",
         }
         log = self.out / ("ray.log" if lane == 0 else f"ray-{lane}.log")
-        ray = self.spawn(_ray_command(ports, ray_dir), log, env)
+        ray = self.spawn(ray_command(ports, ray_dir), log, env)
         wait_http(f"{dashboard}/api/version", 180, ray)
         print(f"rehearsal: Ray head up ({dashboard})", flush=True)
         self.dashboards[lane] = dashboard
@@ -438,7 +320,7 @@ class Rehearsal:
         port = run.ports["engine"]
         model = run.inputs["model"]
         run.engine = self.spawn(
-            _engine_command(flags, port, model, run.folder, run.seed), run.folder / "engine.log",
+            engine_command(flags, port, model, run.folder, run.seed), run.folder / "engine.log",
             env,
         )  # fmt: skip
         wait_http(f"http://127.0.0.1:{port}/health", 120, run.engine)
@@ -474,40 +356,11 @@ class Rehearsal:
             run.status = f"TIMEOUT after {self.args.timeout} s"
         else:
             run.status = "SUCCEEDED" if rc == 0 else f"FAILED (ray job submit exit {rc})"
-        for proc in (run.job, run.engine):
-            if proc is not None and proc.poll() is None:
-                with contextlib.suppress(ProcessLookupError):
-                    os.killpg(proc.pid, signal.SIGTERM)
-                with contextlib.suppress(subprocess.TimeoutExpired):
-                    proc.wait(20)
+        stop_each([run.job, run.engine])
         if run.folder != self.out:
             reap(run.folder)
         run.wall = time.monotonic() - run.started
-        from rescue.rehearsal.profile import profile, render
-        from rescue.rehearsal.report import check_run
-
-        report = check_run(
-            run.folder,
-            launcher=self.args.launcher,
-            arm=run.arm,
-            a=float(run.a) if run.a else None,
-            offpolicy=self.args.offpolicy,
-            job_status=run.status,
-            steps_checked=self.args.steps,
-            model=run.inputs.get("model") if self.args.launcher != "swe" else None,
-            checkpoint=lambda f: check_and_export(
-                run.folder, run.inputs["model"], f.trainer_weights
-            ),
-            progress=len(self.runs) == 1,
-        )
-        report.facts["profile"] = profile(run.folder)
-        run.ok = report.ok
-        print(f"rehearsal: {run.name}")
-        print(render(report.facts["profile"]))
-        print(report.render(wall_s=run.wall), flush=True)
-        (run.folder / "report.json").write_text(
-            json.dumps(report.as_dict(wall_s=run.wall), indent=1)
-        )
+        report_run(run, self.args, progress=len(self.runs) == 1)
 
     def run(self) -> int:
         args = self.args
@@ -541,20 +394,7 @@ class Rehearsal:
             time.sleep(2 if active else 0)
         wall = time.monotonic() - started_at
         if len(self.runs) > 1:
-            summary = {
-                "launcher": args.launcher,
-                "wall_s": round(wall),
-                "runs": [
-                    {"run": r.name, "folder": str(r.folder), "status": r.status, "ok": r.ok,
-                     "wall_s": round(r.wall)}
-                    for r in self.runs
-                ],
-            }  # fmt: skip
-            (self.out / "summary.json").write_text(json.dumps(summary, indent=1))
-            for r in self.runs:
-                print(f"  {'ok  ' if r.ok else 'FAIL'} {r.name}: {r.status}, {r.wall:.0f} s")
-            print(f"rehearsal: {len(self.runs)} runs in {wall:.0f} s: "
-                  f"{'PASSED' if all(r.ok for r in self.runs) else 'FAILED'}")  # fmt: skip
+            summarize(self.runs, self.out, args.launcher, wall)
         return 0 if all(r.ok for r in self.runs) else 1
 
 
@@ -584,174 +424,6 @@ def run(args: argparse.Namespace) -> int:
         shutil.rmtree(old, ignore_errors=True)
         print(f"rehearsal: every run passed: {final}")
     return code
-
-
-def _arm_list(text: str, launcher: Launcher) -> list[tuple[str, str | None]]:
-    """``ARM[:A],...`` -> [(arm, a)]; protect's a defaults to 0.5."""
-    out = []
-    for item in (x for x in text.replace(" ", ",").split(",") if x):
-        arm, _, a = item.partition(":")
-        if arm not in launcher.arms:
-            raise ValueError(f"{arm!r}; allowed: {', '.join(launcher.arms)}")
-        if a and arm != "protect":
-            raise ValueError(f"{item!r}: a keep probability applies only to protect")
-        out.append((arm, a or ("0.5" if arm == "protect" else None)))
-    return out
-
-
-def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
-    """The rehearsal's flags, checked (an error names the flag and what is allowed)."""
-    p = argparse.ArgumentParser(prog="python -m rescue.rehearsal.miles", description=__doc__)
-    p.add_argument(
-        "--launcher",
-        default="swe",
-        help=f"the launcher rehearsed: {', '.join(LAUNCHERS)} (default swe)",
-    )
-    p.add_argument(
-        "--arm",
-        default=None,
-        help="the arm, or several as ARM[:A],... (protect's keep probability after the colon); "
-        "default protect (swe), zero (rlvr, agent)",
-    )
-    p.add_argument("--a", default=None, help="keep probability for protect (default 0.5)")
-    p.add_argument("--miles-src", default=os.environ.get("MILES_SRC"), help="Miles checkout")
-    p.add_argument(
-        "--megatron-src",
-        default=os.environ.get("MEGATRON_SRC"),
-        help="Megatron-LM checkout (megatron.core, megatron.training; default $MEGATRON_SRC)",
-    )
-    p.add_argument(
-        "--offpolicy",
-        default=None,
-        help="OFFPOLICY of the launcher: swe tis-sc (default) or tis; rlvr none (default), tis "
-        "or tis-sc; agent none",
-    )
-    p.add_argument(
-        "--steps",
-        type=int,
-        default=3,
-        help="trained steps checked (default 3); the run makes one more, whose rollout "
-        "metrics Miles can lose at exit",
-    )
-    p.add_argument("--seed", type=int, default=1, help="SEED of the launcher (default 1)")
-    p.add_argument(
-        "--seeds",
-        type=int,
-        default=0,
-        help="run seeds 1..N of every arm, each its own run (default 0: --seed alone)",
-    )
-    p.add_argument(
-        "--parallel",
-        type=int,
-        default=1,
-        help="runs at once, each lane with a Ray head of its own (default 1)",
-    )
-    p.add_argument("--staleness", type=int, default=None, help="STALENESS K (default 0; pace 1)")
-    p.add_argument(
-        "--router",
-        default="miles",
-        help="miles (Miles' own router, default) or sglang (PyPI sglang-router)",
-    )
-    p.add_argument(
-        "--without",
-        action="append",
-        default=[],
-        metavar="FLAG",
-        help="rehearse the launcher's command without FLAG, e.g. "
-        "--without=--sglang-tool-call-parser (repeatable; default none)",
-    )
-    p.add_argument("--extra-args", default="", help="EXTRA_ARGS of the launcher (default none)")
-    p.add_argument(
-        "--fault",
-        default=None,
-        help=f"break the run on purpose, to see the rehearsal catch it: {', '.join(FAULTS)} "
-        "(default none)",
-    )
-    p.add_argument(
-        "--model",
-        default=None,
-        help="rlvr, agent: a taught model folder to reuse (default: teach one into the inputs)",
-    )
-    p.add_argument(
-        "--prompt-data",
-        default=None,
-        help="the runs' prompt rows (swe: task rows, e.g. q3's subset; rlvr: rescue rlvr "
-        "prepare's; agent: rescue agent prepare's); default: the rehearsal's own",
-    )
-    p.add_argument(
-        "--inputs",
-        default=None,
-        help="rlvr, agent: the folder of the inputs the runs share (taught model, rows, games, "
-        "cap), made there when missing and reused when present (default: in --out)",
-    )
-    p.add_argument(
-        "--cap-file",
-        default=None,
-        help="rlvr: the cap file of rescue rlvr calibrate (default: calibrate here)",
-    )
-    p.add_argument(
-        "--timeout", type=int, default=1200, help="seconds per run from its start (default 1200)"
-    )
-    p.add_argument("--out", default=None, help="run folder (default runs/rehearsal/ARM-TIME)")
-    p.add_argument(
-        "--replace",
-        action="store_true",
-        help="run in OUT.partial and put it in place of OUT only when every run passed (a "
-        "failed rehearsal leaves OUT as it was); default: OUT must be new or empty",
-    )
-    a = p.parse_args(argv)
-    if a.launcher not in LAUNCHERS:
-        p.error(f"--launcher={a.launcher!r}; allowed: {', '.join(LAUNCHERS)}")
-    launcher = LAUNCHERS[a.launcher]
-    try:
-        a.arm_list = _arm_list(a.arm or DEFAULT_ARM[a.launcher], launcher)
-    except ValueError as e:
-        p.error(f"--arm={e}")
-    if not a.arm_list:
-        p.error(f"--arm={a.arm!r}; allowed: {', '.join(launcher.arms)}")
-    a.arm = a.arm_list[0][0]
-    if a.a is not None:
-        if a.arm != "protect" or len(a.arm_list) > 1:
-            p.error(f"--a={a.a}; allowed only with --arm protect (or ARM:A in a list)")
-        a.arm_list = [("protect", a.a)]
-    a.a = a.arm_list[0][1]
-    a.offpolicy = a.offpolicy or launcher.offpolicy[0]
-    if a.offpolicy not in launcher.offpolicy:
-        p.error(f"--offpolicy={a.offpolicy!r}; allowed: {', '.join(launcher.offpolicy)}")
-    for flag, value, what in (
-        ("--miles-src", a.miles_src, "a Miles checkout with train_async.py"),
-        ("--megatron-src", a.megatron_src, "a Megatron-LM checkout with megatron/training"),
-    ):
-        if not value:
-            p.error(f"{flag} (or {flag[2:].upper().replace('-', '_')}) is required: {what}")
-    if not (Path(a.miles_src) / launcher.entry).is_file():
-        p.error(f"--miles-src={a.miles_src}: no {launcher.entry} there; allowed: a Miles checkout")
-    if not (Path(a.megatron_src) / "megatron" / "training").is_dir():
-        p.error(
-            f"--megatron-src={a.megatron_src}: no megatron/training there; allowed: a "
-            "Megatron-LM checkout (the vendored megatron-2e64d788)"
-        )
-    if a.fault is not None and a.fault not in FAULTS:
-        p.error(f"--fault={a.fault!r}; allowed: {', '.join(FAULTS)}")
-    if a.router not in ("miles", "sglang"):
-        p.error(f"--router={a.router!r}; allowed: miles, sglang")
-    bad = [f for f in a.without if not f.startswith("--")]
-    if bad:
-        p.error(f"--without={bad[0]!r}; allowed: a flag name such as --sglang-tool-call-parser")
-    for flag, value, least in (("--steps", a.steps, 1), ("--timeout", a.timeout, 1),
-                               ("--parallel", a.parallel, 1), ("--seeds", a.seeds, 0)):  # fmt: skip
-        if value < least:
-            p.error(f"{flag}={value}; allowed: an integer >= {least}")
-    for flag, value in (("--model", a.model), ("--prompt-data", a.prompt_data),
-                        ("--cap-file", a.cap_file)):  # fmt: skip
-        if value and not Path(value).exists():
-            p.error(f"{flag}={value}: no such file or folder")
-    if a.launcher == "swe" and (a.model or a.cap_file or a.inputs):
-        p.error("--model, --cap-file and --inputs apply to --launcher rlvr or agent")
-    a.out = a.out or str(
-        ROOT / "runs" / "rehearsal" / f"{a.launcher}-{a.arm}-{time.strftime('%Y%m%d-%H%M%S')}"
-    )
-    return a
 
 
 def main(argv: list[str] | None = None) -> int:
