@@ -425,9 +425,10 @@ endif
 #
 # REHEARSAL: 1 runs the chain on this CPU in minutes (default 0), every training stage through
 # Miles' own loop with a tiny model (the training rehearsal, in REHEARSAL_VENV; needs
-# MILES_SRC and MEGATRON_SRC): two seeds, 2 trained steps a run (q1: one never-drop run of 3).
+# MILES_SRC and MEGATRON_SRC): q2 two seeds, q3 one, 2 trained steps a run (q1: one
+# never-drop run of 3).
 # RUN_DIR: the run folder (default runs/qN, runs/qN-rehearsal with REHEARSAL=1). SEEDS: seeds
-# per arm (default 3; 2 in rehearsal). STEPS: training steps per run (default: the
+# per arm (default 3; in rehearsal 2 for q2, 1 for q3). STEPS: training steps per run (default: the
 # launchers' NUM_ROLLOUT; in rehearsal 2, q1 3). Q2_DIR: q2's run folder for q3's gate (default
 # runs/q2, runs/q2-rehearsal with REHEARSAL=1). FORCE: 1 starts q3 without q2's go, and
 # q2 or q3 (and make rlvr-sweep) with SEEDS below 3, and records it (default 0). DUMPS, MODEL: q1's dumps and checkpoint (MODEL also

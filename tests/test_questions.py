@@ -239,7 +239,7 @@ def test_the_recorded_steps_are_the_ones_the_training_runs(tmp_path, monkeypatch
     rescue_main(["question", "q1", "--run-dir", str(tmp_path / "d"), "--rehearsal", *src])
     assert [r["STEPS"] for r in recorded] == [chains.REHEARSAL_STEPS["q2"], 7,
                                              chains.REHEARSAL_STEPS["q1"]]  # fmt: skip
-    assert recorded[0]["SEEDS"] == chains.REHEARSAL_SEEDS
+    assert recorded[0]["SEEDS"] == chains.REHEARSAL_SEEDS["q2"] == 2
     with cluster_machine(tmp_path):
         rescue_main(["question", "q2", "--run-dir", str(tmp_path / "c")])
     assert recorded[-1]["STEPS"] == "NUM_ROLLOUT of the launchers"

@@ -49,8 +49,10 @@ Q3_ARMS = (
 #: The arm whose run q1's rehearsal replays (the arm that records on the cluster).
 Q1_ARM = "never-drop"
 #: Rehearsal defaults: seeds per arm, trained steps per run (the driver makes one more
-#: rollout) unless SEEDS / STEPS say others, and runs at once (each lane a Ray head).
-REHEARSAL_SEEDS = 2
+#: rollout) unless SEEDS / STEPS say others, and runs at once (each lane a Ray head). q2
+#: runs two seeds (the judge's pairing of seeds, its gate); q3 one: below three seeds its
+#: judge decides nothing either way, and each SWE run is four minutes of this CPU.
+REHEARSAL_SEEDS = {"q1": 1, "q2": 2, "q3": 1}
 REHEARSAL_STEPS = {"q1": 3, "q2": 2, "q3": 2}
 PARALLEL = 2
 #: The chat template the rehearsal's tiny tokenizer gets (the Qwen3 family's, from Miles).

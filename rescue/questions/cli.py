@@ -68,7 +68,7 @@ def configure(parser: argparse.ArgumentParser) -> None:
         "--seeds",
         type=flags.COUNT,
         default=None,
-        help="seeds per arm (default 3 on the cluster, 2 in rehearsal)",
+        help="seeds per arm (default 3 on the cluster; in rehearsal 2 for q2, 1 for q3)",
     )
     parser.add_argument(
         "--steps",
@@ -236,7 +236,11 @@ def main(args: argparse.Namespace) -> int:
     from rescue.stages import Runner
 
     run_dir = Path(args.run_dir).resolve()
-    seeds = args.seeds if args.seeds is not None else (REHEARSAL_SEEDS if args.rehearsal else 3)
+    seeds = (
+        args.seeds
+        if args.seeds is not None
+        else (REHEARSAL_SEEDS[args.question] if args.rehearsal else 3)
+    )
     if args.question in ("q2", "q3") and not args.rehearsal:
         check_cluster(args.question)
     if args.question == "q1":
