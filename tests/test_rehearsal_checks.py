@@ -149,7 +149,11 @@ def test_unused_must_match_the_census_step_by_step():
         ("drop", {"trained_stale": 1}, False),
         ("drop", {}, False),
         ("protect", {"dropped_stale": 1, "trained_protected": 1}, True),
-        ("protect", {"dropped_stale": 2}, False),
+        ("protect", {"dropped_stale": 2}, True),  # 0.5^2: the coins may keep none
+        ("protect", {"dropped_stale": 20}, False),  # 0.5^20: they keep some
+        ("protect", {"trained_protected": 20}, False),  # ... and drop some
+        ("protect", {"dropped_stale": 10, "trained_protected": 10, "trained_stale": 1}, False),
+        ("protect", {}, False),  # no stale group met a coin
         ("never-drop", {"trained_stale": 1}, True),
         ("never-drop", {}, False),
         ("turn", {"trained_stale": 2}, True),
@@ -163,12 +167,25 @@ def test_stale_groups_are_handled_as_the_arm_says(arm, buckets, ok):
     assert checks.stale(f)[0] is ok
 
 
+def test_a_handful_of_coins_may_keep_no_stale_group_but_many_may_not():
+    """The binomial test behind the protect checks: a known case, and its threshold."""
+    assert checks.kept_as_a(0, 3, 0.25) == (True, "0 of 3 stale groups kept at a = 0.25 "
+                                               "(binomial test p = 1)")  # fmt: skip
+    assert not checks.kept_as_a(0, 20, 0.5)[0]  # p = 2 x 0.5^20
+    assert checks.kept_as_a(5, 20, 0.25)[0]
+    assert not checks.kept_as_a(0, 0, 0.5)[0]
+
+
 def test_protect_needs_1_over_a_in_the_trained_reward():
     f = run("protect", a=0.5)
     f.train_data = [samples([2.0] * 4 + [None] * 4)]
     assert checks.protect(f)[0]
     f.train_data = [samples([None] * 8)]
-    assert "no protected sample" in checks.protect(f)[1]
+    f.census = [census_row(0, 20, 0, dropped_stale=20)]  # twenty coins at 1/2, none kept
+    assert not checks.protect(f)[0] and "no protected sample" in checks.protect(f)[1]
+    f.census = [census_row(0, 3, 0, dropped_stale=3)]  # three coins at 1/2: (1/2)^3 = 1/8
+    ok, detail = checks.protect(f)
+    assert ok and detail.startswith("no protected sample to check the weight 1/a on: 0 of 3")
     unweighted = samples([None] * 8)
     for s in unweighted[:4]:
         s["rescue_weight"] = 2.0  # on the sample, never in the reward

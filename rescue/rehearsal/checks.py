@@ -236,10 +236,31 @@ def stale(f: RunFiles) -> tuple[bool, str]:
     if f.arm == "drop":
         ok = dropped > 0 and trained == 0 and protected == 0
     elif f.arm == "protect":
-        ok = dropped > 0 and protected > 0 and trained == 0
+        consistent, coins = kept_as_a(protected, dropped + protected, f.a or 0.5)
+        return consistent and trained == 0, f"protect: {summary}; {coins}"
     else:
         ok = trained > 0 and dropped == 0 and protected == 0
     return ok, f"{f.arm}: {summary}"
+
+
+#: The protect arm's coins fail the rehearsal when the groups they kept are this unlikely
+#: under the keep probability a (two-sided binomial test): one run's handful of stale groups
+#: may keep none at a = 0.25 (0.75^3 = 0.42), but twenty at a = 0.5 keep none once in a
+#: million runs.
+COIN_ALPHA = 1e-3
+
+
+def kept_as_a(kept: float, met: float, a: float) -> tuple[bool, str]:
+    """Whether ``kept`` of the ``met`` stale groups that met the coin is consistent with the
+    keep probability ``a`` (``COIN_ALPHA``), and a sentence saying so."""
+    from scipy.stats import binomtest
+
+    kept, met = round(float(kept)), round(float(met))
+    if met == 0:
+        return False, "no stale group met the coin"
+    p = binomtest(kept, met, a).pvalue
+    said = f"{kept} of {met} stale groups kept at a = {a:g} (binomial test p = {p:.2g})"
+    return bool(p >= COIN_ALPHA), said
 
 
 def on_policy(f: RunFiles) -> tuple[bool, str]:
@@ -326,7 +347,12 @@ def protect(f: RunFiles) -> tuple[bool, str]:
         got = np.array([s["reward"] for s in step], dtype=float)
         off += int(np.sum(np.abs(expected - got) > 1e-4 * np.maximum(1.0, np.abs(expected))))
     if not weighted:
-        return False, "no protected sample was trained"
+        t = _totals(f)
+        met, kept = t["dropped_stale"] + t["trained_protected"], t["trained_protected"]
+        consistent, coins = kept_as_a(kept, met, a)
+        if kept or not consistent:
+            return False, f"no protected sample was trained ({coins})"
+        return True, f"no protected sample to check the weight 1/a on: {coins}"
     if wrong_weight:
         return False, f"{len(wrong_weight)} protected samples with a weight other than 1/a"
     if off:
