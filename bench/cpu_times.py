@@ -115,12 +115,39 @@ def demo_argv(python: str, out: Path) -> list[str]:
     return [python, "-m", "rescue", *recipe, "--out", str(out)]
 
 
-def measure(
-    names: list[str], venv: Path, sources: list[str] = ()
-) -> dict[str, tuple[float, tuple[float, float]]]:
-    """Seconds, and the load average at the start and the end, of each figure;
-    ``sources``: ``MILES_SRC=...``, ``MEGATRON_SRC=...`` for the training figures."""
-    got: dict[str, tuple[float, tuple[float, float]]] = {}
+class Figures(dict):
+    """The figures measured so far, each written to ``bench/cpu_times.json`` as soon as it is
+    measured: a later figure that fails (which records nothing of its own) loses none."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.started = time.strftime("%Y-%m-%d")
+        self.pip = (
+            "pip's cache warm" if (Path.home() / ".cache" / "pip").is_dir() else "no pip cache"
+        )
+
+    def __setitem__(self, name: str, value: tuple[float, tuple[float, float]]) -> None:
+        super().__setitem__(name, value)
+        seconds, (before, after) = value
+        record = json.loads(RECORD.read_text()) if RECORD.exists() else {}
+        record[name] = {
+            "command": COMMANDS[name],
+            "seconds": round(seconds, 1),
+            "display": display(seconds),
+            "when": self.started,
+            "machine": machine(),
+            "load_average": [round(before, 1), round(after, 1)],
+            **({"pip": self.pip} if name == "install" else {}),
+        }
+        RECORD.write_text(json.dumps(record, indent=1, sort_keys=True) + "\n")
+        print(f"{name}: {display(seconds)} recorded in {RECORD.relative_to(ROOT)}", flush=True)
+
+
+def measure(names: list[str], venv: Path, sources: list[str] = ()) -> Figures:
+    """Seconds, and the load average at the start and the end, of each figure, each recorded
+    when measured; ``sources``: ``MILES_SRC=...``, ``MEGATRON_SRC=...`` for the training
+    figures."""
+    got = Figures()
     with tempfile.TemporaryDirectory() as tmp:
         work = Path(tmp)
         if "install" in names or "test" in names:
@@ -194,21 +221,8 @@ def main() -> None:
             "train through Miles"
         )
     sources = [f"MILES_SRC={args.miles_src}", f"MEGATRON_SRC={args.megatron_src}"]
-    started = time.strftime("%Y-%m-%d")
-    got = measure(names, Path(args.venv), sources if training else [])
-    record = json.loads(RECORD.read_text()) if RECORD.exists() else {}
-    pip_cache = "pip's cache warm" if (Path.home() / ".cache" / "pip").is_dir() else "no pip cache"
-    for name, (seconds, (before, after)) in got.items():
-        record[name] = {
-            "command": COMMANDS[name],
-            "seconds": round(seconds, 1),
-            "display": display(seconds),
-            "when": started,
-            "machine": machine(),
-            "load_average": [round(before, 1), round(after, 1)],
-            **({"pip": pip_cache} if name == "install" else {}),
-        }
-    RECORD.write_text(json.dumps(record, indent=1, sort_keys=True) + "\n")
+    measure(names, Path(args.venv), sources if training else [])
+    record = json.loads(RECORD.read_text())
     print(table(record))
     print(f"recorded in {RECORD.relative_to(ROOT)}", file=sys.stderr)
 
