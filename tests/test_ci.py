@@ -194,12 +194,3 @@ def test_an_archive_of_another_commit_than_the_pinned_one_fails_naming_both(tmp_
     assert f"records commit {other.strip()}, not the pinned megatron commit {MEGATRON.commit}" in (
         result.stdout
     )
-
-
-def test_ci_rehearses_make_q2_only_when_ci_questions_is_1():
-    run = (ROOT / ".ci" / "run").read_text()
-    guarded = run.split('if [ "${CI_QUESTIONS:-0}" != 0 ]; then', 1)
-    assert len(guarded) == 2
-    block = guarded[1].split("\nfi\n", 1)[0]
-    assert "make q2 REHEARSAL=1" in block and "rescue status" in block
-    assert "\nmake q2" not in guarded[0]  # only under the guard
