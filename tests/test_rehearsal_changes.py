@@ -548,3 +548,35 @@ def test_the_rollout_manager_finishes_its_tracking_when_disposed(monkeypatch):
             cls().dispose()
         assert calls == ["dispose", "finish"]  # finished even when Miles' own dispose raised
     assert any(c.module == "miles.ray.rollout.rollout_manager" for c in CHANGES)
+
+
+def test_the_train_actor_finishes_its_tracking_after_the_last_rollouts_update(monkeypatch):
+    """Miles' train actor never finishes its wandb run (a rehearsal of train.py lost the last
+    2 of 4 steps' train/* rows): the patch finishes it after the update that follows the
+    last rollout, and not before."""
+    from rescue.rehearsal.miles.patches import finish_train_tracking
+
+    calls = []
+    tracking = types.ModuleType("miles.utils.tracking_utils.tracking")
+    tracking.finish_tracking = lambda: calls.append("finish")
+    for name in ("miles", "miles.utils", "miles.utils.tracking_utils"):
+        monkeypatch.setitem(sys.modules, name, types.ModuleType(name))
+    monkeypatch.setitem(sys.modules, "miles.utils.tracking_utils.tracking", tracking)
+
+    class MegatronTrainRayActor:
+        args = types.SimpleNamespace(num_rollout=3)
+
+        def train(self, rollout_id):
+            self._last_rollout_id = rollout_id
+
+        def update_weights(self, info):
+            calls.append(f"update {self._last_rollout_id}")
+            return info
+
+    finish_train_tracking(types.SimpleNamespace(MegatronTrainRayActor=MegatronTrainRayActor))
+    actor = MegatronTrainRayActor()
+    for rollout_id in range(3):
+        actor.train(rollout_id)
+        assert actor.update_weights(info="engines") == "engines"
+    assert calls == ["update 0", "update 1", "update 2", "finish"]
+    assert any(c.module == "miles.backends.megatron_utils.actor" for c in CHANGES)

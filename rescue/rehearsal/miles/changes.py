@@ -157,6 +157,17 @@ CHANGES: tuple[Change, ...] = (
     ),
     Change(
         "patch",
+        "MegatronTrainRayActor.update_weights finishes the train actor's tracking (its wandb "
+        "run) after the last rollout's update",
+        "Miles bug: the train actor logs each optimizer step's train/* from its own process but "
+        "never finishes its wandb run (train.py finishes only the driver's), so the rows still "
+        "queued when Ray stops it are lost: a CPU rehearsal of train.py lost the last 2 of 4 "
+        "steps' rows (the report is judged from them)",
+        "miles.backends.megatron_utils.actor",
+        patches.finish_train_tracking,
+    ),
+    Change(
+        "patch",
         "sglang_engine.dataclasses.fields: msgspec's field list for ServerArgs",
         "version skew: PyPI sglang 0.5.23's ServerArgs is a msgspec.Struct; Miles' image pins "
         "a 0.5.16 fork where it is a dataclass (sglang_engine.py ~806)",

@@ -7,6 +7,7 @@ stand-ins are in ``device``, the packed attention in ``attention``.
 
 from __future__ import annotations
 
+import functools
 import types
 from typing import Any
 
@@ -152,3 +153,24 @@ def finish_rollout_tracking(module: types.ModuleType) -> None:
                 finish_tracking()
 
         cls.dispose = dispose
+
+
+def finish_train_tracking(module: types.ModuleType) -> None:
+    """``MegatronTrainRayActor.update_weights`` finishes the train actor's tracking (its wandb
+    run) after the update that follows the run's last rollout (``--num-rollout``): nothing
+    the actor logs comes after it. Ray copies the class's methods when the driver decorates
+    it, after this hook patched it there."""
+    cls = module.MegatronTrainRayActor
+    original = cls.update_weights
+
+    @functools.wraps(original)
+    def update_weights(self: Any, *args: Any, **kwargs: Any) -> Any:
+        out = original(self, *args, **kwargs)
+        last = getattr(self, "_last_rollout_id", None)
+        if last is not None and last + 1 >= self.args.num_rollout:
+            from miles.utils.tracking_utils.tracking import finish_tracking
+
+            finish_tracking()
+        return out
+
+    cls.update_weights = update_weights
