@@ -124,6 +124,33 @@ def test_finite_fails_on_a_nan_a_missing_key_and_a_missing_head():
     assert checks.finite(f)[0]
 
 
+def test_a_step_that_trained_no_token_logs_adv_tokens_0_alone_and_passes():
+    """The mask arm's step whose every sample was capped trains no token: Miles' optimizer
+    step runs, rescue logs adv_tokens = 0 (no mean, no variance, no head); the advantages
+    check compares 0 with 0. A step with tokens still needs every key."""
+    f = run("mask", offpolicy="tis")
+    for s in f.train_data[1]:
+        s["loss_mask_sum"] = 0
+    row = f.history[1]
+    for k in ("adv_mean", "adv_var"):
+        del row[f"train/rescue/{k}"]
+    for k in checks.SC_KEYS:
+        del row[f"train/rescue/sc/{k}"]
+    row["train/rescue/adv_tokens"] = 0
+    assert checks.finite(f)[0], checks.finite(f)
+    assert checks.advantages(f)[0], checks.advantages(f)
+    del f.history[0]["train/rescue/adv_var"]
+    assert not checks.finite(f)[0]
+    del row["train/rescue/adv_tokens"]  # a step that says nothing of its tokens
+    assert "train/rescue/adv_tokens" in checks.finite(f)[1]
+
+
+def test_an_empty_step_reduces_to_zero_tokens_alone():
+    from rescue.miles.train_step import AdvantageMoments
+
+    assert AdvantageMoments().reduce() == {"adv_tokens": 0.0}
+
+
 def test_census_fails_where_a_group_is_in_no_bucket():
     f = run()
     f.census[1] = census_row(1, 3, 1, trained_stale=1)

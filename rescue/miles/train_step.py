@@ -29,7 +29,7 @@ initialized (last pipeline stage, DP x CP rank 0, TP rank 0: Miles'
 ``train/rescue/update_norm``   ``‖Δθ‖₂`` of the step (``UpdateNorm``);
 ``train/rescue/adv_mean``      mean advantage over the tokens trained this step (loss mask 1);
 ``train/rescue/adv_var``       their variance (population variance over those tokens);
-``train/rescue/adv_tokens``    how many tokens that is;
+``train/rescue/adv_tokens``    how many tokens that is (0, alone, in a step that trained none);
 ``train/rescue/sc/*``          under score centering: ``tokens``, ``head_mass_sampler``,
                                ``head_mass_trainer``, ``truncated_frac``, ``correction_l1``
                                (``rescue.miles.sc_loss``; means over the trained tokens);
@@ -112,7 +112,8 @@ class AdvantageMoments:
         """``adv_tokens``, ``adv_mean``, ``adv_var`` over all ranks of ``groups`` (all-reduced).
 
         Every rank of the groups must call it (a rank with nothing recorded adds zeros).
-        Empty when no token was trained anywhere.
+        Only ``adv_tokens`` = 0 when no token was trained anywhere (a step whose every sample
+        was loss-masked): there is no mean or variance of nothing.
         """
         import torch
         import torch.distributed as dist
@@ -123,7 +124,7 @@ class AdvantageMoments:
                 dist.all_reduce(sums, group=group)
         n, s1, s2 = (float(x) for x in sums.cpu())
         if n <= 0:
-            return {}
+            return {"adv_tokens": 0.0}
         mean = s1 / n
         return {"adv_tokens": n, "adv_mean": mean, "adv_var": max(s2 / n - mean * mean, 0.0)}
 

@@ -143,7 +143,16 @@ def finite(f: RunFiles) -> tuple[bool, str]:
     want = [f"train/rescue/{k}" for k in TRAIN_KEYS]
     if f.offpolicy == "tis-sc":
         want += [f"train/rescue/sc/{k}" for k in SC_KEYS]
-    missing = sorted({k for row in rows for k in want if k not in row})
+    # a step that trained no token (every sample loss-masked) logs adv_tokens = 0 alone
+    empty = {"train/rescue/update_norm", "train/rescue/adv_tokens"}
+    missing = sorted(
+        {
+            k
+            for row in rows
+            for k in (want if row.get("train/rescue/adv_tokens", 1) else empty)
+            if k not in row
+        }
+    )
     if missing:
         return False, f"optimizer steps without {', '.join(missing)}"
     bad = sorted(
@@ -155,7 +164,7 @@ def finite(f: RunFiles) -> tuple[bool, str]:
         short = [
             int(r["train/step"])
             for r in rows
-            if r["train/rescue/sc/tokens"] != r["train/rescue/adv_tokens"]
+            if r.get("train/rescue/sc/tokens", 0) != r["train/rescue/adv_tokens"]
         ]
         if short:
             return False, f"steps {short}: fewer score-centering heads than trained tokens"
@@ -383,7 +392,7 @@ def advantages(f: RunFiles) -> tuple[bool, str]:
         data = [s for c in f.train_data[r * copies : (r + 1) * copies] for s in c]
         want = sum(s["reward"] * s["loss_mask_sum"] + s.get("channel_sum", 0.0) for s in data)
         channel += sum(abs(s.get("channel_sum", 0.0)) for s in data)
-        got = sum(s["train/rescue/adv_mean"] * s["train/rescue/adv_tokens"] for s in steps)
+        got = sum(s.get("train/rescue/adv_mean", 0.0) * s["train/rescue/adv_tokens"] for s in steps)
         tokens = sum(s["train/rescue/adv_tokens"] for s in steps)
         want_tokens = sum(s["loss_mask_sum"] for s in data)
         if tokens != want_tokens or abs(got - want) > REL * max(1.0, abs(want)):
