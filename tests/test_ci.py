@@ -128,7 +128,7 @@ def fake_make(tmp_path: Path) -> tuple[Path, Path]:
         "#!/usr/bin/env bash\n"
         f'echo "$*" >> {calls}\n'
         'for a in "$@"; do case $a in PYTEST_ARGS=--junitxml=*) x=${a#PYTEST_ARGS=--junitxml=};\n'
-        '  x=${x%% *}\n'
+        "  x=${x%% *}\n"
         '  echo \'<testsuites><testsuite><testcase classname="t" name="x"/></testsuite>'
         '</testsuites>\' > "$x";; esac; done\n'
     )

@@ -148,7 +148,13 @@ def test_a_step_that_trained_no_token_logs_adv_tokens_0_alone_and_passes():
 def test_an_empty_step_reduces_to_zero_tokens_alone():
     from rescue.miles.train_step import AdvantageMoments
 
-    assert AdvantageMoments().reduce() == {"adv_tokens": 0.0}
+    import torch
+
+    moments = AdvantageMoments()
+    assert moments.reduce() == {}  # nothing recorded: rescue's loss did not run
+    advantages = [torch.ones(3)]
+    moments.record(advantages, advantages, [torch.zeros(3)])  # every token loss-masked
+    assert moments.reduce() == {"adv_tokens": 0.0}
 
 
 def test_census_fails_where_a_group_is_in_no_bucket():

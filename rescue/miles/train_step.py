@@ -105,24 +105,27 @@ class AdvantageMoments:
                 raise InputError(
                     f"advantages cover {a.numel()} tokens, the local loss masks {m.numel()}"
                 )
-            sums = torch.stack([m.sum(), (a * m).sum(), (a * a * m).sum()])
+            sums = torch.stack([m.sum(), (a * m).sum(), (a * a * m).sum(), m.new_ones(())])
         self.sums = sums if self.sums is None else self.sums + sums
 
     def reduce(self, groups: Sequence[Any] = ()) -> dict[str, float]:
         """``adv_tokens``, ``adv_mean``, ``adv_var`` over all ranks of ``groups`` (all-reduced).
 
         Every rank of the groups must call it (a rank with nothing recorded adds zeros).
-        Only ``adv_tokens`` = 0 when no token was trained anywhere (a step whose every sample
-        was loss-masked): there is no mean or variance of nothing.
+        Empty when nothing was recorded anywhere (rescue's loss did not run); only
+        ``adv_tokens`` = 0 when micro-batches were recorded but none trained a token (a step
+        whose every sample was loss-masked): there is no mean or variance of nothing.
         """
         import torch
         import torch.distributed as dist
 
-        sums = self.sums if self.sums is not None else torch.zeros(3, dtype=torch.float64)
+        sums = self.sums if self.sums is not None else torch.zeros(4, dtype=torch.float64)
         if dist.is_available() and dist.is_initialized():
             for group in groups:
                 dist.all_reduce(sums, group=group)
-        n, s1, s2 = (float(x) for x in sums.cpu())
+        n, s1, s2, batches = (float(x) for x in sums.cpu())
+        if batches <= 0:
+            return {}
         if n <= 0:
             return {"adv_tokens": 0.0}
         mean = s1 / n
