@@ -146,9 +146,9 @@ def test_a_step_that_trained_no_token_logs_adv_tokens_0_alone_and_passes():
 
 
 def test_an_empty_step_reduces_to_zero_tokens_alone():
-    from rescue.miles.train_step import AdvantageMoments
-
     import torch
+
+    from rescue.miles.train_step import AdvantageMoments
 
     moments = AdvantageMoments()
     assert moments.reduce() == {}  # nothing recorded: rescue's loss did not run
