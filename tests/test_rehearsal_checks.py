@@ -242,9 +242,17 @@ def test_advantages_catch_a_loss_that_ignores_the_turn_channel():
     ]
     ok, detail = checks.advantages(f)
     assert not ok and "rollout 0" in detail
-    g = run("turn")  # a turn run whose channel never arrived
+    g = run("turn")  # a turn run whose channel never arrived, in groups of mixed rewards
     ok, detail = checks.advantages(g)
-    assert not ok and "channel is zero" in detail
+    assert not ok and "channel is zero" in detail and "in 6 groups" in detail
+    # no group of mixed rewards (every episode of a text-game step capped, or all won): the
+    # channel is zero by construction, and the check says so
+    for step in g.train_data:
+        for sample in step:
+            sample["raw_reward"], sample["reward"] = 0.0, 0.0
+    g.history = [train_row(i, d) for i, d in enumerate(g.train_data)]
+    ok, detail = checks.advantages(g)
+    assert ok and detail.endswith("no group's members had different rewards"), detail
 
 
 def test_matched_needs_copy_a_measured_and_copy_b_at_its_norm():

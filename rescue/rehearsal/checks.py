@@ -407,9 +407,28 @@ def advantages(f: RunFiles) -> tuple[bool, str]:
             f"(need {f.steps_checked})"
         )
     if f.arm == "turn" and channel == 0:
-        return False, "the turn arm's per-token channel is zero on every trained token"
+        mixed = _mixed_groups(f)
+        if mixed:
+            return False, (
+                f"the turn arm's per-token channel is zero on every trained token, in {mixed} "
+                "groups whose members' rewards differ"
+            )
+        return True, (
+            f"{compared} rollouts: the loss trained the train data's advantage sum; the turn "
+            "channel zero throughout, as it must be: no group's members had different rewards"
+        )
     what = " (the turn channel included)" if f.arm == "turn" else ""
     return True, f"{compared} rollouts: the loss trained the train data's advantage sum{what}"
+
+
+def _mixed_groups(f: RunFiles) -> int:
+    """Groups of the train data whose members' raw rewards differ (elsewhere every advantage,
+    the turn channel's included, is zero)."""
+    rewards: dict[tuple[int, Any], set[float]] = defaultdict(set)
+    for r, step in enumerate(f.train_data):
+        for sample in step:
+            rewards[(r, sample.get("group_index"))].add(float(sample["raw_reward"]))
+    return sum(len(v) > 1 for v in rewards.values())
 
 
 def matched(f: RunFiles) -> tuple[bool, str]:
