@@ -30,11 +30,10 @@ def _arm_list(text: str, launcher: Launcher) -> list[tuple[str, str | None]]:
     return out
 
 
-def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
-    """The rehearsal's flags, checked (an error names the flag and what is allowed)."""
-    from rescue.rehearsal.miles import run as driver  # its docstring is the --help text
-
-    p = argparse.ArgumentParser(prog="python -m rescue.rehearsal.miles", description=driver.__doc__)
+def parse(argv: list[str] | None, description: str | None) -> argparse.Namespace:
+    """The rehearsal's flags, checked (an error names the flag and what is allowed);
+    ``description``: the --help text (the driver's docstring)."""
+    p = argparse.ArgumentParser(prog="python -m rescue.rehearsal.miles", description=description)
     p.add_argument(
         "--launcher",
         default="swe",

@@ -49,6 +49,7 @@ from pathlib import Path
 from typing import Any
 
 from rescue.rehearsal.miles import inputs as run_inputs
+from rescue.rehearsal.miles import options
 from rescue.rehearsal.miles.changes import CHANGES, FAULT_ENV
 from rescue.rehearsal.miles.command import (
     ROOT,
@@ -60,7 +61,6 @@ from rescue.rehearsal.miles.command import (
 )
 from rescue.rehearsal.miles.inputs import agent_prompts, megatron_model_args
 from rescue.rehearsal.miles.launchers import LAUNCHERS, SWE, Launcher
-from rescue.rehearsal.miles.options import parse_args
 from rescue.rehearsal.miles.reports import report_run, summarize
 from rescue.rehearsal.miles.servers import (
     engine_command,
@@ -424,6 +424,12 @@ def run(args: argparse.Namespace) -> int:
         shutil.rmtree(old, ignore_errors=True)
         print(f"rehearsal: every run passed: {final}")
     return code
+
+
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
+    """The rehearsal's flags, checked (``rescue.rehearsal.miles.options``); --help prints
+    this module's docstring."""
+    return options.parse(argv, __doc__)
 
 
 def main(argv: list[str] | None = None) -> int:
