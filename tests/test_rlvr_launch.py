@@ -828,7 +828,7 @@ def test_every_arms_flags_parse_with_miles_own_parser(arm, miles_src, bin_dir):
 
 def test_the_sweeps_flags_parse_with_miles_own_parser(miles_src, bin_dir):
     out = rlvr(
-        "rlvr_sweep.sh", bin_dir, miles_src, ARMS=" ".join(ARMS), SEEDS="2", CAP="768"
+        "rlvr_sweep.sh", bin_dir, miles_src, ARMS=" ".join(ARMS), SEEDS="2", CAP="768", FORCE="1"
     ).stdout
     submits = [w for w in command_lines(out) if w[:3] == ["ray", "job", "submit"]]
     assert len(submits) == 2 * len(ARMS)
