@@ -517,17 +517,24 @@ def test_survivors_are_the_run_folders_processes_and_those_of_its_runs(tmp_path)
             p.wait()
 
 
-def test_the_rollout_manager_finishes_its_tracking_when_disposed(monkeypatch):
-    """Miles' rollout manager never finishes its wandb run: the rehearsal's patch finishes it
-    after Miles' own dispose, so the last steps' census rows reach the run."""
-    from rescue.rehearsal.miles.patches import finish_rollout_tracking
-
-    calls = []
+@pytest.fixture
+def finish_calls(monkeypatch) -> list[str]:
+    """A stand-in for Miles' ``tracking.finish_tracking`` that records each call."""
+    calls: list[str] = []
     tracking = types.ModuleType("miles.utils.tracking_utils.tracking")
     tracking.finish_tracking = lambda: calls.append("finish")
     for name in ("miles", "miles.utils", "miles.utils.tracking_utils"):
         monkeypatch.setitem(sys.modules, name, types.ModuleType(name))
     monkeypatch.setitem(sys.modules, "miles.utils.tracking_utils.tracking", tracking)
+    return calls
+
+
+def test_the_rollout_manager_finishes_its_tracking_when_disposed(finish_calls):
+    """Miles' rollout manager never finishes its wandb run: the rehearsal's patch finishes it
+    after Miles' own dispose, so the last steps' census rows reach the run."""
+    from rescue.rehearsal.miles.patches import finish_rollout_tracking
+
+    calls = finish_calls
 
     class RolloutManager:
         def dispose(self):
@@ -550,18 +557,13 @@ def test_the_rollout_manager_finishes_its_tracking_when_disposed(monkeypatch):
     assert any(c.module == "miles.ray.rollout.rollout_manager" for c in CHANGES)
 
 
-def test_the_train_actor_finishes_its_tracking_after_the_last_rollouts_update(monkeypatch):
+def test_the_train_actor_finishes_its_tracking_after_the_last_rollouts_update(finish_calls):
     """Miles' train actor never finishes its wandb run (a rehearsal of train.py lost the last
     2 of 4 steps' train/* rows): the patch finishes it after the update that follows the
     last rollout, and not before."""
     from rescue.rehearsal.miles.patches import finish_train_tracking
 
-    calls = []
-    tracking = types.ModuleType("miles.utils.tracking_utils.tracking")
-    tracking.finish_tracking = lambda: calls.append("finish")
-    for name in ("miles", "miles.utils", "miles.utils.tracking_utils"):
-        monkeypatch.setitem(sys.modules, name, types.ModuleType(name))
-    monkeypatch.setitem(sys.modules, "miles.utils.tracking_utils.tracking", tracking)
+    calls = finish_calls
 
     class MegatronTrainRayActor:
         args = types.SimpleNamespace(num_rollout=3)
