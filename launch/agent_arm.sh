@@ -38,4 +38,4 @@ rescue_note "$RUN_NAME: ENV=$ENV ARM=$ARM SEED=$SEED CAP=$CAP on $GPUS_PER_RUN G
 if [[ $RAY_START == 1 ]]; then rescue_rlvr_ray_start; else rescue_rlvr_check_cluster; fi
 if [[ $DRY_RUN != 1 ]]; then mkdir -p "$OUTPUT_DIR/$RUN_NAME"; fi
 rescue_housekeeper "housekeeper-$RUN_NAME"
-rescue_run "${SUBMIT[@]}"
+rescue_submit_and_wait "$SUBMISSION_ID" "${SUBMIT[@]}"

@@ -60,6 +60,65 @@ rescue_run() {
   "$@"
 }
 
+# rescue_job_state ID: the state of the Ray job ID as the job server reports it (`ray job
+# status`), in RESCUE_JOB_STATE: succeeded, failed, stopped, running (pending or running) or
+# silent (Ray did not answer); what it printed in RESCUE_JOB_STATUS.
+rescue_job_state() {
+  if ! RESCUE_JOB_STATUS=$(ray job status --address "http://127.0.0.1:$RAY_DASHBOARD_PORT" "$1" 2>&1); then
+    RESCUE_JOB_STATE=silent
+  elif grep -q "' succeeded" <<<"$RESCUE_JOB_STATUS"; then
+    RESCUE_JOB_STATE=succeeded
+  elif grep -q "' failed" <<<"$RESCUE_JOB_STATUS"; then
+    RESCUE_JOB_STATE=failed
+  elif grep -q "' was stopped" <<<"$RESCUE_JOB_STATUS"; then
+    RESCUE_JOB_STATE=stopped
+  else
+    RESCUE_JOB_STATE=running
+  fi
+}
+
+# rescue_submit_and_wait ID SUBMIT...: the `ray job submit ... --submission-id ID` command
+# SUBMIT (which follows the job's log), then, when it exits 0, `ray job status ID` every
+# JOB_POLL_S s until the job has ended. `ray job submit` exits 1 only for a failed job and 0
+# also when its log stream ends while the job still runs (Ray's dashboard/modules/job/cli.py,
+# `submit`), which would let what follows (the next arm of a chain, the oracle's comparison)
+# start beside a running job. Returns 0 only when the job succeeded; 1 when it failed or was
+# stopped, or Ray did not answer 10 times in a row.
+rescue_submit_and_wait() {
+  local id=$1 said=0 silent=0
+  shift
+  rescue_run "$@" || return $?
+  [[ $DRY_RUN != 1 ]] || return 0
+  while :; do
+    rescue_job_state "$id"
+    case $RESCUE_JOB_STATE in
+      succeeded) return 0 ;;
+      failed | stopped)
+        printf '%s: job %s %s: %s\n' "$RESCUE_PROG" "$id" "$RESCUE_JOB_STATE" \
+          "$(tail -n 1 <<<"$RESCUE_JOB_STATUS")" >&2
+        return 1
+        ;;
+      silent)
+        silent=$((silent + 1))
+        if ((silent >= 10)); then
+          printf '%s: Ray did not answer about job %s 10 times in a row: %s\n' "$RESCUE_PROG" \
+            "$id" "$RESCUE_JOB_STATUS" >&2
+          return 1
+        fi
+        ;;
+      *)
+        silent=0
+        if ((!said)); then
+          said=1
+          printf '%s: ray job submit stopped following job %s, which is still running (%s); waiting for it to end, asking every JOB_POLL_S=%s s\n' \
+            "$RESCUE_PROG" "$id" "$(tail -n 1 <<<"$RESCUE_JOB_STATUS")" "$JOB_POLL_S" >&2
+        fi
+        ;;
+    esac
+    sleep "$JOB_POLL_S"
+  done
+}
+
 # `rescue ...` with RESCUE_PY, this checkout first on its path (rescue_run rules apply);
 # leading NAME=VALUE words are set in its environment.
 rescue_cli() {
@@ -82,7 +141,7 @@ rescue_note() {
 RESCUE_POSITIVE=(NNODES GPUS_PER_NODE RAY_PORT RAY_DASHBOARD_PORT ACTOR_NUM_NODES
   ROLLOUT_GPUS_PER_ENGINE MAX_TURNS MAX_SEQ_LEN MAX_RESPONSE_LEN ROLLOUT_BATCH_SIZE N_SAMPLES
   NUM_ROLLOUT TP CP MAX_TOKENS_PER_GPU SAVE_INTERVAL CKPT_GB DUMP_MB_PER_STEP HOUSEKEEP_S
-  PILOT_PORT PILOT_WAIT_S PILOT_N PILOT_CONCURRENCY TIME_BUDGET TRIAL_TIMEOUT SC_TOP_K)
+  JOB_POLL_S PILOT_PORT PILOT_WAIT_S PILOT_N PILOT_CONCURRENCY TIME_BUDGET TRIAL_TIMEOUT SC_TOP_K)
 RESCUE_NON_NEGATIVE=(STALENESS NODE_RANK RAY_WAIT_S CKPT_KEEP SANDBOX_PIDS WATCHDOG_WINDOW)
 # Empty means derived (rescue_derive_layout, rescue_derive_swe) or unset.
 RESCUE_OPTIONAL_POSITIVE=(ACTOR_GPUS_PER_NODE ROLLOUT_NUM_GPUS GLOBAL_BATCH_SIZE AGENT_CONCURRENCY

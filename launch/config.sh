@@ -244,6 +244,11 @@
 #                      window, checkpoint retention) runs detached on node 0, its process id
 #                      recorded, until the Ray job ends: it does not depend on the shell that
 #                      submitted the job.
+#   JOB_POLL_S         30. Seconds between the launcher's asks of `ray job status` once `ray
+#                      job submit` has stopped following the job's log: that command exits 0
+#                      also when its log stream ends while the job still runs, so the
+#                      launcher waits for Ray's job server to report the job ended and exits
+#                      0 only when it succeeded (rescue_submit_and_wait).
 #
 # ── Behaviour of the launcher ───────────────────────────────────────────────────────────
 #   DRY_RUN            0. 1: print the exact commands (ray start, ray job submit with every
@@ -426,6 +431,7 @@ WANDB_MODE=${WANDB_MODE:-online}
 DUMP_STEPS=${DUMP_STEPS:-50}
 DUMP_MB_PER_STEP=${DUMP_MB_PER_STEP:-300}
 HOUSEKEEP_S=${HOUSEKEEP_S:-60}
+JOB_POLL_S=${JOB_POLL_S:-30}
 
 DRY_RUN=${DRY_RUN:-0}
 PREFLIGHT=${PREFLIGHT:-1}

@@ -20,17 +20,17 @@ silent=0
 while :; do
   rescue_prune_dumps
   rescue_prune_checkpoints
-  if status=$(ray job status --address "http://127.0.0.1:$RAY_DASHBOARD_PORT" "$SUBMISSION_ID" 2>&1); then
-    silent=0
-  else
-    silent=$((silent + 1))
-  fi
-  if grep -Eq "' (succeeded|failed|was stopped)" <<<"$status"; then
-    printf '%s: job %s ended: %s\n' "$RESCUE_PROG" "$SUBMISSION_ID" "$(tail -n 1 <<<"$status")"
-    break
-  fi
+  rescue_job_state "$SUBMISSION_ID"
+  case $RESCUE_JOB_STATE in
+    succeeded | failed | stopped)
+      printf '%s: job %s ended: %s\n' "$RESCUE_PROG" "$SUBMISSION_ID" "$(tail -n 1 <<<"$RESCUE_JOB_STATUS")"
+      break
+      ;;
+    silent) silent=$((silent + 1)) ;;
+    *) silent=0 ;;
+  esac
   if ((silent >= 10)); then
-    printf '%s: Ray did not answer 10 times in a row, stopping: %s\n' "$RESCUE_PROG" "$status"
+    printf '%s: Ray did not answer 10 times in a row, stopping: %s\n' "$RESCUE_PROG" "$RESCUE_JOB_STATUS"
     break
   fi
   sleep "$HOUSEKEEP_S"

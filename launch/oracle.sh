@@ -53,7 +53,9 @@ if [[ $DRY_RUN != 1 ]]; then
     rescue_die "ORACLE_DIR=$ORACLE_DIR holds $built replay rollouts, expected $ORACLE_ROLLOUTS: set ORACLE_FORCE=1 to rebuild it"
 fi
 rescue_ray_start
-rescue_run ray job submit --address "http://127.0.0.1:$RAY_DASHBOARD_PORT" \
-  --runtime-env-json "$RUNTIME_ENV_JSON" \
+# the comparison reads what the job wrote: it starts once Ray reports the job succeeded
+SUBMISSION_ID=${SUBMISSION_ID:-oracle-$(date +%Y%m%d-%H%M%S)}
+rescue_submit_and_wait "$SUBMISSION_ID" ray job submit --address "http://127.0.0.1:$RAY_DASHBOARD_PORT" \
+  --submission-id "$SUBMISSION_ID" --runtime-env-json "$RUNTIME_ENV_JSON" \
   -- "$JOB_PYTHON" "$MILES_DIR/train.py" "${ORACLE_FLAGS[@]}"
 rescue_cli oracle compare "$ORACLE_DIR"

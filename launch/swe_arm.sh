@@ -56,6 +56,6 @@ rescue_ray_start
 rescue_ray_wait
 if [[ $DRY_RUN != 1 ]]; then mkdir -p "$OUTPUT_DIR/$RUN_NAME"; fi
 rescue_housekeeper housekeeper
-rescue_run ray job submit --address "http://127.0.0.1:$RAY_DASHBOARD_PORT" \
+rescue_submit_and_wait "$SUBMISSION_ID" ray job submit --address "http://127.0.0.1:$RAY_DASHBOARD_PORT" \
   --submission-id "$SUBMISSION_ID" --runtime-env-json "$RUNTIME_ENV_JSON" \
   -- "$JOB_PYTHON" "$MILES_DIR/train_async.py" "${ARM_FLAGS[@]}" "${SHARED_FLAGS[@]}"

@@ -336,8 +336,11 @@ def test_an_earlier_runs_processes_are_stopped_by_their_recorded_session_only(tm
 # ── the housekeeper: dumps and checkpoints, whatever happens to the submitting shell ────
 
 
-def _fake_ray(bin_dir: Path, tmp_path: Path) -> Path:
-    """A ray CLI: start succeeds, submit returns at once, the job runs until a flag file exists."""
+def _fake_ray(bin_dir: Path, tmp_path: Path, ending: str = "succeeded") -> Path:
+    """A ray CLI: start succeeds; submit exits 0 at once, as Ray's does when its log stream
+    ends while the job still runs (``submit`` in Ray's dashboard/modules/job/cli.py); the job
+    runs until a flag file exists, then ``job status`` prints its ``ending`` as Ray's
+    ``_log_job_status`` does (``Job 'ID' succeeded``, ``failed``, ``was stopped``)."""
     done = tmp_path / "job-done"
     executable(
         bin_dir / "ray",
@@ -345,7 +348,7 @@ def _fake_ray(bin_dir: Path, tmp_path: Path) -> Path:
         f'echo "$*" >> "{tmp_path}/ray-calls"\n'
         'case "$1 $2" in\n'
         '  "job status")\n'
-        f'    if [ -e "{done}" ]; then echo "Job \'x\' succeeded"; else\n'
+        f'    if [ -e "{done}" ]; then echo "Job \'x\' {ending}"; else\n'
         "      echo \"Status for job 'x': RUNNING\"; fi ;;\n"
         "esac\n"
         "exit 0\n",
@@ -390,28 +393,36 @@ def test_the_housekeeper_outlives_the_launcher_until_the_job_ends(bin_dir, miles
     eight_gpus(bin_dir)
     done = _fake_ray(bin_dir, tmp_path)
     out = tmp_path / "out"
-    result = launch(
-        "swe_arm.sh",
-        bin_dir,
-        miles_dir,
-        ARM="drop",
-        OUTPUT_DIR=str(out),
-        PREFLIGHT="0",
-        REAP="0",
-        HOUSEKEEP_S="1",
-        DUMP_STEPS="2",
-        CKPT_KEEP="1",
-        SUBMISSION_ID="job-1",
-    )
-    assert result.returncode == 0, result.stderr  # the submitting shell is gone now
-    calls = (tmp_path / "ray-calls").read_text()
-    assert "start --head" in calls and "job submit" in calls and "--submission-id job-1" in calls
-    run = out / "swe-drop-k2-seed1"
+    stderr = tmp_path / "launcher.err"
+    env = {
+        "PATH": f"{bin_dir}{os.pathsep}{os.environ['PATH']}", "HOME": os.environ.get("HOME", "/tmp"),
+        "JOB_PYTHON": sys.executable, "RESCUE_PY": sys.executable, "MILES_DIR": str(miles_dir),
+        "ARM": "drop", "OUTPUT_DIR": str(out), "PREFLIGHT": "0", "REAP": "0", "HOUSEKEEP_S": "1",
+        "JOB_POLL_S": "1", "DUMP_STEPS": "2", "CKPT_KEEP": "1", "SUBMISSION_ID": "job-1",
+    }  # fmt: skip
+    with stderr.open("w") as err:
+        launcher = subprocess.Popen(
+            ["bash", str(LAUNCH / "swe_arm.sh")], env=env, stdout=subprocess.DEVNULL,
+            stderr=err, start_new_session=True,
+        )  # fmt: skip
     state = (
         out
         / ".launch"
         / subprocess.run(["hostname", "-s"], capture_output=True, text=True).stdout.strip()
     )
+    deadline = time.monotonic() + 60
+    while (
+        "submit stopped following job job-1" not in stderr.read_text() and launcher.poll() is None
+    ):
+        assert time.monotonic() < deadline, stderr.read_text()
+        time.sleep(0.2)
+    # the launcher waits for the job: the submitting shell goes away (a lost ssh session)
+    assert launcher.poll() is None, stderr.read_text()
+    os.killpg(launcher.pid, signal.SIGKILL)
+    launcher.wait()
+    calls = (tmp_path / "ray-calls").read_text()
+    assert "start --head" in calls and "job submit" in calls and "--submission-id job-1" in calls
+    run = out / "swe-drop-k2-seed1"
     sid = int((state / "housekeeper.sid").read_text())
     assert (state / "ray.sid").is_file()
     try:
@@ -438,3 +449,54 @@ def test_the_housekeeper_outlives_the_launcher_until_the_job_ends(bin_dir, miles
     finally:
         if _alive(sid):
             os.killpg(sid, signal.SIGKILL)
+
+
+@pytest.mark.parametrize(("ending", "rc"), [("succeeded", 0), ("failed", 1), ("was stopped", 1)])
+def test_the_launcher_ends_when_ray_says_the_job_ended_not_when_submit_exits(
+    bin_dir, miles_dir, tmp_path, ending, rc
+):
+    """``ray job submit`` exits 0 when its log stream ends while the job still runs; the
+    launcher (and a chain's next arm, or the oracle's comparison after it) waits for Ray."""
+    eight_gpus(bin_dir)
+    done = _fake_ray(bin_dir, tmp_path, ending)
+    out = tmp_path / "out"
+    stderr = tmp_path / "launcher.err"
+    env = {
+        "PATH": f"{bin_dir}{os.pathsep}{os.environ['PATH']}", "HOME": os.environ.get("HOME", "/tmp"),
+        "JOB_PYTHON": sys.executable, "RESCUE_PY": sys.executable, "MILES_DIR": str(miles_dir),
+        "ARM": "never-drop", "OUTPUT_DIR": str(out), "PREFLIGHT": "0", "REAP": "0",
+        "HOUSEKEEP_S": "1", "JOB_POLL_S": "1", "SUBMISSION_ID": "job-2",
+    }  # fmt: skip
+    state = (
+        out
+        / ".launch"
+        / subprocess.run(["hostname", "-s"], capture_output=True, text=True).stdout.strip()
+    )
+    with stderr.open("w") as err:
+        launcher = subprocess.Popen(
+            ["bash", str(LAUNCH / "swe_arm.sh")], env=env, stdout=subprocess.DEVNULL,
+            stderr=err, start_new_session=True,
+        )  # fmt: skip
+    try:
+        deadline = time.monotonic() + 60
+        while "submit stopped following job job-2" not in stderr.read_text():
+            assert launcher.poll() is None, stderr.read_text()  # not ended at submit's exit 0
+            assert time.monotonic() < deadline, stderr.read_text()
+            time.sleep(0.2)
+        time.sleep(2)  # two more asks: still running
+        assert launcher.poll() is None, stderr.read_text()
+        done.write_text("")
+        assert launcher.wait(timeout=60) == rc, stderr.read_text()
+        said = stderr.read_text()
+        assert said.count("submit stopped following job job-2") == 1
+        assert (f"job job-2 {ending.split()[-1]}" in said) == (rc != 0), said
+    finally:
+        if launcher.poll() is None:
+            os.killpg(launcher.pid, signal.SIGKILL)
+        if (state / "housekeeper.sid").exists():
+            sid = int((state / "housekeeper.sid").read_text())
+            deadline = time.monotonic() + 30
+            while _alive(sid) and time.monotonic() < deadline:
+                time.sleep(0.2)
+            if _alive(sid):
+                os.killpg(sid, signal.SIGKILL)

@@ -118,6 +118,13 @@ def test_a_failed_job_is_reported_with_the_exception_a_ray_task_raised(tmp_path)
     report = check_run(tmp_path, arm="drop", a=None, job_status="FAILED (exit 1)",
                        steps_checked=1, progress=False)  # fmt: skip
     assert report.checks[0].detail == "Ray job FAILED (exit 1): ValueError: bad step"
+    # the driver's log as Ray kept it is read first: the tail may have stopped early
+    (tmp_path / "driver.log").write_text(
+        "ray.exceptions.RayTaskError(KeyError): x\nKeyError: 'k'\n"
+    )
+    report = check_run(tmp_path, arm="drop", a=None, job_status="FAILED (exit 1)",
+                       steps_checked=1, progress=False)  # fmt: skip
+    assert report.checks[0].detail == "Ray job FAILED (exit 1): KeyError: 'k'"
 
 
 def test_a_text_game_run_counts_each_episode_once_and_says_why_a_class_is_missing(tmp_path):

@@ -90,7 +90,9 @@ def profile(out: Path) -> dict[str, Any]:
     out = Path(out)
     marks = json.loads((out / "marks.json").read_text()) if (out / "marks.json").exists() else {}
     start = marks.get("start")
-    init, timers = trainer_timers(out / "job.log")
+    # the driver's log as Ray kept it; the tail's when Ray gave none
+    driver = out / "driver.log"
+    init, timers = trainer_timers(driver if driver.exists() else out / "job.log")
     startup: dict[str, float] = {}
     if start is not None:
         for name in ("inputs", "engine", "ray", "submitted"):

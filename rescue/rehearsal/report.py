@@ -294,7 +294,7 @@ def check_run(
         report = Report()
         report.on_add = lambda: bar.update(1)
         ok = job_status == "SUCCEEDED"
-        cause = "" if ok else job_error(out / "job.log")
+        cause = "" if ok else job_error(out / "driver.log") or job_error(out / "job.log")
         report.add("job", ok, f"Ray job {job_status}" + (f": {cause}" if cause else ""))
         f = read_run(
             out, arm=arm, a=a, offpolicy=offpolicy, steps_checked=steps_checked,

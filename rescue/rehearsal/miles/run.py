@@ -60,6 +60,7 @@ from rescue.rehearsal.miles.command import (
     launcher_entry,
 )
 from rescue.rehearsal.miles.inputs import agent_prompts, megatron_model_args
+from rescue.rehearsal.miles.jobs import Job
 from rescue.rehearsal.miles.launchers import LAUNCHERS, SWE, Launcher
 from rescue.rehearsal.miles.reports import report_run, summarize
 from rescue.rehearsal.miles.servers import (
@@ -93,7 +94,7 @@ class RunSpec:
     started: float = 0.0
     wall: float = 0.0
     ok: bool = False
-    job: subprocess.Popen | None = None
+    job: Job | None = None
     engine: subprocess.Popen | None = None
     meter: CpuMeter | None = None
     marks: dict[str, float] = field(default_factory=dict)
@@ -329,16 +330,18 @@ class Rehearsal:
         # after the lane's first pre-flight: a run that cannot start stops before Ray
         dashboard = self.dashboards[lane] or self.start_ray(lane)
         run.mark("ray")
-        run.job = self.spawn(
+        submission_id = f"rescue-rehearsal-{os.getpid()}-{run.name}"
+        tail = self.spawn(
             [
                 str(Path(sys.executable).with_name("ray")), "job", "submit",
                 "--address", dashboard,
-                "--submission-id", f"rescue-rehearsal-{os.getpid()}-{run.name}",
+                "--submission-id", submission_id,
                 "--runtime-env-json", json.dumps({**runtime, "env_vars": env_vars}), "--",
                 sys.executable, str(self.miles_src / entry), *flags,
             ],
             run.folder / "job.log", env,
         )  # fmt: skip
+        run.job = Job(dashboard, submission_id, tail)
         run.mark("submitted")
         run.meter = CpuMeter(run.folder)
         run.status = "running"
@@ -351,12 +354,13 @@ class Rehearsal:
         run.mark("job end")
         if run.meter is not None:
             (run.folder / "cpu.json").write_text(json.dumps(run.meter.totals()))
-        rc = run.job.poll() if run.job else None
-        if rc is None:
+        if run.job is None or not run.job.ended():
             run.status = f"TIMEOUT after {self.args.timeout} s"
         else:
-            run.status = "SUCCEEDED" if rc == 0 else f"FAILED (ray job submit exit {rc})"
-        stop_each([run.job, run.engine])
+            run.status = run.job.outcome()
+        if run.job is not None:
+            run.job.keep_log(run.folder / "driver.log")
+        stop_each([run.job.tail if run.job else None, run.engine])
         if run.folder != self.out:
             reap(run.folder)
         run.wall = time.monotonic() - run.started
@@ -380,7 +384,7 @@ class Rehearsal:
                 if run.meter is not None:
                     run.meter.sample()
                 late = time.monotonic() - run.started > args.timeout
-                if run.job is not None and (run.job.poll() is not None or late):
+                if run.job is not None and (run.job.ended() or late):
                     active.remove(run)
                     self.finish(run)
                     self.busy[run.lane] = False
