@@ -389,40 +389,51 @@ def test_dump_window_keeps_the_first_steps(tmp_path):
     assert len(list((dumps / "dashboard_columns").iterdir())) == 3
 
 
-def test_the_housekeeper_outlives_the_launcher_until_the_job_ends(bin_dir, miles_dir, tmp_path):
-    eight_gpus(bin_dir)
-    done = _fake_ray(bin_dir, tmp_path)
+def _waiting_launcher(
+    bin_dir: Path, miles_dir: Path, tmp_path: Path, job: str, **env: str
+) -> tuple[subprocess.Popen, Path, Path]:
+    """``swe_arm.sh`` started in its own session against ``_fake_ray``, returned once it says
+    it waits for job ``job`` (submit exited 0 while the job runs): (the launcher, its stderr
+    file, its RUN_STATE_DIR)."""
     out = tmp_path / "out"
     stderr = tmp_path / "launcher.err"
     env = {
         "PATH": f"{bin_dir}{os.pathsep}{os.environ['PATH']}", "HOME": os.environ.get("HOME", "/tmp"),
         "JOB_PYTHON": sys.executable, "RESCUE_PY": sys.executable, "MILES_DIR": str(miles_dir),
-        "ARM": "drop", "OUTPUT_DIR": str(out), "PREFLIGHT": "0", "REAP": "0", "HOUSEKEEP_S": "1",
-        "JOB_POLL_S": "1", "DUMP_STEPS": "2", "CKPT_KEEP": "1", "SUBMISSION_ID": "job-1",
+        "OUTPUT_DIR": str(out), "PREFLIGHT": "0", "REAP": "0", "HOUSEKEEP_S": "1",
+        "JOB_POLL_S": "1", "SUBMISSION_ID": job, **env,
     }  # fmt: skip
     with stderr.open("w") as err:
         launcher = subprocess.Popen(
             ["bash", str(LAUNCH / "swe_arm.sh")], env=env, stdout=subprocess.DEVNULL,
             stderr=err, start_new_session=True,
         )  # fmt: skip
-    state = (
-        out
-        / ".launch"
-        / subprocess.run(["hostname", "-s"], capture_output=True, text=True).stdout.strip()
-    )
+    host = subprocess.run(["hostname", "-s"], capture_output=True, text=True).stdout.strip()
     deadline = time.monotonic() + 60
-    while (
-        "submit stopped following job job-1" not in stderr.read_text() and launcher.poll() is None
-    ):
-        assert time.monotonic() < deadline, stderr.read_text()
-        time.sleep(0.2)
+    try:
+        while f"submit stopped following job {job}" not in stderr.read_text():
+            assert launcher.poll() is None, stderr.read_text()  # not ended at submit's exit 0
+            assert time.monotonic() < deadline, stderr.read_text()
+            time.sleep(0.2)
+    except BaseException:
+        if launcher.poll() is None:
+            os.killpg(launcher.pid, signal.SIGKILL)
+        raise
+    return launcher, stderr, out / ".launch" / host
+
+
+def test_the_housekeeper_outlives_the_launcher_until_the_job_ends(bin_dir, miles_dir, tmp_path):
+    eight_gpus(bin_dir)
+    done = _fake_ray(bin_dir, tmp_path)
+    launcher, _, state = _waiting_launcher(
+        bin_dir, miles_dir, tmp_path, "job-1", ARM="drop", DUMP_STEPS="2", CKPT_KEEP="1"
+    )
     # the launcher waits for the job: the submitting shell goes away (a lost ssh session)
-    assert launcher.poll() is None, stderr.read_text()
     os.killpg(launcher.pid, signal.SIGKILL)
     launcher.wait()
     calls = (tmp_path / "ray-calls").read_text()
     assert "start --head" in calls and "job submit" in calls and "--submission-id job-1" in calls
-    run = out / "swe-drop-k2-seed1"
+    run = tmp_path / "out" / "swe-drop-k2-seed1"
     sid = int((state / "housekeeper.sid").read_text())
     assert (state / "ray.sid").is_file()
     try:
@@ -459,30 +470,10 @@ def test_the_launcher_ends_when_ray_says_the_job_ended_not_when_submit_exits(
     launcher (and a chain's next arm, or the oracle's comparison after it) waits for Ray."""
     eight_gpus(bin_dir)
     done = _fake_ray(bin_dir, tmp_path, ending)
-    out = tmp_path / "out"
-    stderr = tmp_path / "launcher.err"
-    env = {
-        "PATH": f"{bin_dir}{os.pathsep}{os.environ['PATH']}", "HOME": os.environ.get("HOME", "/tmp"),
-        "JOB_PYTHON": sys.executable, "RESCUE_PY": sys.executable, "MILES_DIR": str(miles_dir),
-        "ARM": "never-drop", "OUTPUT_DIR": str(out), "PREFLIGHT": "0", "REAP": "0",
-        "HOUSEKEEP_S": "1", "JOB_POLL_S": "1", "SUBMISSION_ID": "job-2",
-    }  # fmt: skip
-    state = (
-        out
-        / ".launch"
-        / subprocess.run(["hostname", "-s"], capture_output=True, text=True).stdout.strip()
+    launcher, stderr, state = _waiting_launcher(
+        bin_dir, miles_dir, tmp_path, "job-2", ARM="never-drop"
     )
-    with stderr.open("w") as err:
-        launcher = subprocess.Popen(
-            ["bash", str(LAUNCH / "swe_arm.sh")], env=env, stdout=subprocess.DEVNULL,
-            stderr=err, start_new_session=True,
-        )  # fmt: skip
     try:
-        deadline = time.monotonic() + 60
-        while "submit stopped following job job-2" not in stderr.read_text():
-            assert launcher.poll() is None, stderr.read_text()  # not ended at submit's exit 0
-            assert time.monotonic() < deadline, stderr.read_text()
-            time.sleep(0.2)
         time.sleep(2)  # two more asks: still running
         assert launcher.poll() is None, stderr.read_text()
         done.write_text("")
