@@ -33,22 +33,7 @@ rescue_agent_check() {
 
 # The text-game arm ARM and its own settings (budget.sh).
 rescue_agent_check_arm() {
-  [[ -n $ARM ]] || rescue_die "ARM is not set: set ARM=zero, mask, matched, drgrpo-mask, survivor or turn"
-  rescue_is_budget_arm ||
-    rescue_die "ARM='$ARM' is not a text-game arm: set ARM=zero, mask, matched, drgrpo-mask, survivor or turn"
-  [[ -z $A ]] || rescue_die "A=$A applies only to the SWE arm ARM=protect: unset A"
-  rescue_budget_arm
-  [[ $ARM != matched ]] || rescue_check_matched
-  if [[ -n $DRGRPO_DIVISOR && $ARM != drgrpo-mask ]]; then
-    rescue_die "DRGRPO_DIVISOR applies only to ARM=drgrpo-mask: unset DRGRPO_DIVISOR or set ARM=drgrpo-mask"
-  fi
-  if [[ -n $DRGRPO_DIVISOR ]]; then
-    if ! [[ $DRGRPO_DIVISOR =~ ^([0-9]+\.?[0-9]*|\.[0-9]+)([eE][-+]?[0-9]+)?$ ]] ||
-      ! awk -v d="$DRGRPO_DIVISOR" 'BEGIN { exit !(d + 0 > 0) }'; then
-      rescue_die "DRGRPO_DIVISOR='$DRGRPO_DIVISOR' is not a number > 0: set DRGRPO_DIVISOR=D or leave it empty"
-    fi
-  fi
-  return 0
+  rescue_budget_check_arm text-game
 }
 
 # The prompt rows must exist (make agent-prepare writes them); a dry run only warns.

@@ -9,7 +9,7 @@
 # MILES_DIR, MEGATRON_DIR, OUTPUT_DIR, SAVE_DIR; training: MODEL_ARGS, GLOBAL_BATCH_SIZE,
 # TEMPERATURE, EPS_CLIP, EPS_CLIP_HIGH, SGLANG_MEM_FRACTION, EXTRA_ARGS (refusing the
 # outcome-dependent exclusions as the single-turn arms do); logging: RUN_NAME, WANDB_MODE,
-# WANDB_GROUP, SUBMISSION_ID, DUMP_DIR, DUMP_STEPS, HOUSEKEEP_S; DRY_RUN, JOB_PYTHON,
+# WANDB_GROUP, SUBMISSION_ID, DUMP_DIR, DUMP_STEPS, HOUSEKEEP_S, JOB_POLL_S; DRY_RUN, JOB_PYTHON,
 # RESCUE_PY). The single-turn data, grader and cap calibration settings do not apply. E.g.
 #
 #   make agent-prepare ENV=cooking

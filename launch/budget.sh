@@ -37,6 +37,28 @@ rescue_budget_arm() {
   return 0
 }
 
+# rescue_budget_check_arm KIND: the budget arm ARM of a synchronous launcher (KIND:
+# single-turn, text-game) and its own settings, after the layout is derived (matched checks
+# GLOBAL_BATCH_SIZE).
+rescue_budget_check_arm() {
+  [[ -n $ARM ]] || rescue_die "ARM is not set: set ARM=zero, mask, matched, drgrpo-mask, survivor or turn"
+  rescue_is_budget_arm ||
+    rescue_die "ARM='$ARM' is not a $1 arm: set ARM=zero, mask, matched, drgrpo-mask, survivor or turn"
+  [[ -z $A ]] || rescue_die "A=$A applies only to the SWE arm ARM=protect: unset A"
+  rescue_budget_arm
+  [[ $ARM != matched ]] || rescue_check_matched
+  if [[ -n $DRGRPO_DIVISOR && $ARM != drgrpo-mask ]]; then
+    rescue_die "DRGRPO_DIVISOR applies only to ARM=drgrpo-mask: unset DRGRPO_DIVISOR or set ARM=drgrpo-mask"
+  fi
+  if [[ -n $DRGRPO_DIVISOR ]]; then
+    if ! [[ $DRGRPO_DIVISOR =~ ^([0-9]+\.?[0-9]*|\.[0-9]+)([eE][-+]?[0-9]+)?$ ]] ||
+      ! awk -v d="$DRGRPO_DIVISOR" 'BEGIN { exit !(d + 0 > 0) }'; then
+      rescue_die "DRGRPO_DIVISOR='$DRGRPO_DIVISOR' is not a number > 0: set DRGRPO_DIVISOR=D or leave it empty"
+    fi
+  fi
+  return 0
+}
+
 # BUDGET_FLAGS: the Miles flags that only some budget arms have (the mask, the matched
 # control); Dr. GRPO's flags and the reward hook come from each launcher's shared code.
 rescue_budget_flags() {

@@ -65,23 +65,7 @@ rescue_rlvr_check() {
 
 # The single-turn arm ARM and its settings (budget.sh).
 rescue_rlvr_check_arm() {
-  [[ -n $ARM ]] || rescue_die "ARM is not set: set ARM=zero, mask, matched, drgrpo-mask, survivor or turn"
-  rescue_is_budget_arm ||
-    rescue_die "ARM='$ARM' is not a single-turn arm: set ARM=zero, mask, matched, drgrpo-mask, survivor or turn"
-  [[ -z $A ]] || rescue_die "A=$A applies only to the SWE arm ARM=protect: unset A"
-  rescue_budget_arm
-  # (after rescue_rlvr_check, which derives GLOBAL_BATCH_SIZE)
-  [[ $ARM != matched ]] || rescue_check_matched
-  if [[ -n $DRGRPO_DIVISOR && $ARM != drgrpo-mask ]]; then
-    rescue_die "DRGRPO_DIVISOR applies only to ARM=drgrpo-mask: unset DRGRPO_DIVISOR or set ARM=drgrpo-mask"
-  fi
-  if [[ -n $DRGRPO_DIVISOR ]]; then
-    if ! [[ $DRGRPO_DIVISOR =~ ^([0-9]+\.?[0-9]*|\.[0-9]+)([eE][-+]?[0-9]+)?$ ]] ||
-      ! awk -v d="$DRGRPO_DIVISOR" 'BEGIN { exit !(d + 0 > 0) }'; then
-      rescue_die "DRGRPO_DIVISOR='$DRGRPO_DIVISOR' is not a number > 0: set DRGRPO_DIVISOR=D or leave it empty"
-    fi
-  fi
-  return 0
+  rescue_budget_check_arm single-turn
 }
 
 # CAP: as set, else from CAP_FILE (checked against HF_CHECKPOINT and PROMPT_DATA).
