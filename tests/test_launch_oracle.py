@@ -38,7 +38,8 @@ def recording(tmp_path: Path) -> dict[str, str]:
 
 
 def oracle_dry_run(bin_dir, miles_dir, **env):
-    (miles_dir / "train.py").write_text("")
+    """``oracle.sh`` with ``DRY_RUN=1`` against ``miles_dir``: the stand-in checkout, or the
+    real Miles sources, which it must leave as they are (their train.py is never written)."""
     result = launch("oracle.sh", bin_dir, miles_dir, DRY_RUN="1", **env)
     assert result.returncode == 0, result.stderr
     return result
@@ -157,7 +158,6 @@ INVALID = [
 
 @pytest.mark.parametrize(("env", "message"), INVALID, ids=lambda x: str(x))
 def test_invalid_input_fails_with_its_message(env, message, bin_dir, miles_dir, recording):
-    (miles_dir / "train.py").write_text("")
     result = launch("oracle.sh", bin_dir, miles_dir, DRY_RUN="1", **{**recording, **env})
     assert result.returncode == 2
     (line,) = [x for x in result.stderr.splitlines() if not x.startswith("oracle: warning")]
@@ -166,7 +166,6 @@ def test_invalid_input_fails_with_its_message(env, message, bin_dir, miles_dir, 
 
 
 def test_dumps_without_dump_files_is_an_error(bin_dir, miles_dir, recording, tmp_path):
-    (miles_dir / "train.py").write_text("")
     empty = tmp_path / "empty"
     empty.mkdir()
     result = launch(

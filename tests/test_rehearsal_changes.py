@@ -256,11 +256,28 @@ def test_bad_flags_are_one_line_naming_the_flag(tmp_path, capsys, argv, named):
     assert e.value.code == 2 and named in capsys.readouterr().err
 
 
+#: A stand-in entry point: Miles' own end in this block, which the rehearsal looks for.
+ENTRY = 'if __name__ == "__main__":\n    pass\n'
+
+
 def fake_sources(tmp_path: Path) -> list[str]:
     (tmp_path / "miles").mkdir(exist_ok=True)
-    (tmp_path / "miles" / "train_async.py").write_text("")
+    (tmp_path / "miles" / "train_async.py").write_text(ENTRY)
+    (tmp_path / "miles" / "train.py").write_text(ENTRY)
     (tmp_path / "megatron" / "megatron" / "training").mkdir(parents=True, exist_ok=True)
     return ["--miles-src", str(tmp_path / "miles"), "--megatron-src", str(tmp_path / "megatron")]
+
+
+@pytest.mark.parametrize("entry", ["train_async.py", "train.py"])
+def test_an_emptied_entry_point_is_refused_before_anything_runs(tmp_path, capsys, entry):
+    sources = fake_sources(tmp_path)
+    (tmp_path / "miles" / entry).write_text("")  # it would run, print nothing and succeed
+    launcher = [] if entry == "train_async.py" else ["--launcher", "rlvr"]
+    with pytest.raises(SystemExit) as e:
+        main([*sources, *launcher, "--out", str(tmp_path / "o")])
+    err = capsys.readouterr().err.strip().splitlines()[-1]
+    assert e.value.code == 2 and f"{entry} has no __main__ block (size 0 bytes)" in err
+    assert not (tmp_path / "o").exists()
 
 
 @pytest.mark.parametrize("which", ["--miles-src", "--megatron-src"])
@@ -428,7 +445,6 @@ def test_the_swe_launcher_keeps_its_flags_without_colocate(tmp_path):
 
 def test_each_launcher_has_its_arms_offpolicy_and_defaults(tmp_path):
     sources = fake_sources(tmp_path)
-    (tmp_path / "miles" / "train.py").write_text("")
     rlvr = parse_args([*sources, "--launcher", "rlvr"])
     assert (rlvr.arm, rlvr.a, rlvr.offpolicy) == ("zero", None, "none")
     agent = parse_args([*sources, "--launcher", "agent", "--arm", "turn"])
@@ -454,7 +470,6 @@ def test_each_launcher_has_its_arms_offpolicy_and_defaults(tmp_path):
 )
 def test_bad_launcher_flags_are_one_line_naming_the_flag(tmp_path, capsys, argv, named):
     sources = fake_sources(tmp_path)
-    (tmp_path / "miles" / "train.py").write_text("")
     with pytest.raises(SystemExit) as e:
         main([*sources, *argv])
     err = capsys.readouterr().err.strip().splitlines()[-1]
@@ -476,7 +491,6 @@ def test_several_runs_get_a_folder_each_named_by_arm_and_seed(tmp_path):
 
 def test_the_single_turn_settings_start_the_trainer_from_the_taught_model(tmp_path):
     sources = fake_sources(tmp_path)
-    (tmp_path / "miles" / "train.py").write_text("")
     args = parse_args([*sources, "--launcher", "rlvr", "--arm", "mask", "--steps", "2"])
     model = tmp_path / "mdl"
     model.mkdir()

@@ -4,10 +4,9 @@
 job FAILED: when the log stream ends first (the job server closes it when its websocket to
 the job's agent closes, which can happen before the driver has printed anything), it prints
 the job's status, ``RUNNING`` or ``PENDING``, and exits 0 (``submit`` in Ray's
-``dashboard/modules/job/cli.py``; 2.40 to 2.60 alike). Taking that exit for success once
-ended a rehearsal run 6 s after submission with nothing trained. Here the tail's exit is
-only the cue to ask the job server; the job has ended when the server says so, and its
-status and message are the run's. The driver's whole log as the server kept it is written
+``dashboard/modules/job/cli.py``; 2.40 to 2.60 alike). Here the tail's exit is only the
+cue to ask the job server; the job has ended when the server says so, and its status and
+message are the run's. The driver's whole log as the server kept it is written
 to the run folder (``driver.log``) beside the tail's (``job.log``).
 """
 

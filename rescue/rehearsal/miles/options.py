@@ -156,8 +156,13 @@ def parse(argv: list[str] | None, description: str | None) -> argparse.Namespace
     ):
         if not value:
             p.error(f"{flag} (or {flag[2:].upper().replace('-', '_')}) is required: {what}")
-    if not (Path(a.miles_src) / launcher.entry).is_file():
+    entry = Path(a.miles_src) / launcher.entry
+    if not entry.is_file():
         p.error(f"--miles-src={a.miles_src}: no {launcher.entry} there; allowed: a Miles checkout")
+    if "__main__" not in entry.read_text(errors="replace"):
+        # an emptied entry point runs, prints nothing and succeeds, having trained nothing
+        p.error(f"--miles-src={a.miles_src}: {launcher.entry} has no __main__ block (size "
+                f"{entry.stat().st_size} bytes): the checkout is damaged; unpack it again")  # fmt: skip
     if not (Path(a.megatron_src) / "megatron" / "training").is_dir():
         p.error(
             f"--megatron-src={a.megatron_src}: no megatron/training there; allowed: a "
