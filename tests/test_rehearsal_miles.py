@@ -202,10 +202,13 @@ def taught(tmp_path_factory):
     return {name: tmp_path_factory.mktemp(f"inputs-{name}") for name in ("rlvr", "agent")}
 
 
+# CI trains the single-turn zero arm (Miles' train.py, 100 s to 219 s here); the text-game
+# arms make their games and teach the tiny model first (134 s to 628 s for zero), which CI's
+# budget leaves to `make rehearsal-test REHEARSAL_MARKERS=rehearsal` and `make agent-arm`.
 SYNC_ARMS = [
     pytest.param("rlvr", "zero", marks=pytest.mark.rehearsal_ci),
     *[pytest.param("rlvr", arm) for arm in ("mask", "matched", "drgrpo-mask", "survivor", "turn")],
-    pytest.param("agent", "zero", marks=pytest.mark.rehearsal_ci),
+    pytest.param("agent", "zero"),
     pytest.param("agent", "mask"),
     pytest.param("agent", "turn"),
 ]
