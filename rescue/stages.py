@@ -18,7 +18,8 @@ Invariants:
   so each stage declares as inputs the outputs of the stages it reads.
 - A stage that exits non-zero, or exits 0 without writing a declared output, is
   ``failed``: the runner prints the stage, its job and the path of its log, with the log's
-  last lines, and returns exit status 1; nothing after it runs.
+  last lines, and returns exit status 1; nothing after it runs, and a later stage done
+  before is ``pending`` again (it is run again once the failed stage succeeds).
 - A stage's ``progress`` (optional) names a file the stage's command updates (JSON
   ``{"done", "total", "unit", "detail"}``; the command finds its path in the environment
   variable ``RESCUE_STAGE_PROGRESS``); ``rescue status`` reads it for the running stage's
@@ -235,6 +236,11 @@ class Runner:
                 )
                 return interrupts.exit_status(e)
             if code != 0:
+                # what came after was built on the failed stage's inputs: not done any more
+                for later in state["stages"][i + 1 :]:
+                    if later["status"] == "done":
+                        later["status"] = "pending"
+                write_state(self.run_dir, state)
                 return code
         self._say(f"{self.question or 'run'}: every stage done ({self.run_dir})")
         return 0

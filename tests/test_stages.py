@@ -120,6 +120,18 @@ def test_a_failing_stage_is_named_with_its_job_and_log(tmp_path):
     assert "c" not in calls(tmp_path)
 
 
+def test_a_stage_that_fails_after_a_full_run_leaves_what_follows_pending(tmp_path):
+    (tmp_path / "seed.txt").write_text("s")
+    assert run(tmp_path, chain(tmp_path))[0] == 0
+    stages = chain(tmp_path)
+    stages[1] = step("b", "import sys; sys.exit(4)", inputs=["seed.txt"], outputs=["b.txt"])
+    code, _ = run(tmp_path, stages)
+    assert code == 1
+    state = read_state(tmp_path / "run")
+    # c was built on b's earlier output: not done any more, so it runs once b succeeds
+    assert [s["status"] for s in state["stages"]] == ["done", "failed", "pending"]
+
+
 def test_an_exit_0_without_its_output_is_a_failure(tmp_path):
     (tmp_path / "seed.txt").write_text("s")
     stages = [step("a", "pass", inputs=["seed.txt"], outputs=["a.txt"])]
