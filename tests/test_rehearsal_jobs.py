@@ -50,7 +50,9 @@ def test_a_tail_that_ends_while_the_job_runs_is_not_the_job_ending(capsys):
     said = capsys.readouterr().out
     assert said.count("stopped following the log (exit 0) while the job is RUNNING") == 1
     assert job.ended()
-    assert job.outcome() == "SUCCEEDED"
+    asked = server.asked
+    assert job.ended() and job.outcome() == "SUCCEEDED"
+    assert server.asked == asked  # the server's word that it ended is kept, not asked again
 
 
 def test_a_running_tail_is_not_asked_about():

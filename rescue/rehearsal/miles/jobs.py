@@ -2,8 +2,7 @@
 
 ``ray job submit`` (without ``--no-wait``) follows the driver's log and exits 1 only when the
 job FAILED: when the log stream ends first (the job server closes it when its websocket to
-the job's agent closes, which can happen before the driver has printed anything), it prints
-the job's status, ``RUNNING`` or ``PENDING``, and exits 0 (``submit`` in Ray's
+the job's agent closes), it prints the job's status, ``RUNNING`` or ``PENDING``, and exits 0 (``submit`` in Ray's
 ``dashboard/modules/job/cli.py``; 2.40 to 2.60 alike). Here the tail's exit is only the
 cue to ask the job server; the job has ended when the server says so, and its status and
 message are the run's. The driver's whole log as the server kept it is written
@@ -32,6 +31,8 @@ class Job:
         self.tail = tail
         self._client = client
         self.tail_ended_early = False
+        #: the server's (status, message) once it has said the job ended
+        self.final: tuple[str, str] | None = None
 
     def client(self) -> Any:
         if self._client is None:
@@ -51,11 +52,15 @@ class Job:
         return str(status), info.message or ""
 
     def ended(self) -> bool:
-        """Whether the job has ended: asked of the server once the tail has exited."""
+        """Whether the job has ended: asked of the server once the tail has exited, and not
+        again once it said so."""
+        if self.final is not None:
+            return True
         if self.tail.poll() is None:
             return False
-        status, _ = self.info()
+        status, message = self.info()
         if status in TERMINAL:
+            self.final = status, message
             return True
         if not self.tail_ended_early:
             self.tail_ended_early = True
@@ -67,7 +72,7 @@ class Job:
     def outcome(self) -> str:
         """The run's status: ``SUCCEEDED``, or the server's status, message and the tail's
         exit (``FAILED: ... (ray job submit exit 1)``)."""
-        status, message = self.info()
+        status, message = self.final or self.info()
         if status == "SUCCEEDED":
             return status
         rc = self.tail.poll()
