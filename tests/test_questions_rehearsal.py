@@ -95,11 +95,10 @@ def test_q2_rehearsal_trains_every_arm_through_miles_and_gates_on_their_wandb_ru
     assert r.returncode == 0 and r.stdout.count("inputs unchanged: skipped") == 9
 
 
-@pytest.mark.rehearsal_ci
 def test_q3_rehearsal_trains_the_swe_arms_and_its_oracle_reads_their_dumps_and_checkpoint(
     tmp_path,
 ):
-    """The chain with the most stages (what CI runs): prepare, pilot, validate, subset, the
+    """The chain with the most stages: prepare, pilot, validate, subset, the
     five SWE runs through Miles, the oracle on the never-drop run's dumps and checkpoint,
     the report, FORCE=1 recorded; one seed per arm."""
     no_gate = tmp_path / "q2"
@@ -133,7 +132,12 @@ def test_q3_rehearsal_trains_the_swe_arms_and_its_oracle_reads_their_dumps_and_c
     assert "q3: P6 cost: wall-clock per unit of reward improvement" in r.stdout
 
 
+@pytest.mark.rehearsal_ci
 def test_q1_rehearsal_killed_mid_run_resumes_at_the_stage_it_stopped(tmp_path):
+    """The chain CI runs (q3's, with the most stages, trains five runs, 708 s alone on 2
+    cores): one never-drop run trained through Miles, its dumps read by the census and
+    the advantages, its last checkpoint differentiated by the replay, the report judged;
+    killed during a stage after training, resumed there; a failing stage named."""
     _require()
     run = tmp_path / "q1"
     argv = [sys.executable, "-m", "rescue", "question", "q1", "--run-dir", str(run), "--rehearsal",

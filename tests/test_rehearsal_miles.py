@@ -90,11 +90,14 @@ def _report(out: Path) -> dict[str, dict]:
     return {c["name"]: c for c in report["checks"]}
 
 
+# CI (rehearsal_ci) trains the SWE protect arm, one fault that stops a step (the missing
+# head), the pre-flight fault, Ctrl-C, the single-turn zero arm and q1's chain, which trains
+# never-drop; the other arms and faults, 74 s to 215 s each on 2 cores, are left to
+# `make rehearsal-test REHEARSAL_MARKERS=rehearsal` for CI's budget.
 ARMS = [
     pytest.param("protect", "tis-sc", marks=pytest.mark.rehearsal_ci),
-    pytest.param("turn", "tis-sc", marks=pytest.mark.rehearsal_ci),
-    *[pytest.param(arm, "tis-sc") for arm in ("drop", "never-drop", "pace", "zero", "mask",
-                                               "matched", "drgrpo-mask", "survivor")],
+    *[pytest.param(arm, "tis-sc") for arm in ("turn", "drop", "never-drop", "pace", "zero",
+                                               "mask", "matched", "drgrpo-mask", "survivor")],
     pytest.param("protect", "tis"),
 ]  # fmt: skip
 
@@ -111,7 +114,6 @@ def test_the_arm_trains_through_miles_and_passes_every_check(tmp_path, arm, offp
     assert "[patch] DotProductAttention.forward takes packed sequences" in stdout
 
 
-@pytest.mark.rehearsal_ci
 def test_a_loss_that_ignores_the_turn_channel_fails_the_rehearsal(tmp_path):
     _require()
     out = tmp_path / "r"
@@ -134,7 +136,6 @@ def test_a_missing_head_under_tis_sc_stops_the_step(tmp_path):
     assert not job["ok"] and "trains a position without its recorded head" in job["detail"]
 
 
-@pytest.mark.rehearsal_ci
 def test_a_run_without_the_before_train_step_hook_fails_naming_the_flag(tmp_path):
     _require()
     out = tmp_path / "r"
