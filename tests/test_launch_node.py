@@ -441,14 +441,16 @@ def test_the_housekeeper_outlives_the_launcher_until_the_job_ends(bin_dir, miles
         for i in (0, 1, 2, 9):
             (run / "dumps" / "rollout_data" / f"{i}.pt").write_text("")
         _checkpoints(run / "checkpoints", [20, 40, 60], latest=60)
+
+        def kept() -> tuple[list[str], list[str]]:
+            dumps = sorted(p.name for p in (run / "dumps" / "rollout_data").iterdir())
+            return dumps, sorted(p.name for p in (run / "checkpoints").glob("iter_*"))
+
+        # one pass prunes the dumps, then the checkpoints: wait for both
         deadline = time.monotonic() + 60
-        while (run / "dumps" / "rollout_data" / "9.pt").exists() and time.monotonic() < deadline:
+        while kept() != (["0.pt", "1.pt"], ["iter_0000060"]) and time.monotonic() < deadline:
             time.sleep(0.2)
-        assert sorted(p.name for p in (run / "dumps" / "rollout_data").iterdir()) == [
-            "0.pt",
-            "1.pt",
-        ]
-        assert sorted(p.name for p in (run / "checkpoints").glob("iter_*")) == ["iter_0000060"]
+        assert kept() == (["0.pt", "1.pt"], ["iter_0000060"])
         assert _alive(sid)  # the job still runs
         assert "job status" in (tmp_path / "ray-calls").read_text()
         done.write_text("")
