@@ -26,7 +26,9 @@
 #                      [A=0.5] [STEPS=3] [REHEARSAL_ARGS=...]: an arm trained through Miles' own
 #                      loop on the CPU
 #   make rehearsal-test  MILES_SRC=... MEGATRON_SRC=... [REHEARSAL_MARKERS=rehearsal_ci]: the
-#                      rehearsal's tests (protect and turn, the faults; `rehearsal`: every arm)
+#                      rehearsal's tests (what CI runs; `rehearsal`: every arm, fault and chain)
+#   make integration-env, make rehearsal-env: install only the environment of make
+#                      integration (VENV) or of the rehearsal (REHEARSAL_VENV)
 #   make help          this text (also plain `make`)
 #
 # One command per research question (resumable stages in RUN_DIR; `rescue status RUN_DIR`):
@@ -84,6 +86,7 @@ PY     := $(VENV)/bin/python
 PIP    := $(PY) -m pip --disable-pip-version-check -q
 
 .PHONY: help demo map test test-all integration lint bench docs identity venv clean rehearsal rehearsal-test
+.PHONY: integration-env rehearsal-env
 
 # ── What make takes on its command line: the variables each target reads, in this one place
 # (every target also reads PYTHON, VENV and TORCH; a cluster target and q2/q3 read every
@@ -105,6 +108,8 @@ READS_identity :=
 READS_test := PYTEST_ARGS
 READS_test-all := PYTEST_ARGS
 READS_integration := MILES_SRC SLIME_SRC PYTEST_ARGS
+READS_integration-env :=
+READS_rehearsal-env := REHEARSAL_VENV
 READS_lint :=
 READS_bench := MILES_SRC
 READS_docs :=
@@ -214,7 +219,11 @@ INTEGRATION_TESTS := tests/test_miles_buffer.py tests/test_miles_log.py tests/te
 	tests/test_miles_textgame.py tests/test_agent_launch.py tests/test_replay_textgame.py \
 	tests/test_miles_sc_loss.py tests/test_miles_topk.py
 
-integration: $(VENV)/.stamp-dev+sim+swe+replay+rlvr+agent+integration
+INTEGRATION_EXTRAS := dev+sim+swe+replay+rlvr+agent+integration
+
+integration-env: $(VENV)/.stamp-$(INTEGRATION_EXTRAS)
+
+integration: $(VENV)/.stamp-$(INTEGRATION_EXTRAS)
 	@test -n "$(MILES_SRC)$(SLIME_SRC)" || { echo "integration: set MILES_SRC=/path/to/miles and/or SLIME_SRC=/path/to/slime"; exit 2; }
 	@for v in "MILES_SRC=$(MILES_SRC)" "SLIME_SRC=$(SLIME_SRC)"; do \
 	  test -z "$${v#*=}" || test -d "$${v#*=}" || { echo "integration: $${v%%=*}=$${v#*=} is not a directory"; exit 2; }; done
@@ -270,6 +279,8 @@ $(REHEARSAL_VENV)/.stamp: pyproject.toml
 
 REHEARSAL_SOURCES = @test -n "$(MILES_SRC)" || { echo "$@: set MILES_SRC=/path/to/miles (a checkout with train_async.py)"; exit 2; }; \
 	test -n "$(MEGATRON_SRC)" || { echo "$@: set MEGATRON_SRC=/path/to/Megatron-LM (megatron.training; the vendored megatron-2e64d788)"; exit 2; }
+
+rehearsal-env: $(REHEARSAL_VENV)/.stamp
 
 rehearsal: $(REHEARSAL_VENV)/.stamp
 	$(REHEARSAL_SOURCES)

@@ -8,6 +8,7 @@ import re
 import runpy
 import shutil
 import subprocess
+import time
 from pathlib import Path
 
 import pytest
@@ -119,14 +120,16 @@ def fake_vendor(tmp_path: Path) -> Path:
     return vendor
 
 
-def fake_make(tmp_path: Path) -> tuple[Path, Path]:
-    """A `make` on PATH that records its arguments and writes a passing JUnit file."""
+def fake_make(tmp_path: Path, body: str = "") -> tuple[Path, Path]:
+    """A `make` on PATH that records its arguments and writes a passing JUnit file (``body``:
+    shell run first, with the target in ``$1``)."""
     bin_dir, calls = tmp_path / "bin", tmp_path / "make-calls"
     bin_dir.mkdir()
     script = bin_dir / "make"
     script.write_text(
         "#!/usr/bin/env bash\n"
         f'echo "$*" >> {calls}\n'
+        f"{body}\n"
         'for a in "$@"; do case $a in PYTEST_ARGS=--junitxml=*) x=${a#PYTEST_ARGS=--junitxml=};\n'
         "  x=${x%% *}\n"
         '  echo \'<testsuites><testsuite><testcase classname="t" name="x"/></testsuite>'
@@ -154,16 +157,58 @@ def test_the_integration_step_runs_the_rehearsal_unless_ci_rehearsal_is_0(tmp_pa
         timeout=60,
     )
     assert result.returncode == 0, result.stdout + result.stderr
-    targets = [line.split()[0] for line in calls.read_text().splitlines()]
-    assert targets == (["integration", "rehearsal-test"] if setting == "1" else ["integration"])
-    if setting == "1":
-        integration, rehearsal = (line.split() for line in calls.read_text().splitlines())
+    lines = calls.read_text().splitlines()
+    targets = [line.split()[0] for line in lines]
+    if setting == "1":  # the rehearsal's environment installs beside the integration tests
+        assert targets[0] == "integration-env" and targets[-1] == "rehearsal-test"
+        assert sorted(targets[1:3]) == ["integration", "rehearsal-env"] and len(targets) == 4
+        integration, rehearsal = (line.split() for line in lines if not line.endswith("-env"))
         assert rehearsal[1] == integration[1]  # the same unpacked Miles
         assert rehearsal[1].startswith("MILES_SRC=") and "/miles-" in rehearsal[1]
         assert rehearsal[2].startswith("MEGATRON_SRC=") and "/megatron-" in rehearsal[2]
         assert Path(rehearsal[2].split("=", 1)[1]).name.startswith("megatron-")
     else:
+        assert targets == ["integration-env", "integration"]
         assert "rehearsal not run: CI_REHEARSAL=0" in result.stdout
+
+
+def ci_integration(tmp_path: Path, make_body: str) -> subprocess.CompletedProcess:
+    vendor = fake_vendor(tmp_path)
+    bin_dir, _ = fake_make(tmp_path, make_body)
+    env = {**os.environ, "VENDOR_DIR": str(vendor), "PATH": f"{bin_dir}:{os.environ['PATH']}"}
+    return subprocess.run(
+        ["bash", str(ROOT / ".ci" / "integration")],
+        env=env, capture_output=True, text=True, timeout=60,
+    )  # fmt: skip
+
+
+@needs_bash_and_git
+def test_a_failed_install_of_the_rehearsal_environment_fails_the_step_with_its_log(tmp_path):
+    result = ci_integration(
+        tmp_path, '[ "$1" = rehearsal-env ] && { echo "pip: no matching sglang"; exit 2; }'
+    )
+    assert result.returncode == 2
+    assert "pip: no matching sglang" in result.stdout
+    assert "ci: the rehearsal environment's install failed (make rehearsal-env, exit 2)" in (
+        result.stdout
+    )
+    assert "rehearsal-test" not in (tmp_path / "make-calls").read_text()
+
+
+@needs_bash_and_git
+def test_a_failing_integration_run_stops_the_install_beside_it(tmp_path):
+    pid_file = tmp_path / "install.pid"
+    result = ci_integration(
+        tmp_path,
+        f'[ "$1" = rehearsal-env ] && {{ sleep 120 & echo $! > {pid_file}; wait; }}\n'
+        f'[ "$1" = integration ] && {{ while [ ! -s {pid_file} ]; do sleep 0.1; done; exit 1; }}',
+    )
+    assert result.returncode == 1 and "ci: make integration failed (exit 1)" in result.stdout
+    pid = int(pid_file.read_text())
+    deadline = time.monotonic() + 10
+    while Path(f"/proc/{pid}").exists() and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert not Path(f"/proc/{pid}").exists(), "the install's process outlived the step"
 
 
 @needs_bash_and_git
