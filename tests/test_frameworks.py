@@ -169,7 +169,10 @@ def test_make_integration_rejects_a_source_that_is_not_a_folder(tmp_path, variab
     venv = tmp_path / "venv"
     venv.mkdir()
     # Up-to-date stamps, so the target checks its variables without installing anything.
-    (target,) = re.findall(r"^integration: \$\(VENV\)/(\S+)", (ROOT / "Makefile").read_text(), re.M)
+    makefile = (ROOT / "Makefile").read_text()
+    (extras,) = re.findall(r"^INTEGRATION_EXTRAS := (\S+)$", makefile, re.M)
+    assert re.search(r"^integration: \$\(VENV\)/\.stamp-\$\(INTEGRATION_EXTRAS\)$", makefile, re.M)
+    target = f".stamp-{extras}"
     for stamp in (".stamp-base", target):
         (venv / stamp).touch()
     result = subprocess.run(
