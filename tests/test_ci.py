@@ -23,10 +23,10 @@ needs_bash_and_git = pytest.mark.skipif(
 )
 
 
-def integration_step(vendor: Path) -> subprocess.CompletedProcess:
+def integration_step(vendor: Path, **env: str) -> subprocess.CompletedProcess:
     return subprocess.run(
         ["bash", str(ROOT / ".ci" / "integration")],
-        env={**os.environ, "VENDOR_DIR": str(vendor)},
+        env={**os.environ, "VENDOR_DIR": str(vendor), **env},
         capture_output=True,
         text=True,
         timeout=60,
@@ -173,13 +173,8 @@ def test_the_integration_step_runs_the_rehearsal_unless_ci_rehearsal_is_0(tmp_pa
 
 
 def ci_integration(tmp_path: Path, make_body: str) -> subprocess.CompletedProcess:
-    vendor = fake_vendor(tmp_path)
     bin_dir, _ = fake_make(tmp_path, make_body)
-    env = {**os.environ, "VENDOR_DIR": str(vendor), "PATH": f"{bin_dir}:{os.environ['PATH']}"}
-    return subprocess.run(
-        ["bash", str(ROOT / ".ci" / "integration")],
-        env=env, capture_output=True, text=True, timeout=60,
-    )  # fmt: skip
+    return integration_step(fake_vendor(tmp_path), PATH=f"{bin_dir}:{os.environ['PATH']}")
 
 
 @needs_bash_and_git
