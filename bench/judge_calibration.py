@@ -15,8 +15,9 @@ runs, with the family-wise rule over the report's deciding checks.
   alone, with the Clopper–Pearson upper 95% bound. Goal: at most 5%, bound at most 10%.
 - Power: the same blocks with an effect planted in one arm's logged rows, of 1.5 σ, σ the
   seed-to-seed SD of the deciding check's per-seed differences over the A/A blocks (the
-  σ a paired t test on n seeds sees): P3, the mask arm's cap-hit rate + c·b at every step
-  (its trend against b is c higher: the mask drifts, the matched control does not); P4,
+  σ a paired t test on n seeds sees): P3, the mask arm's cap-hit rate + c·(prior b) at
+  every step (its trend against the prior b, which P3 reads, is c higher: the mask drifts,
+  the matched control does not); P4,
   the survivor arm's cap-hit rate + c·step/100 (its drift); P5, the drop arm's turns of
   successes − c₁·step/100 and of failures + c₂·step/100 (every generated rollout); P6 and
   P7 online, the protect / turn arm's success − (m + c) over the final window, m the
@@ -145,10 +146,13 @@ def plant(pid: str, runs: list[Run], sigma: dict[str, float], margin: float = 0.
         label = run.label
         if pid == "P3" and label == "mask":
             c = EFFECT * sigma["P3"]
+            prior = qs.prior(qs.series(run, "b"), qs.B_SMOOTH, run.steps().max())
+            steps = run.steps()
 
-            def edit(i, row, c=c):
-                if GEN + "cap_hit_rate" in row and "rollout/census/b_all" in row:
-                    row[GEN + "cap_hit_rate"] += c * row["rollout/census/b_all"]
+            def edit(i, row, c=c, prior=prior, steps=steps):
+                t = int(steps[i])
+                if GEN + "cap_hit_rate" in row and np.isfinite(prior[t]):
+                    row[GEN + "cap_hit_rate"] += c * prior[t]
 
         elif pid == "P4" and label == "survivor":
             c = EFFECT * sigma["P4"]

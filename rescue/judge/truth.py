@@ -77,14 +77,31 @@ def _ols(x: np.ndarray, y: np.ndarray) -> float:
 
 
 def _cap_trend(a: Run, r: Run) -> tuple[tuple[float, float], tuple[float, float]]:
-    judged = win.matched_b_trend("cap_hit")(a, r)
+    """The judged trends (NaN with ``Unjudged`` carrying the reason when the rule reads
+    none, e.g. b moved too little) and the exact ones over the same steps; ``NotJudgeable``
+    when the runs share no steps at matched b."""
     p = win.trend_points(a, r, "cap_hit")
+    try:
+        judged = win.matched_b_trend("cap_hit")(a, r)
+        why = ""
+    except NotJudgeable as e:
+        judged, why = (float("nan"), float("nan")), str(e)
     exact = []
     for run, steps in ((a, p.steps_a), (r, p.steps_r)):
         j, cap = _exact(run, J), _exact(run, P_CAP)
         steps = steps[steps < min(j.size, cap.size)]
         exact.append(_ols(j[steps], cap[steps]))
+    if why:
+        raise Unjudged(why, (exact[0], exact[1]))
     return judged, (exact[0], exact[1])
+
+
+class Unjudged(NotJudgeable):
+    """The judged rule read no value; the exact values are known (``exact``)."""
+
+    def __init__(self, why: str, exact: tuple[float, float]) -> None:
+        super().__init__(why)
+        self.exact = exact
 
 
 def _cap_drift(a: Run, r: Run) -> tuple[tuple[float, float], tuple[float, float]]:
@@ -148,6 +165,9 @@ def fidelity(
             for q in names:
                 try:
                     (ja, _), (ea, _) = QUANTITIES[q](run, ref)
+                except Unjudged as e:
+                    out.append(Pair(q, label, seed, float("nan"), e.exact[0], str(e)))
+                    continue
                 except NotJudgeable as e:
                     out.append(Pair(q, label, seed, float("nan"), float("nan"), str(e)))
                     continue
@@ -195,14 +215,16 @@ def summary(pairs: Sequence[Pair]) -> list[Agreement]:
 
 
 def differences(pairs: Sequence[Pair], quantity: str, arm: str, ref: str) -> tuple[list, list]:
-    """The per-seed differences ``arm − ref`` of a quantity, judged and exact, over the
-    seeds both arms have."""
+    """The per-seed differences ``arm − ref`` of a quantity, judged and exact, each over the
+    seeds where both arms have that value (a seed the rule did not judge still has its
+    exact difference)."""
     by = {(p.label, p.seed): p for p in pairs if p.quantity == quantity}
     seeds = sorted(s for (lab, s) in by if lab == arm and (ref, s) in by)
     judged, exact = [], []
     for s in seeds:
         a, r = by[(arm, s)], by[(ref, s)]
-        if np.isfinite([a.judged, r.judged, a.exact, r.exact]).all():
+        if np.isfinite([a.judged, r.judged]).all():
             judged.append(a.judged - r.judged)
+        if np.isfinite([a.exact, r.exact]).all():
             exact.append(a.exact - r.exact)
     return judged, exact
