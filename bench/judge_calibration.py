@@ -78,7 +78,7 @@ SETUPS = (
     Setup(
         "budget-three-outcome",
         "zero",
-        ("zero", "mask", "matched", "survivor", "turn-baseline"),
+        ("zero", "mask", "matched", "survivor", "turn"),
         ("P3", "P4", "P7 online"),
     ),
     Setup("swe-like", "never-drop", ("drop", "never-drop", "protect-a0.5"), ("P5", "P6")),
@@ -171,7 +171,7 @@ def plant(pid: str, runs: list[Run], sigma: dict[str, float], margin: float = 0.
                     if GEN + f"turns_mean/{o}" in row:
                         row[GEN + f"turns_mean/{o}"] += c2 * i / 100
 
-        elif (pid, label) in (("P6", "protect-a0.5"), ("P7 online", "turn-baseline")):
+        elif (pid, label) in (("P6", "protect-a0.5"), ("P7 online", "turn")):
             c, start = margin + EFFECT * sigma[pid], qs.final_start(len(run.rows) - 1)
 
             def edit(i, row, c=c, start=start):
@@ -196,7 +196,7 @@ SIGMA_OF = {
     "P5 successes, level": ("P5", "turns of successes over the run"),
     "P5 failures, level": ("P5", "turns of failures (submitted or capped) over the run"),
     "P6": ("P6", "final success, protect-a0.5"),
-    "P7 online": ("P7 online", "final success, turn-baseline"),
+    "P7 online": ("P7 online", "final success, turn"),
 }
 
 

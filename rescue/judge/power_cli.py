@@ -22,7 +22,7 @@ import sys
 import time
 from pathlib import Path
 
-from rescue import flags
+from rescue import arms, flags
 from rescue.errors import InputError
 
 QUESTIONS = ("q2", "q3")
@@ -30,12 +30,8 @@ NOISES = ("sim", "synthetic")
 
 
 def question_arms(question: str) -> list[str]:
-    """The arms a question's command runs on the cluster (``rescue.questions.chains``)."""
-    from rescue.questions.chains import Q2_ARMS, Q3_ARMS
-
-    if question == "q2":
-        return list(Q2_ARMS)
-    return [arm if a is None else f"{arm}:{a:g}" for arm, a in Q3_ARMS]
+    """The arms a question's command runs on the cluster (``rescue.arms.question_runs``)."""
+    return [arm if a is None else f"{arm}:{a:g}" for arm, a in arms.question_runs(question)]
 
 
 def _numbers(text: str, flag: str, kind=float) -> list:
