@@ -18,7 +18,7 @@ from types import SimpleNamespace
 import pytest
 from miles_env import require_miles
 
-from rescue.miles.matched import CONVERT_PATH
+from rescue.miles.matched import CONVERT_PATH, STEP_CONVERT_PATH
 from rescue.miles.train_step import ENV_UPDATE_NORM, MOMENTS, before_train_step
 
 N_ROLLOUTS = 16  # rollouts per step (the scheduler's increment)
@@ -176,12 +176,17 @@ def norm(deltas):
     return math.sqrt(sum(float(d.double().pow(2).sum()) for d in deltas))
 
 
-def matched_step(setup, rollout, step_id, x, w):
+STEP_ARGS = SimpleNamespace(
+    **{**vars(ARGS), "custom_convert_samples_to_train_data_path": STEP_CONVERT_PATH}
+)
+
+
+def matched_step(setup, rollout, step_id, x, w, args=ARGS):
     """Miles' train_one_step sequence with rescue's hook."""
     ddp, opt, sched = setup
     opt.zero_grad()
     ddp.zero_grad_buffer()
-    before_train_step(ARGS, rollout, step_id, [ddp], opt, sched)
+    before_train_step(args, rollout, step_id, [ddp], opt, sched)
     backward(ddp, x, w)
     result = opt.step()
     assert result[0] is True
@@ -265,6 +270,63 @@ def test_matched_step_measures_copy_a_and_applies_copy_b_at_its_norm(
     assert sched.num_steps == 3 * N_ROLLOUTS  # one increment per rollout, not two
     if clip:
         assert clipped > 0  # the clip was active
+
+
+@pytest.mark.parametrize(
+    ("optimizer", "weight_decay", "clip", "distributed"),
+    [
+        c
+        for c in CASES
+        if c.id in ("sgd-decay-clip", "adam-decay-clip", "adam-decay-clip-distributed")
+    ],
+)
+def test_step_control_measures_the_mask_copy_and_applies_r0s_at_its_norm(
+    megatron, optimizer, weight_decay, clip, distributed
+):
+    """The step-size control: the same schedule with the copies' roles swapped. Step 0 takes
+    the mask copy (B), measured and undone; step 1 takes the R = 0 copy (A), applied in its
+    own direction at the mask step's norm, against the plain setup's Megatron steps."""
+    import torch
+
+    logged = megatron
+    ctl = build(optimizer, weight_decay=weight_decay, clip=clip, distributed=distributed)
+    plain = build(optimizer, weight_decay=weight_decay, clip=clip, distributed=distributed)
+    ddp, opt, sched = ctl
+    for rollout in range(3):
+        xa, wa = batch(rollout, masked=False)
+        xb, wb = batch(rollout, masked=True)
+        synchronize(plain, ctl)
+        ref_deltas, ref_state = plain_step(plain, xa, wa)
+        synchronize(plain, ctl)
+        mask_deltas, _ = plain_step(plain, xb, wb)
+        target = norm(mask_deltas)
+
+        before_p, before_s = params(ddp), state(opt)
+        matched_step(ctl, rollout, 0, xb, wb, args=STEP_ARGS)
+        assert all(torch.equal(p, q) for p, q in zip(ddp.parameters(), before_p, strict=True))
+        assert states_equal(state(opt), before_s)
+        row0 = logged[-1][0]
+        assert row0["train/rescue/matched_copy"] == 0 and row0["train/rescue/update_norm"] == 0
+        assert row0["train/rescue/update_norm_mask"] == pytest.approx(target, rel=1e-6)
+
+        before_p = params(ddp)
+        matched_step(ctl, rollout, 1, xa, wa, args=STEP_ARGS)
+        realized = [p.detach() - q for p, q in zip(ddp.parameters(), before_p, strict=True)]
+        row1 = logged[-1][0]
+        assert row1["train/rescue/matched_copy"] == 1
+        # the realized update is a difference of fp32 parameters: each element rounded once
+        # at |θ|, so the norm is exact to ε·‖θ‖ (relative to a step smaller than R = 0's)
+        rel = max(1e-6, float(torch.finfo(torch.float32).eps) * norm(before_p) / target)
+        assert norm(realized) == pytest.approx(target, rel=rel)
+        assert row1["train/rescue/update_norm"] == pytest.approx(target, rel=rel)
+        assert row1["train/rescue/update_norm_mask"] == pytest.approx(target, rel=1e-6)
+        assert row1["train/rescue/update_norm_ref"] == pytest.approx(norm(ref_deltas), rel=1e-6)
+        scale = row1["train/rescue/update_scale"]
+        assert scale == pytest.approx(target / norm(ref_deltas), rel=1e-6)
+        for r, d in zip(realized, ref_deltas, strict=True):  # R = 0's direction
+            torch.testing.assert_close(r, scale * d, rtol=1e-4, atol=1e-7)
+        assert states_equal(state(opt), ref_state)
+    assert sched.num_steps == 3 * N_ROLLOUTS
 
 
 def test_realized_norm_differs_from_the_reference_without_the_control(megatron):

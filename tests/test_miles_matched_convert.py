@@ -211,6 +211,38 @@ def test_two_steps_per_base_step_copy_a_first(miles, gbs, steps_per_copy):
     assert unmasked  # the batch has trained rollouts in both copies
 
 
+def test_the_step_size_control_puts_the_mask_copy_first_and_applies_r0s(miles):
+    """The step-size control's conversion: the same two copies in the other order, step 2k
+    the mask's copy B (measured), step 2k + 1 the R = 0 copy A (applied, its ids shifted)."""
+    import copy
+
+    from rescue.miles.matched import STEP_CONVERT_PATH, convert_samples_to_train_data_step_control
+
+    Sample = miles
+    gbs = 12
+    args = make_args(
+        global_batch_size=gbs, custom_convert_samples_to_train_data_path=STEP_CONVERT_PATH
+    )
+    groups = groups_of(Sample)
+    mask_truncated_zero_reward(args, groups)
+    samples = flat(groups)
+    masked = {s.index for s in samples if s.remove_sample}
+    pristine = copy.deepcopy(samples)
+    steps, _ = schedule(args, convert_samples_to_train_data_step_control(args, samples))
+    assert sorted(steps) == [0, 1]
+    first, second = steps[0], steps[1]
+    assert all(rid < ROLLOUT_ID_OFFSET for rid, *_ in first)  # the measured copy: B, as is
+    assert all(rid >= ROLLOUT_ID_OFFSET for rid, *_ in second)  # the applied copy: A, shifted
+    assert {index for _, index, mask, _ in first if sum(mask) == 0} == masked
+    assert all(sum(mask) > 0 for _, index, mask, _ in second)  # R = 0 trains the capped
+    for s in pristine:
+        s.remove_sample = False
+    want_a = by_sample(alone(make_args(global_batch_size=gbs), copy.deepcopy(pristine)))
+    for _, index, mask, reward in second:
+        assert mask == list(want_a[index][0])
+        assert reward == pytest.approx(want_a[index][1], abs=1e-6)
+
+
 def test_reference_copy_unmasks_only_capped_trajectories(miles):
     from rescue.miles.matched import reference_copy
 

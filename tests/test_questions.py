@@ -243,7 +243,8 @@ def test_the_recorded_steps_are_the_ones_the_training_runs(tmp_path, monkeypatch
                                              chains.REHEARSAL_STEPS["q1"]]  # fmt: skip
     assert recorded[0]["SEEDS"] == chains.REHEARSAL_SEEDS["q2"] == 2
     with cluster_machine(tmp_path):
-        rescue_main(["question", "q2", "--run-dir", str(tmp_path / "c")])
+        rescue_main(["question", "q2", "--run-dir", str(tmp_path / "c"), "--power-noise",
+                     "synthetic"])  # fmt: skip
     assert recorded[-1]["STEPS"] == "NUM_ROLLOUT of the launchers"
 
 
@@ -308,8 +309,8 @@ def _rehearsal(tmp_path, **kw) -> chains.Settings:
 
 
 def test_every_rehearsal_trains_through_miles_with_its_launcher_and_nothing_is_simulated(tmp_path):
-    launchers = {"q1": ("swe", "never-drop"), "q2": ("rlvr", "zero,mask,matched,drgrpo-mask,"
-                 "survivor,turn"), "q3": ("swe", "drop,never-drop,protect:0.25,protect:0.5,pace")}  # fmt: skip
+    launchers = {"q1": ("swe", "never-drop"), "q2": ("rlvr", "zero,mask,matched,step-control,"
+                 "drgrpo-mask,survivor,turn"), "q3": ("swe", "drop,never-drop,protect:0.25,protect:0.5,pace")}  # fmt: skip
     for q, (launcher, arms) in launchers.items():
         stages = chains.QUESTIONS[q](_rehearsal(tmp_path, seeds=2))
         train = next(st for st in stages if st.name == "train")

@@ -65,6 +65,14 @@ SEED_COUNTS: tuple[int, ...] = tuple(range(2, MAX_SEEDS + 1))
 EFFECTS: tuple[float, ...] = (0.5, 1.0, 1.5, 2.0, 3.0)
 #: The effect the one-line summary quotes (the calibration's planted effect).
 LINE_EFFECT = 1.5
+#: P3's effect as ``make map`` measured it at the budget scenario's settings (the tasks
+#: needing 2-4 edits, a 12-turn cap, lr 0.1, 300 steps, seeds 0-5): the mean judged
+#: difference mask − zero of the cap-hit trend against b over the SD of its per-seed
+#: differences (the σ of this table), ``effect_sd_of_differences`` of that cell in
+#: ``runs/map/map.json``. The one-line summary says how many seeds P3 needs at it.
+MAP_P3_EFFECT = 0.62
+#: A decisive share the seed count P3 needs must reach (``seeds_needed``).
+NEEDED_SHARE = 0.8
 #: Steps per run and rollouts per step of a replicate.
 STEPS, ROLLOUTS = 20, 128.0
 #: Replicates by default, and of the one-line summary the launchers print (about ±0.05).
@@ -444,6 +452,27 @@ def _pair(x: tuple[float, float]) -> str:
     return f"{x[0]:.2f} / {x[1]:.2f}"
 
 
+def needs(p: Power, effect: float = MAP_P3_EFFECT) -> str:
+    """The seed counts P3's plants need at ``effect`` σ (a decisive verdict in
+    ``NEEDED_SHARE`` of the replicates under the report's rule), as one clause; '' when the
+    table has no P3 plant at that effect."""
+    found = []
+    for name in ("P3", "P3 direction", "P3 step size"):
+        by_n = p.decisive.get(name, {})
+        if not by_n or effect not in next(iter(by_n.values())):
+            continue
+        n = seeds_needed(p, name, effect, NEEDED_SHARE)
+        said = f"{n}" if n is not None else f"more than {max(p.seeds)}"
+        found.append(f"{name} {said}")
+    if not found:
+        return ""
+    return (
+        f"seeds per arm for a decisive P3 ({NEEDED_SHARE:.0%} of replicates, under the rule) at "
+        f"the effect make map measured at the scenario's settings ({effect:g} σ): "
+        + ", ".join(found)
+    )
+
+
 def line(p: Power, n: int, effect: float = LINE_EFFECT, arms: Sequence[str] = ()) -> str:
     """One line: at ``n`` seeds per arm, each prediction's chance of the verdict a true
     effect of ``effect`` σ makes (under the report's rule / alone), and the largest share of
@@ -461,10 +490,12 @@ def line(p: Power, n: int, effect: float = LINE_EFFECT, arms: Sequence[str] = ()
         return f"SEEDS={n} per arm: no prediction compares these arms"
     found = ", ".join(f"{pid} {_pair(p.decisive[pid][n][effect])}" for pid in p.predictions)
     worst = max(max(p.false[pid][n][0.0]) for pid in p.predictions)
+    need = needs(p)
     return (
         f"SEEDS={n} per arm: a true effect of {effect:g} seed SDs is decided (the report's "
         f"family-wise rule / alone) {found}; with no effect, false claims at most {worst:.2f} "
-        f"(rescue power, {p.replicates} replicates)"
+        f"(rescue power, {p.replicates} replicates; noise: {p.noise})"
+        + (f"; {need}" if need else "")
     )
 
 

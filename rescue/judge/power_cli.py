@@ -110,6 +110,18 @@ def configure(parser: argparse.ArgumentParser) -> None:
     )
 
 
+def line_plan(seeds: list[int], arms) -> tuple[list[int], tuple[float, ...]]:
+    """The seed counts and effects the one-line summary needs: the asked count at
+    ``LINE_EFFECT``; with P3 among the predictions the arms compare, every count up to
+    ``MAX_SEEDS`` at the map's P3 effect too, for the seeds P3 needs (``power.needs``)."""
+    from rescue.judge import power as pw
+
+    if "P3" not in pw.compared(arms):
+        return seeds, (pw.LINE_EFFECT,)
+    counts = sorted({*seeds, *range(pw.MIN_SEEDS, pw.MAX_SEEDS + 1)})
+    return counts, (pw.LINE_EFFECT, pw.MAP_P3_EFFECT)
+
+
 #: Simulated runs per run a replicate needs (a replicate draws distinct runs of the pool).
 POOL_FACTOR = 2
 
@@ -166,12 +178,13 @@ def main(args: argparse.Namespace) -> int:
             print(said if args.arms else f"{name}: {said}")
             continue
         t0 = time.perf_counter()
-        null, noise = noise_of(args.noise, arms, max(max(seeds), pw.MIN_SEEDS),
+        counts, line_effects = line_plan(seeds, arms) if args.line else (seeds, effects)
+        null, noise = noise_of(args.noise, arms, max(max(counts), pw.MIN_SEEDS),
                                progress=not args.no_progress)  # fmt: skip
         bar = progress_bar(replicates, unit="replicates", desc=f"power {name}",
                            enabled=not args.no_progress)  # fmt: skip
         table = pw.power(
-            arms, seeds=seeds, effects=(pw.LINE_EFFECT,) if args.line else effects,
+            arms, seeds=counts, effects=line_effects,
             replicates=replicates, seed=args.rng_seed, progress=lambda n, bar=bar: bar.update(1),
             null=null, noise=noise,
         )  # fmt: skip

@@ -283,7 +283,7 @@ class MatchedUpdate:
         if target is None:
             raise RuntimeError(
                 f"rollout {ctx.rollout_id} step {ctx.step_id} (the applied copy) has no "
-                "update norm from the step before it (the measured copy)"
+                "reference norm from the step before it (the measured copy)"
             )
         scale = matched_scale(target, norm)
         ctx.metrics.update({NORM_KEY[first]: target, NORM_KEY[second]: norm, "update_scale": scale})

@@ -84,6 +84,15 @@ def configure(parser: argparse.ArgumentParser) -> None:
         help="q3: start without q2's go; q2, q3: run with fewer seeds than the judge needs to "
         "decide anything; recorded (default off)",
     )
+    parser.add_argument(
+        "--power-noise",
+        choices=("sim", "synthetic"),
+        default=None,
+        help="q2, q3: the noise of the power line printed before anything runs (rescue power "
+        "--noise): sim, simulated runs of the question's regime (cached after the first "
+        "time), or synthetic (quick) (default: sim on the cluster, synthetic in a rehearsal, "
+        "whose tiny model's runs a simulated pool does not describe)",
+    )
     parser.add_argument("--dumps", default="", help="q1: the dumps folder of a finished run")
     parser.add_argument(
         "--model",
@@ -116,7 +125,7 @@ def power_first(question: str, seeds: int, args: argparse.Namespace) -> bool:
     nothing for a prediction those arms compare, unless ``--force`` (a rehearsal spends no
     cluster time: it prints the line and goes on). Returns whether it ran forced."""
     from rescue.judge import power as pw
-    from rescue.judge.power_cli import noise_of, question_arms
+    from rescue.judge.power_cli import line_plan, noise_of, question_arms
 
     arms = question_arms(question)
     why = pw.refusal(arms, seeds)
@@ -125,9 +134,12 @@ def power_first(question: str, seeds: int, args: argparse.Namespace) -> bool:
     if seeds < pw.MIN_SEEDS:  # the judge's minimum: nothing to simulate
         table = pw.Power(tuple(arms), 0, (seeds,), (0.0,))
     else:
-        null, noise = noise_of(getattr(args, "power_noise", "sim"), arms, seeds)
+        counts, effects = line_plan([seeds], arms)
+        chosen = getattr(args, "power_noise", None)
+        chosen = chosen or ("synthetic" if getattr(args, "rehearsal", False) else "sim")
+        null, noise = noise_of(chosen, arms, max(counts))
         table = pw.power(
-            arms, seeds=(seeds,), effects=(pw.LINE_EFFECT,), replicates=pw.LINE_REPLICATES,
+            arms, seeds=counts, effects=effects, replicates=pw.LINE_REPLICATES,
             null=null, noise=noise,
         )  # fmt: skip
     said = pw.line(table, seeds, arms=arms)

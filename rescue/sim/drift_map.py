@@ -24,7 +24,9 @@ Per cell (``CellResult``):
 - ``b``: the mask arm's b (``rollout/census/b_all``) over the final 20% of the steps;
 - the truth beside the judged effect (``rescue.judge.truth``, the simulator's exact P(cap)
   and J on the same runs): ``exact``, the exact trend's mask − zero difference in the same
-  unit as ``effect`` (the zero arm's seed SD of the judged trend), ``judged_abs`` and
+  unit as ``effect`` (the zero arm's seed SD of the judged trend), ``effect_of_differences``
+  the judged difference over the SD of its per-seed differences (``rescue power``'s unit,
+  ``power.MAP_P3_EFFECT``), ``judged_abs`` and
   ``exact_abs`` the two differences themselves (cap-hit rate per unit b), ``fidelity`` the
   mean judged per-run trend over the mean exact one (every arm's runs) and ``same_sign``
   the share of runs whose judged trend has the exact one's sign: the estimator's fidelity,
@@ -185,6 +187,11 @@ def judge_cells(grid: gd.Grid, simulated: dict, cells: list[gd.Cell]):
                 checks=[c.as_dict() for c in result.checks],
                 exact=float(np.mean(e_diff)) / unit if e_diff else math.nan,
                 judged_abs=float(np.mean(j_diff)) if j_diff else math.nan,
+                effect_of_differences=(
+                    float(np.mean(j_diff) / np.std(j_diff, ddof=1))
+                    if len(j_diff) > 1 and np.std(j_diff, ddof=1) > 0
+                    else math.nan
+                ),
                 exact_abs=float(np.mean(e_diff)) if e_diff else math.nan,
                 fidelity=judged_mean / exact_mean if exact_mean else math.nan,
                 same_sign=sum(a.same_sign for a in agree) / runs_n if runs_n else math.nan,

@@ -38,6 +38,7 @@ class CellResult:
     note: str
     checks: list[dict]
     exact: float = float("nan")
+    effect_of_differences: float = float("nan")
     judged_abs: float = float("nan")
     exact_abs: float = float("nan")
     fidelity: float = float("nan")
@@ -236,7 +237,8 @@ def as_json(grid: gd.Grid, cells: list[CellResult], family, meta: dict) -> dict:
             {"values": c.values, "verdict": c.verdict, "alone": c.alone, "effect_sd": c.effect,
              "effect_sd_interval": [c.effect_lo, c.effect_hi], "seeds": c.seeds,
              "control_sd": c.control, "level_sd": c.level, "subsidy_ratio": c.ratio, "b_final": c.b, "note": c.note,
-             "exact_sd": c.exact, "judged_difference": c.judged_abs, "exact_difference": c.exact_abs,
+             "exact_sd": c.exact, "effect_sd_of_differences": c.effect_of_differences,
+             "judged_difference": c.judged_abs, "exact_difference": c.exact_abs,
              "fidelity": c.fidelity, "same_sign": c.same_sign,
              "direction_sd": c.direction, "exact_separations": c.separations,
              "checks": c.checks}
