@@ -9,7 +9,9 @@ folder of its own) with wandb's own reader of the transaction log, ``wandb leet 
 wandb still has it (<= 0.28). Every ``run-*.wandb`` file of a folder is read, folders in the
 order given (their names start with their start time, so sorted is time order); the rows
 are joined in that order, the config merged, and the group, name and tags are the first
-folder's that has them. ``history_rows(folders)`` is the rows alone.
+folder's that has them, the ``define_metric`` declarations (``RunLog.axes``: a name or
+glob and the step key it plots against) gathered. ``history_rows(folders)`` is the rows
+alone.
 
 One key convention, wandb's own: a key logged nested (``run.log({"a": {"b": 1}})``) is
 ``a.b``, as wandb's reader, its public API and its app name it; a flat key keeps its
@@ -61,6 +63,8 @@ class RunLog:
     source: str = ""
     state: str | None = None
     last_step: int | None = None
+    #: ``define_metric`` declarations read offline: name or glob -> its step key.
+    axes: dict[str, str] = field(default_factory=dict)
 
 
 def decode(value: Any) -> Any:
@@ -115,6 +119,7 @@ def read_offline(folders: Sequence[Path]) -> RunLog:
             if meta.get("tags") and not log.tags:
                 log.tags = list(meta["tags"])
             log.config.update(meta.get("config") or {})
+            log.axes.update(meta.get("axes") or {})
             log.rows.extend(rows)
     n = len(folders)
     log.source = str(folders[-1]) if n == 1 else f"{folders[-1]} (+{n - 1})"
@@ -146,12 +151,17 @@ def _scan(path: Path) -> tuple[dict[str, Any], list[dict[str, Any]]]:
 
 def _from_records(records: Iterator[dict[str, Any]]) -> tuple[dict[str, Any], list[dict]]:
     """Meta and rows from records in ``wandb leet inspect --json``'s shape."""
-    meta: dict[str, Any] = {"config": {}}
+    meta: dict[str, Any] = {"config": {}, "axes": {}}
     rows = []
     for rec in records:
         kind = rec.get("type")
         if kind == "history":
             rows.append(decode_row(rec["history"].get("item") or {}))
+        elif kind == "metric":
+            metric = rec["metric"]
+            name = metric.get("name") or metric.get("glob_name")
+            if name and metric.get("step_metric"):
+                meta["axes"][name] = metric["step_metric"]
         elif kind == "run":
             run = rec["run"]
             meta["group"] = run.get("run_group") or None
@@ -206,3 +216,12 @@ def _datastore_records(path: Path, store_cls: Any) -> Iterator[dict[str, Any]]:
             yield {"type": "run", "run": run}
         elif kind == "config":
             yield {"type": "config", "config": {"update": items(rec.config.update)}}
+        elif kind == "metric":
+            yield {
+                "type": "metric",
+                "metric": {
+                    "name": rec.metric.name,
+                    "glob_name": rec.metric.glob_name,
+                    "step_metric": rec.metric.step_metric,
+                },
+            }

@@ -146,7 +146,9 @@ def read_project(
     except InputError:
         raise
     except Exception as e:
-        raise InputError(f"{project}: {_why(e, project, store)}") from None
+        raise InputError(
+            f"{project}: {explain(e, project.entity, project.project, store.dir)}"
+        ) from None
     if not logs:
         where = f"group {project.group!r} of " if project.group else ""
         raise InputError(f"{project}: no run in {where}{project.path}")
@@ -191,12 +193,13 @@ def _read_run(run: Any, project: Project, store: HistoryCache) -> RunLog:
     return log
 
 
-def _why(e: Exception, project: Project, store: HistoryCache) -> str:
-    """One line saying what the service's failure means and what to do."""
+def explain(e: Exception, entity: str, project: str, cache: Path | None = None) -> str:
+    """One line saying what a failure of wandb's service means and what to do."""
     from wandb.errors import AuthenticationError, UsageError
 
+    cause = getattr(e, "exc", None) or e  # wandb's CommError wraps the service's error
     text = " ".join(str(e).split())[:300]
-    status = getattr(getattr(e, "response", None), "http_status", None) or None
+    status = getattr(getattr(cause, "response", None), "http_status", None) or None
     if isinstance(e, UsageError):
         return f"no wandb credentials ({text}): run `wandb login` or export WANDB_API_KEY"
     if isinstance(e, AuthenticationError):
@@ -206,17 +209,18 @@ def _why(e: Exception, project: Project, store: HistoryCache) -> str:
         )
     if isinstance(e, ValueError) and str(e).startswith("Could not find project"):
         return (
-            f"no such project: entity {project.entity!r} has no project {project.project!r} "
-            "these credentials can read"
+            f"no such project: entity {entity!r} has no project {project!r} these credentials "
+            "can read"
         )
     if status == 429:
+        kept = f"; the runs read so far are cached in {cache}" if cache else ""
         return (
-            f"the wandb server is limiting the rate of requests (HTTP 429: {text}); the runs "
-            f"read so far are cached in {store.dir}: run the command again later"
+            f"the wandb server is limiting the rate of requests (HTTP 429: {text}){kept}: run "
+            "the command again later"
         )
     if status in (401, 403):
         return f"the wandb server refused the credentials (HTTP {status}: {text})"
-    if status is None and type(e).__name__ == "WandbApiFailedError":
+    if status is None and type(cause).__name__ == "WandbApiFailedError":
         return f"cannot reach the wandb server ({text}); check the network and WANDB_BASE_URL"
     if status is not None:
         return f"the wandb server failed (HTTP {status}: {text})"
