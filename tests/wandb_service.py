@@ -13,6 +13,8 @@ the real one does), and the answers are what the server sends, in its shapes:
   for a project that does not exist (the server's answer; wandb's ``Runs`` raises
   ``ValueError("Could not find project ...")``);
 - GraphQL ``RunHistoryKeys`` (``Run.lastHistoryStep``): the run's ``historyKeys``;
+- GraphQL ``UpsertView2`` (``wandb_workspaces``' ``Workspace.save``): the saved view's id
+  and name (its variables kept in ``saved_views``);
 - ``read_run_history_request``: a scan's init, then its pages of ``HistoryRow``s, each item
   a key and its JSON (a non-finite number written ``"NaN"`` as wandb writes it).
 
@@ -38,7 +40,12 @@ from wandb.proto import wandb_api_pb2 as pb
 from wandb.sdk.lib.service.service_connection import ServiceConnection
 
 #: The GraphQL operations answered, by a piece of their text.
-_QUERIES = {"Runs": "query Runs(", "RunHistoryKeys": "query RunHistoryKeys", "Viewer": "viewer {"}
+_QUERIES = {
+    "Runs": "query Runs(",
+    "RunHistoryKeys": "query RunHistoryKeys",
+    "Viewer": "viewer {",
+    "UpsertView2": "mutation UpsertView2",
+}
 
 
 @dataclass
@@ -92,6 +99,7 @@ class RecordedService:
     project_exists: bool = True
     failures: dict[str, pb.ApiErrorResponse] = field(default_factory=dict)
     requests: Counter = field(default_factory=Counter)
+    saved_views: list[dict[str, Any]] = field(default_factory=list)
     scanned_steps: list[int] = field(default_factory=list)
     _scans: dict[int, str] = field(default_factory=dict)
 
@@ -153,6 +161,10 @@ class RecordedService:
     def _graphql(self, name: str, variables: dict[str, Any]) -> pb.ApiResponse:
         if name == "Viewer":
             data: dict[str, Any] = {"viewer": {"id": "VXNlcjox", "entity": "lab"}}
+        elif name == "UpsertView2":
+            self.saved_views.append(variables)
+            view = {"id": f"VmlldzoxMjM{len(self.saved_views)}", "name": "nw-recorded1"}
+            data = {"upsertView": {"view": view, "inserted": True}}
         elif not self.project_exists:
             data = {"project": None}
         elif name == "Runs":

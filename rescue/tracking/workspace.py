@@ -249,6 +249,11 @@ def panel_keys(sections: tuple[Section, ...] = SECTIONS) -> list[str]:
     return list(keys)
 
 
+def unlogged(logged: set[str], sections: tuple[Section, ...] = SECTIONS) -> list[str]:
+    """The keys some panel of ``sections`` names that are not in ``logged``."""
+    return [k for k in panel_keys(sections) if k not in logged]
+
+
 def group_filter(group: str | None) -> str | None:
     """``--group``: the wandb group itself, or a regular expression over groups (checked)."""
     if group is None:
