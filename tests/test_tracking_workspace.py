@@ -9,6 +9,7 @@ import inspect
 import json
 import sys
 import types
+from pathlib import Path
 from types import SimpleNamespace
 
 import pytest
@@ -28,14 +29,19 @@ PENDING = set() if "b_prior" in inspect.getsource(rescue.census) else {B_AXIS}
 
 
 @pytest.fixture(scope="module")
-def sim_runs(tmp_path_factory) -> list:
+def sim_wandb(tmp_path_factory) -> Path:
     """Offline wandb runs of the simulator: every stale-handling and budget arm, 4 steps."""
     out = tmp_path_factory.mktemp("sim")
     argv = ["sim", "--arms", "drop,never-drop,protect:0.5,pace,zero,mask", "--steps", "4",
             "--group-size", "4", "--max-turns", "6", "--seeds", "1", "--no-plots",
             "--no-progress", "--out", str(out / "sim")]  # fmt: skip
     assert cli.main(argv) == 0
-    folders = sorted((out / "sim" / "wandb").glob("offline-run-*"))
+    return out / "sim" / "wandb"
+
+
+@pytest.fixture(scope="module")
+def sim_runs(sim_wandb) -> list:
+    folders = sorted(sim_wandb.glob("offline-run-*"))
     assert len(folders) == 6
     return [read_offline([d]) for d in folders]
 
@@ -261,3 +267,33 @@ def test_declare_names_each_step_key_then_each_glob():
     calls.clear()
     declare(lambda name, **kw: calls.append((name, kw.get("step_metric"))), train_step=STEP)
     assert calls[0] == (STEP, None) and ("train/rescue/*", STEP) in calls  # the simulator
+
+
+def test_preview_draws_the_panels_and_keeps_an_earlier_picture_on_bad_input(
+    sim_wandb, sim_runs, tmp_path, capsys
+):
+    pytest.importorskip("matplotlib")
+    from rescue.tracking.preview import series
+
+    out = tmp_path / "pics" / "workspace.png"
+    assert cli.main(["wandb", "preview", str(sim_wandb), "--out", str(out)]) == 0
+    assert out.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    assert "preview of 6 runs" in capsys.readouterr().out
+    before = out.read_bytes()
+    for argv, message in (
+        ([str(tmp_path / "absent")], "does not exist"),
+        ([str(tmp_path / "pics")], "no offline-run-* folder under"),
+        ([str(sim_wandb), "--out", str(tmp_path / "w.svg")], "allowed: a .png file"),
+    ):
+        args = argv if "--out" in argv else [*argv, "--out", str(out)]
+        assert cli.main(["wandb", "preview", *args]) == 2
+        assert message in capsys.readouterr().err
+    assert out.read_bytes() == before
+    # a group's seeds averaged per step; the shares of a pct-area panel sum to 1 per row
+    shares = next(p for s in SECTIONS for p in s.panels if p.style == "pct-area")
+    totals: dict = {}
+    for key in shares.keys:
+        for group, points in series(sim_runs, shares, key).items():
+            for x, y in points:
+                totals[(group, x)] = totals.get((group, x), 0.0) + y
+    assert totals and all(abs(t - 1.0) < 1e-9 for t in totals.values())
