@@ -5,6 +5,7 @@ the service's failures are one line each."""
 
 from __future__ import annotations
 
+import copy
 import json
 import re
 from pathlib import Path
@@ -46,8 +47,14 @@ def offline(tmp_path_factory) -> Path:
     return root / "wandb"
 
 
-def _service(offline: Path):
+@pytest.fixture(scope="module")
+def recorded(offline):
+    """The project as the server holds those runs (read once; each test takes a copy)."""
     return record_offline([[d] for d in sorted(offline.glob("offline-run-*"))])
+
+
+def _service(recorded):
+    return copy.deepcopy(recorded)
 
 
 def _report(args: list[str], out: Path, capsys) -> dict:
@@ -63,9 +70,9 @@ def _without_sources(report: dict) -> str:
 
 
 def test_a_project_judges_to_the_report_of_its_offline_folders(
-    offline, tmp_path, monkeypatch, capsys
+    offline, recorded, tmp_path, monkeypatch, capsys
 ):
-    service = _service(offline)
+    service = _service(recorded)
     service.install(monkeypatch, tmp_path)
     cache = tmp_path / "cache"
     online = _report([PROJECT, "--wandb-cache", str(cache)], tmp_path / "online", capsys)
@@ -80,9 +87,9 @@ def test_a_project_judges_to_the_report_of_its_offline_folders(
 
 
 def test_each_history_is_scanned_once_and_refreshed_when_the_run_moved(
-    offline, tmp_path, monkeypatch
+    recorded, tmp_path, monkeypatch
 ):
-    service = _service(offline)
+    service = _service(recorded)
     service.install(monkeypatch, tmp_path)
     cache = tmp_path / "cache"
     first, _ = read_project(PROJECT, cache=cache, progress=False)
@@ -103,9 +110,9 @@ def test_each_history_is_scanned_once_and_refreshed_when_the_run_moved(
 
 
 def test_a_run_still_running_is_judged_on_what_it_logged_with_a_note(
-    offline, tmp_path, monkeypatch
+    recorded, tmp_path, monkeypatch
 ):
-    service = _service(offline)
+    service = _service(recorded)
     service.runs[0].state = "running"
     service.install(monkeypatch, tmp_path)
     logs, notes = read_project(PROJECT, cache=tmp_path / "c", progress=False)
@@ -114,8 +121,8 @@ def test_a_run_still_running_is_judged_on_what_it_logged_with_a_note(
     assert "still running" in note and f"{len(logs[0].rows)} rows" in note
 
 
-def test_a_group_reads_only_its_runs(offline, tmp_path, monkeypatch):
-    service = _service(offline)
+def test_a_group_reads_only_its_runs(recorded, tmp_path, monkeypatch):
+    service = _service(recorded)
     service.install(monkeypatch, tmp_path)
     logs, _ = read_project(PROJECT + "/swe-drop-k2-seed1", cache=tmp_path / "c", progress=False)
     assert [log.group for log in logs] == ["swe-drop-k2-seed1"]
@@ -137,9 +144,9 @@ def test_a_group_reads_only_its_runs(offline, tmp_path, monkeypatch):
     ],
 )  # fmt: skip
 def test_the_services_failures_are_one_line_each(
-    offline, tmp_path, monkeypatch, capsys, failure, message
+    recorded, tmp_path, monkeypatch, capsys, failure, message
 ):
-    service = _service(offline)
+    service = _service(recorded)
     service.fail(*failure)
     service.install(monkeypatch, tmp_path)
     with pytest.raises(InputError, match=message) as e:
@@ -153,8 +160,8 @@ def test_the_services_failures_are_one_line_each(
     assert not out.exists()
 
 
-def test_no_such_project_is_one_line(offline, tmp_path, monkeypatch):
-    service = _service(offline)
+def test_no_such_project_is_one_line(recorded, tmp_path, monkeypatch):
+    service = _service(recorded)
     service.project_exists = False  # the server answers project: null
     service.install(monkeypatch, tmp_path)
     with pytest.raises(
@@ -174,8 +181,8 @@ def test_no_credentials_is_one_line(tmp_path, monkeypatch):
         read_project(PROJECT, cache=tmp_path / "c", progress=False)
 
 
-def test_a_run_whose_keys_are_not_rescues_is_named(offline, tmp_path, monkeypatch):
-    service = _service(offline)
+def test_a_run_whose_keys_are_not_rescues_is_named(recorded, tmp_path, monkeypatch):
+    service = _service(recorded)
     service.runs[2].rows = [{"_step": 0, "loss": 1.0}, {"_step": 1, "loss": 0.5}]
     service.install(monkeypatch, tmp_path)
     run_id = service.runs[2].run_id

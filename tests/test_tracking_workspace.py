@@ -7,13 +7,12 @@ from __future__ import annotations
 
 import inspect
 import json
-import sys
-import types
 from pathlib import Path
 from types import SimpleNamespace
 
 import pytest
 from fake_sample import Sample
+from test_miles_log import fake_miles_tracking  # noqa: F401  (a fixture)
 
 import rescue.census
 from rescue import cli
@@ -47,22 +46,13 @@ def sim_runs(sim_wandb) -> list:
 
 
 @pytest.fixture
-def fake_miles(monkeypatch):
-    """Stand-ins for the Miles modules the log function and the train log import."""
-    logged: list = []
-    metric_utils = types.ModuleType("miles.utils.metric_utils")
-    metric_utils.compute_rollout_step = lambda args, rollout_id: rollout_id
-    tracking = SimpleNamespace(log=lambda args, metrics, step_key: logged.append(dict(metrics)))
-    tracking_utils = types.ModuleType("miles.utils.tracking_utils")
-    tracking_utils.tracking = tracking
-    for name, module in {
-        "miles": types.ModuleType("miles"),
-        "miles.utils": types.ModuleType("miles.utils"),
-        "miles.utils.metric_utils": metric_utils,
-        "miles.utils.tracking_utils": tracking_utils,
-    }.items():
-        monkeypatch.setitem(sys.modules, name, module)
-    return logged
+def fake_miles(request):
+    """The Miles stand-ins of tests/test_miles_log.py: what they record of the metrics logged."""
+    return request.getfixturevalue("fake_miles_tracking")
+
+
+def _logged(fake_miles) -> set[str]:
+    return {k for metrics, _ in fake_miles for k in metrics}
 
 
 def _done(**fields) -> Sample:
@@ -81,7 +71,7 @@ def miles_rollout_keys(fake_miles) -> set[str]:
         _done(group_index=2, index=21, reward=1.0, metadata={WEIGHT_KEY: 2.0}),
     ]
     log_rollout(0, SimpleNamespace(reward_key=None), batch, None, 0.0)
-    return set().union(*fake_miles)
+    return _logged(fake_miles)
 
 
 def miles_train_keys(fake_miles, monkeypatch) -> set[str]:
@@ -115,7 +105,7 @@ def miles_train_keys(fake_miles, monkeypatch) -> set[str]:
         optimizer.step()
 
     train_step.TrainLog()(ctx, optimizer, lambda: step_module.UpdateNorm()(ctx, optimizer, step))
-    return set().union(*fake_miles)
+    return _logged(fake_miles)
 
 
 def test_every_panel_key_is_logged_by_the_miles_adapter_the_slime_adapter_or_the_simulator(

@@ -132,17 +132,18 @@ def read_project(
         logs, notes = [], []
         from rescue.progress import progress_bar
 
-        bar = progress_bar(len(runs), unit="runs", desc=f"reading {project}", enabled=progress)
-        for run in runs:
-            log = _read_run(run, project, store)
-            if log.state == "running":
-                notes.append(
-                    f"{log.source}: run {log.name or log.run_id} is still running: judged on the "
-                    f"{len(log.rows)} rows it logged so far (the next reading adds what follows)"
-                )
-            logs.append(log)
-            bar.update(1)
-        bar.close()
+        desc = f"reading {project}"
+        with progress_bar(len(runs), unit="runs", desc=desc, enabled=progress) as bar:
+            for run in runs:
+                log = _read_run(run, project, store)
+                if log.state == "running":
+                    notes.append(
+                        f"{log.source}: run {log.name or log.run_id} is still running: judged on "
+                        f"the {len(log.rows)} rows it logged so far (the next reading adds what "
+                        "follows)"
+                    )
+                logs.append(log)
+                bar.update(1)
     except InputError:
         raise
     except Exception as e:
