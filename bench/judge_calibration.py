@@ -15,8 +15,9 @@ runs, with the family-wise rule over the report's deciding checks.
   alone, with the Clopper–Pearson upper 95% bound. Goal: at most 5%, bound at most 10%.
 - Power: the same blocks with an effect planted in one arm's logged rows, of 1.5 σ, σ the
   seed-to-seed SD of the deciding check's per-seed differences over the A/A blocks (the
-  σ a paired t test on n seeds sees): P3, the mask arm's cap-hit rate + c·b at every step
-  (its trend against b is c higher: the mask drifts, the matched control does not); P4,
+  σ a paired t test on n seeds sees): P3, the mask arm's cap-hit rate + c·(prior b) at
+  every step (its trend against the prior b, which P3 reads, is c higher: the mask drifts,
+  the matched control does not); P4,
   the survivor arm's cap-hit rate + c·step/100 (its drift); P5, the drop arm's turns of
   successes − c₁·step/100 and of failures + c₂·step/100 (every generated rollout); P6 and
   P7 online, the protect / turn arm's success − (m + c) over the final window, m the
@@ -77,7 +78,7 @@ SETUPS = (
     Setup(
         "budget-three-outcome",
         "zero",
-        ("zero", "mask", "matched", "survivor", "turn-baseline"),
+        ("zero", "mask", "matched", "survivor", "turn"),
         ("P3", "P4", "P7 online"),
     ),
     Setup("swe-like", "never-drop", ("drop", "never-drop", "protect-a0.5"), ("P5", "P6")),
@@ -145,10 +146,13 @@ def plant(pid: str, runs: list[Run], sigma: dict[str, float], margin: float = 0.
         label = run.label
         if pid == "P3" and label == "mask":
             c = EFFECT * sigma["P3"]
+            prior = qs.prior(qs.series(run, "b"), qs.B_SMOOTH, run.steps().max())
+            steps = run.steps()
 
-            def edit(i, row, c=c):
-                if GEN + "cap_hit_rate" in row and "rollout/census/b_all" in row:
-                    row[GEN + "cap_hit_rate"] += c * row["rollout/census/b_all"]
+            def edit(i, row, c=c, prior=prior, steps=steps):
+                t = int(steps[i])
+                if GEN + "cap_hit_rate" in row and np.isfinite(prior[t]):
+                    row[GEN + "cap_hit_rate"] += c * prior[t]
 
         elif pid == "P4" and label == "survivor":
             c = EFFECT * sigma["P4"]
@@ -167,7 +171,7 @@ def plant(pid: str, runs: list[Run], sigma: dict[str, float], margin: float = 0.
                     if GEN + f"turns_mean/{o}" in row:
                         row[GEN + f"turns_mean/{o}"] += c2 * i / 100
 
-        elif (pid, label) in (("P6", "protect-a0.5"), ("P7 online", "turn-baseline")):
+        elif (pid, label) in (("P6", "protect-a0.5"), ("P7 online", "turn")):
             c, start = margin + EFFECT * sigma[pid], qs.final_start(len(run.rows) - 1)
 
             def edit(i, row, c=c, start=start):
@@ -192,7 +196,7 @@ SIGMA_OF = {
     "P5 successes, level": ("P5", "turns of successes over the run"),
     "P5 failures, level": ("P5", "turns of failures (submitted or capped) over the run"),
     "P6": ("P6", "final success, protect-a0.5"),
-    "P7 online": ("P7 online", "final success, turn-baseline"),
+    "P7 online": ("P7 online", "final success, turn"),
 }
 
 

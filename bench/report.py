@@ -32,7 +32,7 @@ ARMS = (
     "mask",
     "zero",
     "survivor",
-    "turn-baseline",
+    "turn",
 )
 TARGET_RATIO = 2.0
 TARGET_S = 10.0

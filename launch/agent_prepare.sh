@@ -30,4 +30,4 @@ case $ENV in
       --data-dir "$ALFWORLD_DATA" --split "$ALFWORLD_SPLIT" --out "$PROMPT_DATA"
     ;;
 esac
-rescue_note "next: make agent-arm ENV=$ENV ARM=zero|mask|matched|drgrpo-mask|survivor|turn"
+rescue_note "next: make agent-arm ENV=$ENV ARM=$(IFS="|" && echo "${RESCUE_AGENT_ARM_LIST[*]}")"

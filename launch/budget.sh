@@ -3,14 +3,8 @@
 # The budget-regime arms, one table for the single-turn launchers (rlvr.sh) and the SWE arms
 # (common.sh): each arm is a setting of the mask, the baseline population, the estimator and
 # Dr. GRPO; the launchers turn those settings into flags the same way for every arm.
-# Sourced by common.sh.
-
-RESCUE_BUDGET_ARMS=(zero mask matched drgrpo-mask survivor turn)
-
-# True when ARM is a budget-regime arm.
-rescue_is_budget_arm() {
-  [[ " ${RESCUE_BUDGET_ARMS[*]} " == *" $ARM "* ]]
-}
+# The arms themselves (RESCUE_BUDGET_ARMS, each arm's settings) are the table of
+# rescue/arms.py, generated into arms.sh. Sourced by common.sh, after arms.sh.
 
 # The settings of the budget arm ARM. ESTIMATOR, DRGRPO and BASELINE are the arm's own here,
 # so a value other than their default is refused rather than silently replaced. Sets
@@ -23,17 +17,13 @@ rescue_budget_arm() {
     rescue_die "DRGRPO=$DRGRPO: the budget-regime arms set Dr. GRPO themselves: use ARM=drgrpo-mask, or unset DRGRPO"
   [[ $BASELINE == all ]] ||
     rescue_die "BASELINE=$BASELINE: the budget-regime arms set the baseline population themselves: use ARM=survivor, or unset BASELINE"
-  BUDGET_MASK=0
+  if ! rescue_is_budget_arm || ! rescue_arm_definition "$ARM"; then
+    rescue_die "ARM='$ARM' is not a budget-regime arm: set ARM=$RESCUE_BUDGET_ARM_WORDS"
+  fi
+  BUDGET_MASK=$ARM_MASK
   BUDGET_MATCHED=0
-  case $ARM in
-    zero) ;;
-    mask) BUDGET_MASK=1 ;;
-    matched) BUDGET_MASK=1 BUDGET_MATCHED=1 ;;
-    drgrpo-mask) BUDGET_MASK=1 DRGRPO=1 ;;
-    survivor) BUDGET_MASK=1 BASELINE=survivors ;;
-    turn) ESTIMATOR=turn ;;
-    *) rescue_die "ARM='$ARM' is not a budget-regime arm: set ARM=zero, mask, matched, drgrpo-mask, survivor or turn" ;;
-  esac
+  [[ $ARM_SCALING != matched ]] || BUDGET_MATCHED=1
+  ESTIMATOR=$ARM_ESTIMATOR DRGRPO=$ARM_DRGRPO BASELINE=$ARM_BASELINE
   return 0
 }
 
@@ -41,9 +31,9 @@ rescue_budget_arm() {
 # single-turn, text-game) and its own settings, after the layout is derived (matched checks
 # GLOBAL_BATCH_SIZE).
 rescue_budget_check_arm() {
-  [[ -n $ARM ]] || rescue_die "ARM is not set: set ARM=zero, mask, matched, drgrpo-mask, survivor or turn"
+  [[ -n $ARM ]] || rescue_die "ARM is not set: set ARM=$RESCUE_BUDGET_ARM_WORDS"
   rescue_is_budget_arm ||
-    rescue_die "ARM='$ARM' is not a $1 arm: set ARM=zero, mask, matched, drgrpo-mask, survivor or turn"
+    rescue_die "ARM='$ARM' is not a $1 arm: set ARM=$RESCUE_BUDGET_ARM_WORDS"
   [[ -z $A ]] || rescue_die "A=$A applies only to the SWE arm ARM=protect: unset A"
   rescue_budget_arm
   [[ $ARM != matched ]] || rescue_check_matched

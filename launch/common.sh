@@ -2,10 +2,15 @@
 # shellcheck disable=SC2034  # the variables are read by the scripts that source this file
 # The common part of the launchers: checks with one-line errors, the dry-run printer, the
 # model family, the GPU layout, the Ray start, and the train_async.py command of an arm.
-# Sourced after config.sh; sources derive.sh (the model family, the GPU layout) and node.sh
-# (processes and the housekeeper's pruning).
+# Sourced after config.sh; sources arms.sh (the arms), budget.sh (the budget-regime arms'
+# settings), derive.sh (the model family, the GPU layout) and node.sh (processes and the
+# housekeeper's pruning).
 
 RESCUE_PROG=${RESCUE_PROG:-$(basename "$0" .sh)}
+
+# The arms (rescue/arms.py's table): their names and each one's settings.
+# shellcheck source=arms.sh
+source "$LAUNCH_DIR/arms.sh"
 
 # One line on stderr, exit status 2.
 rescue_die() {
@@ -276,16 +281,11 @@ rescue_check_numbers() {
 # The arm's own settings (ARM, A, PACE_WINDOW, BASELINE); rescue_check_settings checks the
 # rest (PACE_WINDOW's range among them). A budget-regime arm (budget.sh) runs with never-drop
 # for staleness and sets its estimator, Dr. GRPO and baseline population itself.
-RESCUE_SWE_ARMS="drop, never-drop, protect or pace (stale handling), or zero, mask, matched, drgrpo-mask, survivor or turn (budget regime, with never-drop)"
+RESCUE_SWE_ARMS="$RESCUE_STALE_ARM_WORDS (stale handling), or $RESCUE_BUDGET_ARM_WORDS (budget regime, with never-drop)"
 rescue_check_arm() {
-  case $ARM in
-    drop | never-drop | protect | pace) ;;
-    "") rescue_die "ARM is not set: set ARM to $RESCUE_SWE_ARMS" ;;
-    *)
-      rescue_is_budget_arm || rescue_die "ARM='$ARM' is not an arm: set ARM to $RESCUE_SWE_ARMS"
-      rescue_budget_arm
-      ;;
-  esac
+  [[ -n $ARM ]] || rescue_die "ARM is not set: set ARM to $RESCUE_SWE_ARMS"
+  rescue_is_stale_arm || rescue_is_budget_arm || rescue_die "ARM='$ARM' is not an arm: set ARM to $RESCUE_SWE_ARMS"
+  if rescue_is_budget_arm; then rescue_budget_arm; fi
   # (a PACE_WINDOW that is not a number gets rescue_check_settings' message instead)
   if [[ $PACE_WINDOW =~ ^[1-9][0-9]*$ && $ARM != pace ]]; then
     rescue_die "PACE_WINDOW=$PACE_WINDOW applies only to ARM=pace: unset PACE_WINDOW or set ARM=pace"
@@ -446,19 +446,19 @@ rescue_arm_flags() {
 # ARM_ENV: the runtime-env settings of the arm (the gate's, the reward hook's, pace's window).
 # The budget arms' gate is never-drop.
 rescue_arm_env() {
-  ARM_ENV=("RESCUE_ARM=$ARM")
+  rescue_arm_definition "$ARM" || rescue_die "ARM='$ARM' is not an arm: set ARM to $RESCUE_SWE_ARMS"
+  ARM_ENV=("RESCUE_ARM=$ARM_GATE")
   case $ARM in
-    drop | never-drop) ;;
     protect) ARM_ENV+=("RESCUE_A=$A" "RESCUE_BASELINE=$BASELINE") ;;
     pace)
       [[ -z $PACE_WINDOW ]] || ARM_ENV+=("RESCUE_PACE_WINDOW=$PACE_WINDOW")
       ARM_ENV+=("RESCUE_PACE_STRAGGLER_S=$PACE_STRAGGLER_S")
       ;;
-    *)
-      rescue_budget_env
-      ARM_ENV=(RESCUE_ARM=never-drop "${BUDGET_ENV[@]}")
-      ;;
   esac
+  if rescue_is_budget_arm; then
+    rescue_budget_env
+    ARM_ENV+=("${BUDGET_ENV[@]}")
+  fi
 }
 
 # SHARED_FLAGS: identical in every arm except for the names derived from the arm.

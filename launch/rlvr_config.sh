@@ -109,6 +109,9 @@
 #   EXTRA_ARGS has --dynamic-sampling-filter-path, an outcome-dependent exclusion: ...
 
 RLVR_CONFIG_DIR=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
+# The arms (rescue/arms.py's table): ARMS' default is the single-turn launcher's.
+# shellcheck source=arms.sh
+source "$RLVR_CONFIG_DIR/arms.sh"
 
 ARM=${ARM:-}
 CAP=${CAP:-}
@@ -118,7 +121,7 @@ OFFPOLICY=${OFFPOLICY:-none}
 GPUS_PER_RUN=${GPUS_PER_RUN:-1}
 RAY_START=${RAY_START:-1}
 JOB_START_TIMEOUT_S=${JOB_START_TIMEOUT_S:-31536000}
-ARMS=${ARMS:-zero mask matched drgrpo-mask survivor turn}
+ARMS=${ARMS:-${RESCUE_RLVR_ARM_LIST[*]}}
 SEEDS=${SEEDS:-3}
 FORCE=${FORCE:-0}
 SWEEP_POLL_S=${SWEEP_POLL_S:-60}

@@ -28,10 +28,10 @@ for name in RUN_NAME WANDB_GROUP SAVE_DIR DUMP_DIR SUBMISSION_ID; do
   [[ -z ${!name:-} ]] || rescue_die "$name is set, but every run of a sweep has its own: unset $name"
 done
 rescue_list ARMS SWEEP_ARMS
-((${#SWEEP_ARMS[@]} > 0)) || rescue_die "ARMS is empty: set ARMS to some of zero mask matched drgrpo-mask survivor turn"
+((${#SWEEP_ARMS[@]} > 0)) || rescue_die "ARMS is empty: set ARMS to some of ${RESCUE_RLVR_ARM_LIST[*]}"
 for arm in "${SWEEP_ARMS[@]}"; do
-  (ARM=$arm rescue_is_budget_arm) ||
-    rescue_die "ARMS='$ARMS' names '$arm', which is not a single-turn arm: set ARMS to some of zero mask matched drgrpo-mask survivor turn (commas or spaces between them)"
+  [[ " ${RESCUE_RLVR_ARM_LIST[*]} " == *" $arm "* ]] ||
+    rescue_die "ARMS='$ARMS' names '$arm', which is not a single-turn arm: set ARMS to some of ${RESCUE_RLVR_ARM_LIST[*]} (commas or spaces between them)"
   (ARM=$arm rescue_rlvr_check_arm) || exit $?
 done
 [[ $(printf '%s\n' "${SWEEP_ARMS[@]}" | sort | uniq -d) == "" ]] ||

@@ -20,17 +20,15 @@ source "$LAUNCH_DIR/common.sh"
 
 RESCUE_SWITCHES+=(APPLY_CHAT_TEMPLATE)
 
-# The arms slime runs (rescue.slime.rollout); the rest of the arm table is common.sh's.
+# The arms slime runs (rescue/arms.py's launchers column); the rest of the arm table is
+# common.sh's.
 rescue_slime_check_arm() {
-  case $ARM in
-    drop | never-drop | protect | pace) ;;
-    "") rescue_die "ARM is not set: set ARM to drop, never-drop, protect or pace" ;;
-    *)
-      rescue_is_budget_arm &&
-        rescue_die "ARM=$ARM is a budget-regime arm, which runs on Miles (make swe-arm or make rlvr-arm): on slime set ARM to drop, never-drop, protect or pace"
-      rescue_die "ARM='$ARM' is not a slime arm: set ARM to drop, never-drop, protect or pace"
-      ;;
-  esac
+  [[ -n $ARM ]] || rescue_die "ARM is not set: set ARM to $RESCUE_SLIME_ARM_WORDS"
+  if [[ " ${RESCUE_SLIME_ARM_LIST[*]} " != *" $ARM "* ]]; then
+    rescue_is_budget_arm &&
+      rescue_die "ARM=$ARM is a budget-regime arm, which runs on Miles (make swe-arm or make rlvr-arm): on slime set ARM to $RESCUE_SLIME_ARM_WORDS"
+    rescue_die "ARM='$ARM' is not a slime arm: set ARM to $RESCUE_SLIME_ARM_WORDS"
+  fi
   [[ $DRGRPO == 0 ]] ||
     rescue_die "DRGRPO=$DRGRPO runs on Miles only (rescue.miles.drgrpo is Miles' reducer): unset DRGRPO"
   [[ -z $PACE_STRAGGLER_S ]] ||

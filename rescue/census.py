@@ -43,6 +43,12 @@ and on the cluster):
   of the trained groups, loss-masked ones included and a budget failure scored 0 (the
   plan's R = 0 convention), whatever the arm did with it: the one b every arm is compared
   on (the judge's P3 axis). ``b_realized`` is the mean over the unmasked rollouts only;
+- ``b_prior``: ``b_all`` pooled over the ``PRIOR_STEPS`` steps *before* this one (weighted
+  by their ``rollouts``; left out until an earlier step trained something). It is the x
+  axis of every trend against b (``PriorB``): a step's own ``b_all`` and its cap-hit rate
+  are read off the same rollouts (a capped rollout adds to one and scores 0 in the other),
+  so their noise is coupled and a slope of one on the other reads that noise; the steps
+  before share no rollout with this one;
 - ``generated/*``: the same outcome metrics (counts and rates per outcome, turn counts per
   outcome, cap-hit rate, ran-tests rate of successes) over every rollout of every group
   that *entered* the census this step (``enter(group_id, rollouts)``): trained, dropped,
@@ -89,6 +95,8 @@ from rescue.outcomes import OUTCOMES, Outcome, classify, is_capped
 PREFIX = "rollout/census/"
 #: Sub-prefix of the outcome metrics over every generated rollout (``enter``).
 GENERATED = "generated/"
+#: Steps before the current one whose ``b_all`` is pooled into ``b_prior``.
+PRIOR_STEPS = 10
 
 
 class Bucket(str, Enum):
@@ -262,6 +270,33 @@ def outcome_metrics(
     return out
 
 
+class PriorB:
+    """``b_prior``: ``b_all`` pooled over the ``steps`` steps before the current one.
+
+    ``observe(metrics, prefix)`` adds ``<prefix>b_prior`` to a step's metrics from the steps
+    it saw before, then remembers this step's ``b_all`` weighted by its ``rollouts``. The
+    pooling is the judge's (``Σ b·n / Σ n``), so the key equals what ``rescue report``
+    computes from the logged ``b_all`` series of a run without gaps.
+    """
+
+    def __init__(self, steps: int = PRIOR_STEPS) -> None:
+        if steps < 1:
+            raise InputError(f"PriorB steps={steps}; allowed: an integer >= 1")
+        self.steps = steps
+        self._past: list[tuple[float, float]] = []  # (Σ b·n, n) of each earlier step
+
+    def observe(self, metrics: dict[str, float], prefix: str = PREFIX) -> dict[str, float]:
+        total = sum(x for x, _ in self._past)
+        n = sum(k for _, k in self._past)
+        if n > 0:
+            metrics[f"{prefix}b_prior"] = total / n
+        b, k = metrics.get(f"{prefix}b_all"), metrics.get(f"{prefix}rollouts", 0.0)
+        ok = b is not None and math.isfinite(b) and k > 0
+        self._past.append((b * k, k) if ok else (0.0, 0.0))
+        del self._past[: -self.steps]
+        return metrics
+
+
 def quantile(sorted_values: Sequence[float], q: float) -> float:
     """The q-quantile of sorted values, linear interpolation (numpy's default method)."""
     pos = (len(sorted_values) - 1) * q
@@ -285,6 +320,7 @@ class Census:
         self._open: Counter[Any] = Counter()  # group id -> open entries
         self._entered = 0
         self._settled: Counter[Bucket] = Counter()
+        self._prior = PriorB()
         self._reset_window()
 
     def _reset_window(self) -> None:
@@ -425,6 +461,7 @@ class Census:
         if self._w_protected_weights:
             m[f"{prefix}protected_weight_mean"] = float(np.mean(self._w_protected_weights))
         m.update(outcome_metrics(self._w_trained, prefix))
+        self._prior.observe(m, prefix)
         m.update(outcome_metrics(self._w_generated, prefix + GENERATED, trained=False))
         for o in OUTCOMES:
             m[f"{prefix}dropped/outcome/{o.value}"] = float(

@@ -34,14 +34,26 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from enum import Enum
 
+from rescue import arms
 from rescue.errors import InputError
 
 
 class Arm(str, Enum):
+    """The gate's arms: the ``gate`` column of ``rescue.arms`` (``arms.GATES``)."""
+
     DROP = "drop"
     NEVER_DROP = "never-drop"
     PROTECT = "protect"
     PACE = "pace"
+
+    @classmethod
+    def of(cls, arm: str) -> Arm:
+        """The gate of a registered arm (``rescue.arms``): its own for a stale-handling arm,
+        never-drop for a budget-regime arm. ``InputError`` for a name that is no arm."""
+        name = arms.canonical(arm)
+        if name is None:
+            raise InputError(f"arm={arm!r} is not an arm; allowed: {', '.join(arms.NAMES)}")
+        return cls(arms.ARMS[name].gate)
 
     @property
     def drops(self) -> bool:

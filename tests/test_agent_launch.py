@@ -10,38 +10,16 @@ import sys
 from pathlib import Path
 
 import pytest
+from budget_arms import BUDGET_ARMS, budget_env, budget_flags
 from launch_env import LAUNCH, ROOT, command_lines, flag_dict, launch, submitted
 from launch_env import bin_dir as bin_dir  # a fixture
 from launch_env import miles_dir as miles_dir  # a fixture
 
-ARMS = ("zero", "mask", "matched", "drgrpo-mask", "survivor", "turn")
-MASK = {"--rollout-sample-filter-path": ["filters.mask_truncated_zero_reward"]}
-MATCHED = {
-    "--custom-convert-samples-to-train-data-path": [
-        "rescue.miles.matched.convert_samples_to_train_data"
-    ]
-}
-DRGRPO = {
-    "--disable-grpo-std-normalization": [],
-    "--custom-pg-loss-reducer-function-path": ["rescue.miles.drgrpo.pg_loss_reducer"],
-}
+ARMS = BUDGET_ARMS
 #: The flags that distinguish the arms (launch/budget.sh); every other flag is shared.
-ARM_FLAGS = {
-    "zero": {},
-    "mask": MASK,
-    "matched": {**MASK, **MATCHED},
-    "drgrpo-mask": {**MASK, **DRGRPO},
-    "survivor": MASK,
-    "turn": {},
-}
+ARM_FLAGS = {arm: budget_flags(arm) for arm in ARMS}
 ARM_FLAG_NAMES = {flag for flags in ARM_FLAGS.values() for flag in flags}
-ARM_ENV = {
-    arm: {
-        "RESCUE_ESTIMATOR": "turn" if arm == "turn" else "group",
-        "RESCUE_BASELINE": "survivors" if arm == "survivor" else "all",
-    }
-    for arm in ARMS
-}
+ARM_ENV = {arm: budget_env(arm) for arm in ARMS}
 NAMED_FLAGS = {"--load", "--save", "--wandb-group", "--wandb-dir", "--save-debug-rollout-data"}
 NAMED_ENV = {"WANDB_TAGS"}
 

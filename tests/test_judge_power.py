@@ -68,21 +68,30 @@ def test_the_first_n_seeds_of_a_replicate_are_the_report_of_n_seeds(arms, n):
 def _rows_plus(run: Run, key: str, amount) -> Run:
     rows = copy.deepcopy(run.rows)
     for i, row in enumerate(rows):
-        row[key] += amount(i, row)
+        row[key] += amount(i, row, run.rows)
     return Run(run.condition, run.seed, rows, run.source)
+
+
+def _prior_b(i: int, rows) -> float:
+    """b pooled over the ``B_SMOOTH`` rows before row i (equal rollouts per row), written
+    out here: the x axis P3's trend is read against (0 at the first row, never read)."""
+    from rescue.judge.quantities import B_SMOOTH
+
+    before = rows[max(0, i - B_SMOOTH) : i]
+    return float(np.mean([r[pw.C + "b_all"] for r in before])) if before else 0.0
 
 
 @pytest.mark.parametrize(
     "pid, arms, label, key, amount, shift",
     [
-        # P3: the mask's cap-hit rate + c·b raises its trend against b by exactly c
-        ("P3", Q2, "mask", pw.G + "cap_hit_rate", lambda i, row: 0.02 * row[pw.C + "b_all"],
-         lambda k: 0.02),
+        # P3: the mask's cap-hit rate + c·(prior b) raises its trend against b by exactly c
+        ("P3", Q2, "mask", pw.G + "cap_hit_rate",
+         lambda i, row, rows: 0.02 * _prior_b(i, rows), lambda k: 0.02),
         # P4: the survivor's cap-hit rate + c·step/100 raises its drift per 100 steps by c
-        ("P4", Q2, "survivor", pw.G + "cap_hit_rate", lambda i, row: 0.03 * i / 100,
+        ("P4", Q2, "survivor", pw.G + "cap_hit_rate", lambda i, row, rows: 0.03 * i / 100,
          lambda k: 0.03),
         # P5: the drop arm's turns of successes − 0.4 over the run
-        ("P5", Q3, "drop", pw.G + "turns_mean/solved", lambda i, row: -0.4,
+        ("P5", Q3, "drop", pw.G + "turns_mean/solved", lambda i, row, rows: -0.4,
          lambda k: -0.4 if k == 0 else 0.0),
     ],
 )  # fmt: skip

@@ -14,6 +14,7 @@ import sys
 from pathlib import Path
 
 import pytest
+from budget_arms import BUDGET_ARMS, DRGRPO, budget_env, budget_flags
 from launch_env import (
     LAUNCH,
     ROOT,
@@ -144,10 +145,7 @@ TIS_FLAGS = {
     "--use-tis": [],
 }
 REWARD_HOOK = {"--custom-reward-post-process-path": ["rescue.miles.reward.post_process_rewards"]}
-DRGRPO_FLAGS = {
-    "--disable-grpo-std-normalization": [],
-    "--custom-pg-loss-reducer-function-path": ["rescue.miles.drgrpo.pg_loss_reducer"],
-}
+DRGRPO_FLAGS = DRGRPO
 
 
 @pytest.mark.parametrize("arm", ARMS)
@@ -814,31 +812,12 @@ def test_the_family_table_is_miles_own_registry(miles_src):
 
 # ── the budget-regime arms on the SWE tasks (never-drop for staleness) ──────────────────
 
-BUDGET_ARMS = ("zero", "mask", "matched", "drgrpo-mask", "survivor", "turn")
-BUDGET_MASK = {"--rollout-sample-filter-path": ["filters.mask_truncated_zero_reward"]}
-MATCHED_CONVERT = {
-    "--custom-convert-samples-to-train-data-path": [
-        "rescue.miles.matched.convert_samples_to_train_data"
-    ]
-}
 #: The flags that distinguish the budget arms on SWE (Dr. GRPO's from the shared DRGRPO code).
-BUDGET_ARM_FLAGS = {
-    "zero": {**REWARD_HOOK},
-    "mask": {**REWARD_HOOK, **BUDGET_MASK},
-    "matched": {**REWARD_HOOK, **BUDGET_MASK, **MATCHED_CONVERT},
-    "drgrpo-mask": {**REWARD_HOOK, **BUDGET_MASK, **DRGRPO_FLAGS},
-    "survivor": {**REWARD_HOOK, **BUDGET_MASK},
-    "turn": {**REWARD_HOOK},
-}
+BUDGET_ARM_FLAGS = {arm: {**REWARD_HOOK, **budget_flags(arm)} for arm in BUDGET_ARMS}
 BUDGET_FLAG_NAMES = {flag for flags in BUDGET_ARM_FLAGS.values() for flag in flags}
 #: Their runtime-env settings: every budget arm has the never-drop gate and R = 0 on the cap.
 BUDGET_ARM_ENV = {
-    arm: {
-        "RESCUE_ARM": "never-drop",
-        "RESCUE_TRUNCATED_REWARD": "zero",
-        "RESCUE_BASELINE": "survivors" if arm == "survivor" else "all",
-        "RESCUE_ESTIMATOR": "turn" if arm == "turn" else "group",
-    }
+    arm: {"RESCUE_ARM": "never-drop", "RESCUE_TRUNCATED_REWARD": "zero", **budget_env(arm)}
     for arm in BUDGET_ARMS
 }
 

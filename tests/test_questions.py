@@ -279,7 +279,7 @@ def test_the_power_line_comes_first_and_a_rehearsal_is_not_refused(capsys):
 
     assert power_first("q2", 2, argparse.Namespace(rehearsal=True, force=False)) is False
     assert "q2: power" in capsys.readouterr().out
-    power_first("q3", 3, argparse.Namespace(rehearsal=False, force=False))
+    power_first("q3", 3, argparse.Namespace(rehearsal=False, force=False, power_noise="synthetic"))
     line = capsys.readouterr().out
     assert "SEEDS=3 per arm" in line and "P5" in line and "P6" in line and " / " in line
 

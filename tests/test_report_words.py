@@ -25,7 +25,7 @@ P6 = next(p for p in PREDICTIONS if p.id == "P6")
 
 @pytest.fixture(scope="module")
 def stale_arms(tmp_path_factory) -> Path:
-    """drop and never-drop only: P5 is judged, P7 online is not run (no turn-baseline)."""
+    """drop and never-drop only: P5 is judged, P7 online is not run (no turn)."""
     out = tmp_path_factory.mktemp("sim") / "out"
     assert cli.main(["sim", "--out", str(out), "--arms", "drop,never-drop,mask", *TINY]) == 0
     return out
@@ -47,7 +47,7 @@ def test_a_missing_arm_is_named_as_the_simulator_names_it(stale_arms, tmp_path):
     _, data, _ = report(stale_arms, tmp_path, "--no-plots")
     [cohort] = data["cohorts"]
     p7 = next(r for r in cohort["results"] if r["id"] == "P7 online")
-    assert p7["note"] == "not run: needs the arms `turn-baseline`, `mask`; missing `turn-baseline`"
+    assert p7["note"] == "not run: needs the arms `turn`, `mask`; missing `turn`"
 
 
 def test_every_judged_prediction_section_says_its_verdict_and_why(stale_arms, tmp_path):

@@ -15,6 +15,7 @@ import sys
 from pathlib import Path
 
 import pytest
+from budget_arms import BUDGET_ARMS, budget_env, budget_flags
 from launch_env import (
     LAUNCH,
     ROOT,
@@ -28,35 +29,14 @@ from launch_env import (
 from launch_env import bin_dir as bin_dir  # a fixture
 from launch_env import miles_dir as miles_dir  # a fixture
 
-ARMS = ("zero", "mask", "matched", "drgrpo-mask", "survivor", "turn")
-MASK = {"--rollout-sample-filter-path": ["filters.mask_truncated_zero_reward"]}
-MATCHED = {
-    "--custom-convert-samples-to-train-data-path": [
-        "rescue.miles.matched.convert_samples_to_train_data"
-    ]
-}
-DRGRPO = {
-    "--disable-grpo-std-normalization": [],
-    "--custom-pg-loss-reducer-function-path": ["rescue.miles.drgrpo.pg_loss_reducer"],
-}
+ARMS = BUDGET_ARMS
 #: The flags that distinguish the arms; every other flag is shared.
-ARM_FLAGS = {
-    "zero": {},
-    "mask": MASK,
-    "matched": {**MASK, **MATCHED},
-    "drgrpo-mask": {**MASK, **DRGRPO},
-    "survivor": MASK,
-    "turn": {},
-}
+ARM_FLAGS = {arm: budget_flags(arm) for arm in ARMS}
 ARM_FLAG_NAMES = {flag for flags in ARM_FLAGS.values() for flag in flags}
 #: The runtime-env settings that distinguish the arms (present in every arm, values differ).
 ARM_ENV = {
-    "zero": {"RESCUE_ESTIMATOR": "group", "RESCUE_BASELINE": "all"},
-    "mask": {"RESCUE_ESTIMATOR": "group", "RESCUE_BASELINE": "all"},
-    "matched": {"RESCUE_ESTIMATOR": "group", "RESCUE_BASELINE": "all"},
-    "drgrpo-mask": {"RESCUE_ESTIMATOR": "group", "RESCUE_BASELINE": "all"},
-    "survivor": {"RESCUE_ESTIMATOR": "group", "RESCUE_BASELINE": "survivors"},
-    "turn": {"RESCUE_ESTIMATOR": "turn", "RESCUE_BASELINE": "all", "RESCUE_TURN_TOKENS": "256"},
+    arm: {**budget_env(arm), **({"RESCUE_TURN_TOKENS": "256"} if arm == "turn" else {})}
+    for arm in ARMS
 }
 ARM_ENV_NAMES = {k for env in ARM_ENV.values() for k in env}
 #: Shared flags and settings whose value is derived from the run name (arm, cap, seed).

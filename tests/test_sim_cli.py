@@ -50,7 +50,7 @@ def test_default_arms_are_every_arm_side_by_side(tmp_path):
             "matched",
             "zero",
             "survivor",
-            "turn-baseline",
+            "turn",
         )
     }
     summary = (out / "summary.md").read_text()

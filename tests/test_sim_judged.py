@@ -13,7 +13,14 @@ import pytest
 
 from rescue.judge.evaluation import evaluate
 from rescue.judge.predictions import BY_ID
-from rescue.judge.stats import AS_PREDICTED, NO_DIFFERENCE, OPPOSITE, t_interval
+from rescue.judge.stats import (
+    AS_PREDICTED,
+    INCONCLUSIVE,
+    NO_DIFFERENCE,
+    NOT_JUDGEABLE,
+    OPPOSITE,
+    t_interval,
+)
 from rescue.judge.windows import whole
 from rescue.sim import scenario as sc
 from rescue.sim.arms import parse_arms
@@ -47,13 +54,18 @@ def test_without_learning_b_is_the_same_number_for_every_arm(frozen_budget):
         assert not np.allclose(mask.column(C + "b_realized"), zero.column(C + "b_realized"))
 
 
-def test_without_learning_p3_finds_no_difference_between_mask_and_zero(frozen_budget):
+def test_without_learning_p3_reads_no_trend_against_a_b_that_does_not_move(frozen_budget):
+    """Without learning b stays where it started: its prior value varies by its own noise
+    alone, and a slope against it would be shrunk to nothing whatever the truth, so the
+    trend is not judged (the reason says why); the level at matched b, on the same batches
+    in both arms, differs by exactly 0."""
     [r] = evaluate([BY_ID["P3"]], frozen_budget)
     c = check(r, "cap-hit trend against b at matched b, mask − zero")
-    assert c.estimate.exact and c.estimate.value == 0.0 and c.verdict == NO_DIFFERENCE
-    m = check(r, "cap-hit trend against b at matched b, matched − mask")
-    assert m.estimate.exact and m.verdict == NO_DIFFERENCE
-    assert r.verdict == NO_DIFFERENCE
+    assert c.verdict in (NOT_JUDGEABLE, INCONCLUSIVE) and c.verdict != AS_PREDICTED
+    assert any("moved too little" in n for n in c.notes) or "moved too little" in c.reason
+    level = check(r, "cap-hit rate at matched b, mask − zero")
+    assert level.estimate.exact and level.estimate.value == 0.0
+    assert r.verdict not in (AS_PREDICTED, OPPOSITE)
 
 
 @pytest.fixture(scope="module")
@@ -100,5 +112,11 @@ def test_two_outcome_control_on_the_simulator():
     collapse = check(results["control"], "update norm, survivor / zero")
     assert collapse.estimate.exact and collapse.estimate.value == 0.0
     assert collapse.verdict == AS_PREDICTED
+    # Two outcomes: the exact cap-hit rate is 1 − J, a slope of −1 against b in every arm,
+    # and b moves by a few hundredths over these 60 steps, less than its own noise. Read off
+    # the same rollouts the two arms' slopes were both −1 by construction (b + cap = 1 row
+    # by row), which judged the noise, not the policy; against the prior b nothing can be
+    # read here, and the check says why instead of a verdict.
     drift = check(results["control"], "cap-hit trend against b at matched b")
-    assert drift.verdict == AS_PREDICTED and results["control"].verdict == AS_PREDICTED
+    assert drift.verdict == NOT_JUDGEABLE and "moved too little" in drift.reason
+    assert results["control"].verdict == NOT_JUDGEABLE

@@ -30,7 +30,7 @@ import numpy as np
 from rescue.judge import offline
 from rescue.judge import quantities as qs
 from rescue.judge.checks import Check
-from rescue.judge.runs import Cohort, Run, arm_name, config_value
+from rescue.judge.runs import Cohort, Run, config_value
 from rescue.judge.stats import (
     AS_PREDICTED,
     CLAIMS,
@@ -56,9 +56,9 @@ class Role:
             return False
         return self.a is None or (c.a is not None and abs(c.a - self.a) < 1e-9)
 
-    def describe(self, family: str | None = None) -> str:
-        """The role as the runs of ``family`` name its arm (``turn-baseline`` in the simulator)."""
-        return arm_name(self.arm, family) + (f" a={self.a:g}" if self.a is not None else "")
+    def describe(self) -> str:
+        """The role as the runs name its arm, with its a."""
+        return self.arm + (f" a={self.a:g}" if self.a is not None else "")
 
 
 @dataclass
@@ -148,11 +148,8 @@ def bindings(p: Prediction, cohort: Cohort) -> tuple[list[dict[str, str | None]]
             if seeds and spec.matches(next(iter(seeds.values())))
         )
         if not found[role] and not spec.optional:
-            family = next(
-                (run.condition.family for seeds in cohort.values() for run in seeds.values()), None
-            )
-            need = ", ".join(f"`{r.describe(family)}`" for r in p.roles.values() if not r.optional)
-            return [], f"not run: needs the arms {need}; missing `{spec.describe(family)}`"
+            need = ", ".join(f"`{r.describe()}`" for r in p.roles.values() if not r.optional)
+            return [], f"not run: needs the arms {need}; missing `{spec.describe()}`"
 
     def k_of(label: str) -> int | None:
         return next(iter(cohort[label].values())).condition.k

@@ -66,7 +66,9 @@ def _trailing(run: Run, q: str, window: int, stop: float) -> np.ndarray:
 def difference_curves(
     arm: dict[int, Run], ref: dict[int, Run], quantity: str, window: int
 ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """``(steps, per-seed difference [seeds, steps], per-seed b of the arm [seeds, steps])``."""
+    """``(steps, per-seed difference [seeds, steps], per-seed prior b of the arm [seeds,
+    steps])``: the prior b (pooled over the ``B_SMOOTH`` steps before) shares no rollout
+    with the step's value, as the judge's trends against b read it."""
     seeds = sorted(set(arm) & set(ref))
     if not seeds:
         return np.zeros(0), np.zeros((0, 0)), np.zeros((0, 0))
@@ -83,8 +85,8 @@ def difference_curves(
             for s in seeds
         ]
     )
-    try:
-        b = np.array([_trailing(arm[s], "b", window, stop) for s in seeds])
+    try:  # the x axis of every curve against b: the prior b (``windows.prior_b``)
+        b = np.array([qs.prior(qs.series(arm[s], "b"), qs.B_SMOOTH, stop) for s in seeds])
     except qs.MissingKey:
         b = np.full(d.shape, np.nan)
     return np.arange(stop + 1, dtype=float), d, b
@@ -180,16 +182,19 @@ def fit(text: str, width_in: float, size: float = TITLE_SIZE) -> str:
 
 
 def _by_b(run: Run, quantity: str, window: int) -> tuple[np.ndarray, np.ndarray]:
-    """One run's quantity, pooled over the trailing window, averaged per bin of its own b."""
+    """One run's per-step quantity averaged per bin of its prior b (b pooled over the
+    ``B_SMOOTH`` steps before: the axis the judge's trends against b read, which shares no
+    rollout with the step). ``window`` is unused: each bin pools the steps it holds."""
     stop = run.steps().max()
-    b = _trailing(run, "b", window, stop)
-    y = _trailing(run, quantity, window, stop)
+    b = qs.prior(qs.series(run, "b"), qs.B_SMOOTH, stop)
+    y = _trailing(run, quantity, 1, stop)
     centres, grid = binned(b[None], y[None])
     return centres, grid[0]
 
 
 def behaviour_figure(cohort: CohortJudgement, path: Path) -> Path | None:
-    """Cap-hit rate and turns by outcome against b, every arm (mean over seeds per b bin)."""
+    """Cap-hit rate and turns by outcome against the prior b, every arm: the mean over
+    seeds per b bin with its t band (the seeds' spread), the picture of P3."""
     import matplotlib.pyplot as plt
 
     fig, (ax_c, ax_t) = plt.subplots(1, 2, figsize=(11, 4))
@@ -205,15 +210,19 @@ def behaviour_figure(cohort: CohortJudgement, path: Path) -> Path | None:
         color = None
         for q, ax, style in panels:
             centres = curves[q][0][0]
-            mean = _band(np.vstack([y for _, y in curves[q]]))[0]
+            mean, lo, hi = _band(np.vstack([y for _, y in curves[q]]))
             line = ax.plot(centres, mean, style, color=color, label=label if style == "-" else None)
             color = line[0].get_color()
+            if q == "cap_hit":
+                ax.fill_between(centres, lo, hi, color=color, alpha=0.15, lw=0)
         drawn = True
     if not drawn:
         plt.close(fig)
         return None
-    ax_c.set(xlabel="b (bins)", ylabel="cap-hit rate", title="cap-hit rate against b")
-    ax_t.set(xlabel="b (bins)", ylabel="turns", title="turns: successes (solid), failures (dashed)")
+    xlabel = f"prior b (b over the {qs.B_SMOOTH} steps before; bins of {B_BIN:g})"
+    ax_c.set(xlabel=xlabel, ylabel="cap-hit rate",
+             title=f"cap-hit rate against b (mean over seeds, {LEVEL:.0%} t band)")  # fmt: skip
+    ax_t.set(xlabel=xlabel, ylabel="turns", title="turns: successes (solid), failures (dashed)")
     for ax in (ax_c, ax_t):
         ax.grid(alpha=0.3)
         ax.axvline(qs.B_THRESHOLD, color="grey", ls=":", lw=0.8)

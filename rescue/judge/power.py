@@ -76,43 +76,68 @@ C = "rollout/census/"
 
 @dataclass(frozen=True)
 class Plant:
-    """Where a prediction's effect is planted: the role whose per-seed values move, the sign
-    per deciding check (in order), whether each check has its own σ (else the first's),
-    whether the shortfall is measured beyond the margin, and the verdict it makes true."""
+    """Where an effect is planted: the prediction, the roles whose per-seed values move (each
+    by the same amount), the sign per deciding check (in order), whether each check has its
+    own σ (else the first's), whether the shortfall is measured beyond the margin, the
+    verdict it makes true and whether the prediction is a difference (else an equivalence)."""
 
-    role: str
+    pid: str
+    roles: tuple[str, ...]
     signs: tuple[float, ...]
     own_sigma: bool = False
     beyond_margin: bool = False
     truth: str = AS_PREDICTED
+    difference: bool = True
+    title: str = ""
 
 
+#: The plants, by name. P3's effect is planted both ways its control can go: with the
+#: matched control on R = 0's side (only the mask drifts), and with the matched control
+#: reproducing the mask's drift (the mask's direction carries it: what the subsidy
+#: predicts). Under the rule the judge applies (``rules.p3``: the matched control
+#: reproducing the drift falsifies P3), the second is a falsified P3.
 PLANTS: dict[str, Plant] = {
-    "P3": Plant("mask", (1.0, 1.0)),
-    "P4": Plant("survivor", (1.0,)),
-    "P5": Plant("drop", (-1.0, 1.0), own_sigma=True),
-    "P6": Plant("protect-0.5", (-1.0,), beyond_margin=True, truth=OPPOSITE),
-    "P7 online": Plant("turn", (-1.0,), beyond_margin=True, truth=OPPOSITE),
+    "P3": Plant("P3", ("mask",), (1.0, 1.0), title="the mask drifts, the matched control does not"),
+    "P3 matched drifts": Plant(
+        "P3",
+        ("mask", "matched"),
+        (1.0, 1.0),
+        truth=NO_DIFFERENCE,
+        title="the mask and the matched control drift (the mask's direction carries it)",
+    ),
+    "P4": Plant("P4", ("survivor",), (1.0,)),
+    "P5": Plant("P5", ("drop",), (-1.0, 1.0), own_sigma=True),
+    "P6": Plant(
+        "P6", ("protect-0.5",), (-1.0,), beyond_margin=True, truth=OPPOSITE, difference=False
+    ),
+    "P7 online": Plant(
+        "P7 online", ("turn",), (-1.0,), beyond_margin=True, truth=OPPOSITE, difference=False
+    ),
 }
 #: The predictions a replicate's report judges (those that read runs; P7 offline reads
 #: replay reports or the simulator's own variances, P1 and P2 replay reports).
 JUDGED: tuple[Prediction, ...] = tuple(p for p in PREDICTIONS if p.reads == "runs")
 
 
-def truth(pid: str, effect: float) -> str:
-    """The verdict the truth makes for ``pid`` with an effect of ``effect`` σ."""
-    plant = PLANTS[pid]
+def truth(name: str, effect: float) -> str:
+    """The verdict the truth makes for plant ``name`` with an effect of ``effect`` σ."""
+    plant = PLANTS[name]
     if effect > 0:
         return plant.truth
-    return NO_DIFFERENCE if plant.truth == AS_PREDICTED else AS_PREDICTED
+    return NO_DIFFERENCE if plant.difference else AS_PREDICTED
 
 
-def is_false(pid: str, effect: float, verdict: str | None) -> bool:
-    """Whether ``verdict`` is a claim the truth contradicts (module docstring)."""
-    difference = PLANTS[pid].truth == AS_PREDICTED
+def is_false(name: str, effect: float, verdict: str | None) -> bool:
+    """Whether ``verdict`` is a claim the truth of plant ``name`` contradicts (module
+    docstring): with an effect, the opposite of what it makes true (for a plant whose
+    truth is ``no difference``, a claimed difference either way); with none, a claimed
+    difference, or a claimed failure of an equivalence."""
+    plant = PLANTS[name]
     if effect > 0:
-        return verdict == (OPPOSITE if difference else AS_PREDICTED)
-    return verdict in ((AS_PREDICTED, OPPOSITE) if difference else (OPPOSITE,))
+        if plant.truth == NO_DIFFERENCE:
+            return verdict in (AS_PREDICTED, OPPOSITE)
+        return verdict == (OPPOSITE if plant.truth == AS_PREDICTED else AS_PREDICTED)
+    return verdict in ((AS_PREDICTED, OPPOSITE) if plant.difference else (OPPOSITE,))
 
 
 def arm_label(arm: str) -> str:
@@ -181,20 +206,23 @@ def differences(check: Check) -> list[float]:
 
 
 def verdicts(
-    results: Sequence[Result], n: int, pid: str | None = None, shift: Callable | None = None
+    results: Sequence[Result], n: int, plant: str | None = None, shift: Callable | None = None
 ) -> dict[str, tuple[str | None, str | None]]:
     """``{prediction: (verdict under the rule, alone)}`` of the replicate's first ``n``
-    seeds, with ``shift(result, k, check) -> amount`` added to the planted role's values of
-    prediction ``pid``'s k-th deciding check (None: the null)."""
+    seeds, with ``shift(result, k, check) -> amount`` added to the values of every role
+    ``plant`` moves in its prediction's k-th deciding check (None: the null)."""
+    p = PLANTS[plant] if plant is not None else None
     fresh = []
     for r in results:
         checks = []
         for k, c in enumerate(_deciding(r)):
             values = {lab: {s: v for s, v in d.items() if s < n} for lab, d in c.values.items()}
-            if r.prediction.id == pid and shift is not None:
-                label = r.binding[PLANTS[pid].role]
+            if p is not None and r.prediction.id == p.pid and shift is not None:
                 amount = shift(r, k, c)
-                values[label] = {s: v + amount for s, v in values[label].items()}
+                for role in p.roles:
+                    label = r.binding.get(role)
+                    if label in values:
+                        values[label] = {s: v + amount for s, v in values[label].items()}
             checks.append(rejudge(c, values))
         fresh.append(Result(r.prediction, r.binding, checks, verdict_of(r.prediction, checks)))
     holm(fresh)
@@ -206,8 +234,9 @@ def verdicts(
 
 @dataclass
 class Power:
-    """Shares over the replicates: ``decisive[pid][n][e]`` and ``false[pid][n][e]`` as
-    ``(under the rule, alone)``; ``e = 0`` is no effect."""
+    """Shares over the replicates: ``decisive[plant][n][e]`` and ``false[plant][n][e]`` as
+    ``(under the rule, alone)``; ``e = 0`` is no effect. ``noise``: where the replicates'
+    noise came from."""
 
     labels: tuple[str, ...]
     replicates: int
@@ -216,10 +245,16 @@ class Power:
     sigma: dict[str, list[float]] = field(default_factory=dict)
     decisive: dict[str, dict[int, dict[float, tuple[float, float]]]] = field(default_factory=dict)
     false: dict[str, dict[int, dict[float, tuple[float, float]]]] = field(default_factory=dict)
+    noise: str = "synthetic"
 
     @property
     def predictions(self) -> list[str]:
+        """The plants judged (a prediction's name, or a prediction planted another way)."""
         return list(self.decisive)
+
+
+#: ``null(labels, rng, seeds) -> runs``: one replicate's runs with no arm different.
+Null = Callable[[Sequence[str], np.random.Generator, int], list[Run]]
 
 
 def power(
@@ -230,37 +265,46 @@ def power(
     replicates: int = REPLICATES,
     seed: int = 0,
     progress: Callable[[int], None] | None = None,
+    null: Null | None = None,
+    noise: str = "synthetic",
 ) -> Power:
     """The table of the module docstring for a report of ``arms`` (launcher names:
-    ``zero``, ``protect:0.5``); ``progress(replicates done)`` after each replicate."""
+    ``zero``, ``protect:0.5``); ``progress(replicates done)`` after each replicate.
+    ``null``: where a replicate's runs come from (default ``null_runs``; ``pool_null`` draws
+    them from simulated runs), ``noise`` says which in the output."""
     labels = tuple(arm_label(a) for a in arms)
     rng = np.random.default_rng(seed)
+    draw = null or null_runs
     reps = []
     for i in range(replicates):
-        reps.append(judged_results(null_runs(labels, rng, max(max(seeds), MIN_SEEDS))))
+        reps.append(judged_results(draw(labels, rng, max(max(seeds), MIN_SEEDS))))
         if progress is not None:
             progress(i + 1)
-    pids = [r.prediction.id for r in reps[0] if r.prediction.id in PLANTS] if reps else []
-    pids = list(dict.fromkeys(pids))
+    judged = {r.prediction.id: r for r in reps[0]} if reps else {}
+    names = [
+        name
+        for name, plant in PLANTS.items()
+        if plant.pid in judged and all(judged[plant.pid].binding.get(role) for role in plant.roles)
+    ]
     sigma = {}
-    for pid in pids:
+    for name in names:
         per_check: list[list[float]] = []
         for rep in reps:
-            r = next(x for x in rep if x.prediction.id == pid)
+            r = next(x for x in rep if x.prediction.id == PLANTS[name].pid)
             for k, c in enumerate(_deciding(r)):
                 while len(per_check) <= k:
                     per_check.append([])
                 per_check[k] += differences(c)
-        sigma[pid] = [float(np.std(d, ddof=1)) if len(d) > 1 else float("nan") for d in per_check]
-    out = Power(labels, replicates, tuple(seeds), (0.0, *effects), sigma)
-    tally = {pid: {n: {e: np.zeros(4) for e in out.effects} for n in seeds} for pid in pids}
+        sigma[name] = [float(np.std(d, ddof=1)) if len(d) > 1 else float("nan") for d in per_check]
+    out = Power(labels, replicates, tuple(seeds), (0.0, *effects), sigma, noise=noise)
+    tally = {name: {n: {e: np.zeros(4) for e in out.effects} for n in seeds} for name in names}
     for rep in reps:
         for n in seeds:
-            null = verdicts(rep, n)
-            for pid in pids:
-                _count(tally[pid][n][0.0], pid, 0.0, null[pid])
-            for pid in pids:
-                plant, sig = PLANTS[pid], sigma[pid]
+            null_verdicts = verdicts(rep, n)
+            for name in names:
+                _count(tally[name][n][0.0], name, 0.0, null_verdicts[PLANTS[name].pid])
+            for name in names:
+                plant, sig = PLANTS[name], sigma[name]
                 for e in effects:
 
                     def shift(r, k, c, e=e, plant=plant, sig=sig, n=n):
@@ -271,13 +315,53 @@ def power(
                             amount += plant.signs[k] * (margin if np.isfinite(margin) else 0.0)
                         return amount
 
-                    _count(tally[pid][n][e], pid, e, verdicts(rep, n, pid, shift)[pid])
-    for pid in pids:
-        out.decisive[pid] = {n: {e: (t[0] / replicates, t[1] / replicates)
-                                 for e, t in by_e.items()} for n, by_e in tally[pid].items()}  # fmt: skip
-        out.false[pid] = {n: {e: (t[2] / replicates, t[3] / replicates)
-                              for e, t in by_e.items()} for n, by_e in tally[pid].items()}  # fmt: skip
+                    said = verdicts(rep, n, name, shift)[plant.pid]
+                    _count(tally[name][n][e], name, e, said)
+    for name in names:
+        out.decisive[name] = {n: {e: (t[0] / replicates, t[1] / replicates)
+                                  for e, t in by_e.items()} for n, by_e in tally[name].items()}  # fmt: skip
+        out.false[name] = {n: {e: (t[2] / replicates, t[3] / replicates)
+                               for e, t in by_e.items()} for n, by_e in tally[name].items()}  # fmt: skip
     return out
+
+
+def pool_null(pool: Sequence[Run]) -> Null:
+    """A null whose replicates are drawn from ``pool``, runs of one arm's behaviour (the
+    simulator's, with b noisy and the cap-hit rate and b read off the same rollouts, as a
+    run's are): each (arm, seed) of a replicate is a different run of the pool, relabelled;
+    so no arm differs from another but by the noise of real runs. ``InputError`` when the
+    pool is smaller than one replicate."""
+    from rescue.errors import InputError
+
+    rows = [[{k: v for k, v in row.items() if k not in ("config", "scenario")} for row in r.rows]
+            for r in pool]  # fmt: skip
+
+    def draw(labels: Sequence[str], rng: np.random.Generator, seeds: int) -> list[Run]:
+        need = len(labels) * seeds
+        if need > len(rows):
+            raise InputError(
+                f"the pool of simulated runs holds {len(rows)} runs; a replicate of "
+                f"{len(labels)} arms × {seeds} seeds needs {need}"
+            )
+        picks = iter(rng.permutation(len(rows))[:need])
+        return [
+            Run(parse_name(label)[0], s, rows[next(picks)], source=f"pool {label} seed {s}")
+            for label in labels
+            for s in range(seeds)
+        ]
+
+    return draw
+
+
+def seeds_needed(p: Power, plant: str, effect: float, share: float = 0.8) -> int | None:
+    """The fewest seeds of ``p.seeds`` at which plant ``plant`` is decided rightly in at
+    least ``share`` of the replicates under the report's rule at ``effect`` σ (one of
+    ``p.effects``); None when none of them reaches it."""
+    by_n = p.decisive.get(plant, {})
+    for n in sorted(by_n):
+        if effect in by_n[n] and by_n[n][effect][0] >= share:
+            return n
+    return None
 
 
 def _first(c: Check, n: int) -> dict:
@@ -285,11 +369,16 @@ def _first(c: Check, n: int) -> dict:
 
 
 def _count(
-    acc: np.ndarray, pid: str, effect: float, verdict: tuple[str | None, str | None]
+    acc: np.ndarray, name: str, effect: float, verdict: tuple[str | None, str | None]
 ) -> None:
     rule, alone = verdict
-    want = truth(pid, effect)
-    acc += (rule == want, alone == want, is_false(pid, effect, rule), is_false(pid, effect, alone))
+    want = truth(name, effect)
+    acc += (
+        rule == want,
+        alone == want,
+        is_false(name, effect, rule),
+        is_false(name, effect, alone),
+    )
 
 
 # ---------------------------------------------------------------- what a run may not skip
@@ -360,8 +449,8 @@ def markdown(p: Power, name: str, seconds: float) -> list[str]:
     lines = [
         f"## {name}: the report of {', '.join(p.labels)}",
         "",
-        f"{p.replicates} replicates of {MAX_SEEDS} seeds × {STEPS} steps per arm, judged by "
-        f"`rescue.judge` ({seconds:.0f} s). Each cell: the share of replicates, under the "
+        f"{p.replicates} replicates of up to {max(p.seeds)} seeds per arm (noise: {p.noise}), "
+        f"judged by `rescue.judge` ({seconds:.0f} s). Each cell: the share of replicates, under the "
         "report's family-wise rule / alone. Decisive: the verdict the truth makes (with an "
         "effect `as predicted` for P3, P4, P5 and `opposite` for the equivalences P6 and P7 "
         "online, planted beyond their margin; with none `no difference`, or `as predicted` "
@@ -371,8 +460,10 @@ def markdown(p: Power, name: str, seconds: float) -> list[str]:
     ]
     effects = [e for e in p.effects if e > 0]
     for pid in p.predictions:
+        plant = PLANTS[pid]
+        how = f": {plant.title}, true verdict `{plant.truth}`" if plant.title else ""
         lines += [
-            f"**{pid}** (σ: the SD of the deciding check's per-seed differences)",
+            f"**{pid}**{how} (σ: the SD of the deciding check's per-seed differences)",
             "",
             "| seeds | no effect: decisive | no effect: false claims | "
             + " | ".join(f"{e:g} σ" for e in effects)

@@ -4,7 +4,9 @@
 code (``rescue.judge.power``): for n seeds per arm (2-10) and a true effect of e seed SDs
 (0.5, 1, 1.5, 2, 3, and none), the share of replicates in which each prediction gets a
 decisive verdict, and in which it makes a false claim, under the report's family-wise rule
-and alone. Examples::
+and alone. The replicates' noise (``--noise``) is drawn from simulated runs of the
+report's regime (``rescue.sim.power_pool``, cached), or from independent normal noise
+(``synthetic``, quick). Examples::
 
     rescue power                                  # q2's and q3's reports, 2-10 seeds
     rescue power --question q2 --seeds 3 --line   # the one line make q2 prints
@@ -15,23 +17,21 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 import time
 from pathlib import Path
 
-from rescue import flags
+from rescue import arms, flags
 from rescue.errors import InputError
 
 QUESTIONS = ("q2", "q3")
+NOISES = ("sim", "synthetic")
 
 
 def question_arms(question: str) -> list[str]:
-    """The arms a question's command runs on the cluster (``rescue.questions.chains``)."""
-    from rescue.questions.chains import Q2_ARMS, Q3_ARMS
-
-    if question == "q2":
-        return list(Q2_ARMS)
-    return [arm if a is None else f"{arm}:{a:g}" for arm, a in Q3_ARMS]
+    """The arms a question's command runs on the cluster (``rescue.arms.question_runs``)."""
+    return [arm if a is None else f"{arm}:{a:g}" for arm, a in arms.question_runs(question)]
 
 
 def _numbers(text: str, flag: str, kind=float) -> list:
@@ -95,10 +95,40 @@ def configure(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--force", action="store_true", help="with --gate: warn instead of refusing (FORCE=1)"
     )
+    parser.add_argument(
+        "--noise",
+        choices=NOISES,
+        default="sim",
+        help="where a replicate's runs come from: sim (simulated runs of the report's regime, "
+        "b noisy and read off the same rollouts as the cap-hit rate, as on the cluster; "
+        "simulated once, then read from a cache) or synthetic (independent normal noise per "
+        "step, b free of noise; quick) (default: sim)",
+    )
     parser.add_argument("--json", metavar="FILE", help="also write the table as JSON to FILE")
     parser.add_argument(
         "--no-progress", action="store_true", help="no progress bar on stderr (default: show it)"
     )
+
+
+#: Simulated runs per run a replicate needs (a replicate draws distinct runs of the pool).
+POOL_FACTOR = 2
+
+
+def noise_of(noise: str, arms, seeds: int, *, progress: bool = True):
+    """``(null, description)`` for ``power``: the pool of simulated runs of the arms'
+    regime (``rescue.sim.power_pool``; ``POOL_FACTOR`` times the runs a replicate of
+    ``seeds`` seeds needs), or the synthetic null (None)."""
+    if noise == "synthetic":
+        return None, "synthetic: independent normal noise per step, b free of noise"
+    from rescue.judge import power as pw
+    from rescue.sim import power_pool
+
+    scenario, arm = power_pool.SCENARIOS[power_pool.regime(arms)]
+    runs = POOL_FACTOR * len(arms) * seeds
+    pool = power_pool.pool(scenario, arm, runs, workers=os.cpu_count() or 1, progress=progress)
+    steps = int(max(pool[0].steps())) + 1 if pool and pool[0].rows else 0
+    said = f"simulated: {len(pool)} runs of {scenario}'s {arm} arm, {steps} steps each"
+    return pw.pool_null(pool), said
 
 
 def main(args: argparse.Namespace) -> int:
@@ -119,6 +149,9 @@ def main(args: argparse.Namespace) -> int:
     else:
         qs = QUESTIONS if args.question == "all" else (args.question,)
         reports = [(q, question_arms(q)) for q in qs]
+    for _, arms in reports:  # every arm named before anything is simulated
+        for arm in arms:
+            pw.arm_label(arm)
     if args.gate:
         for _, arms in reports:
             why = pw.refusal(arms, min(seeds))
@@ -133,11 +166,14 @@ def main(args: argparse.Namespace) -> int:
             print(said if args.arms else f"{name}: {said}")
             continue
         t0 = time.perf_counter()
+        null, noise = noise_of(args.noise, arms, max(max(seeds), pw.MIN_SEEDS),
+                               progress=not args.no_progress)  # fmt: skip
         bar = progress_bar(replicates, unit="replicates", desc=f"power {name}",
                            enabled=not args.no_progress)  # fmt: skip
         table = pw.power(
             arms, seeds=seeds, effects=(pw.LINE_EFFECT,) if args.line else effects,
             replicates=replicates, seed=args.rng_seed, progress=lambda n, bar=bar: bar.update(1),
+            null=null, noise=noise,
         )  # fmt: skip
         bar.close()
         seconds = time.perf_counter() - t0

@@ -31,8 +31,9 @@ Windows (fixed here, before any run is looked at):
 
 - ``final``: the last ``FINAL_FRACTION`` of the steps both runs of a pair reached;
 - ``whole``: every step both runs reached;
-- ``matched b`` (``windows.matched_b``): per seed, the steps at which each arm's b, pooled
-  over the trailing ``B_SMOOTH`` steps, exceeds ``B_THRESHOLD`` and lies in the range of b
+- ``matched b`` (``windows.matched_b``): per seed, the steps at which each arm's prior b
+  (b pooled over the ``B_SMOOTH`` steps before the step: ``prior``; it shares no rollout
+  with the step whose value is read) exceeds ``B_THRESHOLD`` and lies in the range of b
   both arms reached there; at least ``MIN_MATCHED_STEPS`` such steps per arm, else the
   seed has no value.
 """
@@ -44,6 +45,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from rescue.census import PRIOR_STEPS
 from rescue.judge.runs import Run
 
 CENSUS = "rollout/census/"
@@ -65,8 +67,9 @@ BATCH = (CENSUS, SAMPLES)
 FINAL_FRACTION = 0.2
 #: b above which P3 expects the mask arm's cap-hit rate to stop falling.
 B_THRESHOLD = 0.3
-#: Trailing steps over which b is pooled before it is compared with ``B_THRESHOLD``.
-B_SMOOTH = 10
+#: Steps over which b is pooled: the steps before a step, for its prior b (the census'
+#: ``b_prior``, ``rescue.census.PRIOR_STEPS``), and the trailing steps of ``crossing``.
+B_SMOOTH = PRIOR_STEPS
 #: Fewest steps per arm in the shared range of b for a seed to have a matched-b value.
 MIN_MATCHED_STEPS = 10
 B_ALL = CENSUS + "b_all"
@@ -349,6 +352,15 @@ class Series:
         return np.arange(n, dtype=float), np.divide(
             wn, wd, out=np.full(wn.shape, np.nan), where=wd > 0
         )
+
+
+def prior(s: Series, window: int, stop: float) -> np.ndarray:
+    """The series pooled over the ``window`` steps *before* each integer step 0..stop (the
+    value at step t pools steps t − window .. t − 1; NaN where none of them counted)."""
+    _, pooled = s.trailing(window, stop)
+    out = np.full(pooled.shape, np.nan)
+    out[1:] = pooled[:-1]
+    return out
 
 
 def series(run: Run, quantity: Quantity | str, sources: tuple[str, ...] | None = None) -> Series:

@@ -25,13 +25,14 @@ from rescue.judge.runs import Run
 from rescue.judge.stats import NAN, slope
 
 B_WINDOW = (
-    "per seed, the steps at which each arm's b (pooled over the trailing "
-    f"{qs.B_SMOOTH} steps) exceeds {qs.B_THRESHOLD:g} and lies in the range of b both arms "
-    f"reached there (at least {qs.MIN_MATCHED_STEPS} steps each, else the seed is left out; "
-    "no seed left: not judgeable); the trend is the OLS slope of the per-step value on the "
-    "per-step b there. b is one functional for every arm: the realized all-members baseline, "
-    "the mean reward of every trained rollout with budget failures scored 0 and masked ones "
-    "included (`rollout/census/b_all`)"
+    "per seed, the steps at which each arm's prior b (b pooled over the "
+    f"{qs.B_SMOOTH} steps before the step, which share no rollout with it) exceeds "
+    f"{qs.B_THRESHOLD:g} and lies in the range of b both arms reached there (at least "
+    f"{qs.MIN_MATCHED_STEPS} steps each, else the seed is left out; no seed left: not "
+    "judgeable); the trend is the OLS slope of the per-step value on the prior b there. b is "
+    "one functional for every arm: the realized all-members baseline, the mean reward of "
+    "every trained rollout with budget failures scored 0 and masked ones included "
+    "(`rollout/census/b_all`; its prior value is logged as `rollout/census/b_prior`)"
 )
 FINAL_WINDOW = (
     f"the last {qs.FINAL_FRACTION:.0%} of the steps both runs of a seed reached, counts pooled"
@@ -88,8 +89,8 @@ def p3(ctx: Context) -> list[Check]:
             name=f"cap-hit rate at matched b, {ctx.label('mask')} − {ctx.label('zero')}",
             expects="higher",
             window=B_WINDOW.replace(
-                "the trend is the OLS slope of the per-step value on the per-step b there",
-                f"the level is the per-step value averaged over {win.B_BIN:g}-wide bins of b "
+                "the trend is the OLS slope of the per-step value on the prior b there",
+                f"the level is the per-step value averaged over {win.B_BIN:g}-wide bins of prior b "
                 "both arms visit, each bin weighing the same",
             ),
             value=win.matched_b_level("cap_hit"),
@@ -161,15 +162,16 @@ def control(ctx: Context) -> list[Check]:
 
 
 def _gap_growth(s: Run, m: Run) -> float:
-    """Slope of the cap-hit gap (survivor − mask) on the two arms' mean cap-hit rate, both
-    pooled over the trailing ``B_SMOOTH`` steps. The regressor is not one side of the gap:
-    with two arms that do not differ, the gap is uncorrelated with the mean, so the slope
-    is 0 in expectation (against one side it is biased negative)."""
+    """Slope of the per-step cap-hit gap (survivor − mask) on the two arms' mean cap-hit
+    rate pooled over the ``B_SMOOTH`` steps before (``quantities.prior``). The regressor
+    shares no rollout with the gap it is compared with: with two arms that do not differ
+    the slope is 0 in expectation, whatever each arm's noise (read off the same steps, the
+    gap's noise and the mean's are correlated by the difference of the arms' variances)."""
     ss, sm = qs.series(s, "cap_hit"), qs.series(m, "cap_hit")
     stop = min(ss.last_step, sm.last_step)
-    _, ys = ss.trailing(qs.B_SMOOTH, stop)
-    _, ym = sm.trailing(qs.B_SMOOTH, stop)
-    return slope((ys + ym) / 2, ys - ym).value
+    gap = ss.trailing(1, stop)[1] - sm.trailing(1, stop)[1]
+    level = (qs.prior(ss, qs.B_SMOOTH, stop) + qs.prior(sm, qs.B_SMOOTH, stop)) / 2
+    return slope(level, gap).value
 
 
 def p4(ctx: Context) -> list[Check]:
@@ -191,8 +193,8 @@ def p4(ctx: Context) -> list[Check]:
             name=f"growth of the cap-hit gap ({ctx.label('survivor')} − {ctx.label('mask')}) "
             "with the two arms' mean cap-hit rate",
             expects="higher",
-            window=f"per seed, the gap of the cap-hit rates pooled over the trailing {qs.B_SMOOTH} "
-            "steps, regressed on the mean of the two arms' rates over every step",
+            window="per seed, the per-step gap of the cap-hit rates regressed on the mean of the "
+            f"two arms' rates over the {qs.B_SMOOTH} steps before, over every step",
             value=_gap_growth,
             decides=False,
             unit="gap per unit cap-hit rate",

@@ -19,8 +19,9 @@ loss divided by the sum of its weights), named ``<arm>[-a<A>]-<variant>`` (tag
 ``variant:<v>``): their own label in the cohort, and the arm's roles in the predictions.
 
 The simulator's runs have family ``sim`` and an arm label such as ``protect-a0.5``
-(``<arm>[-a<A>]``). Arms come from the shared vocabulary ``ARM_NAMES``; the simulator's
-``turn-baseline`` is the cluster's ``turn``.
+(``<arm>[-a<A>]``). Arms come from the shared vocabulary ``ARM_NAMES`` (``rescue.arms``);
+an old spelling (``ALIASES``: ``turn-baseline``, which simulator runs written before the
+vocabulary was one still carry) is read as its arm.
 
 Runs of one *cohort* are compared with each other; the arm label within a cohort keeps a
 and k (``drop-k2``, ``protect-a0.5-k2``). A cohort is one family, cap and *setting* (the
@@ -47,30 +48,13 @@ from typing import Any
 
 import numpy as np
 
+from rescue import arms
 from rescue.errors import InputError
 
-#: Stale-handling and budget-regime arms (the shared vocabulary), and the simulator's alias.
-ARM_NAMES: tuple[str, ...] = (
-    "drop",
-    "never-drop",
-    "protect",
-    "pace",
-    "zero",
-    "mask",
-    "matched",
-    "drgrpo-mask",
-    "survivor",
-    "turn",
-)
-ALIASES: dict[str, str] = {"turn-baseline": "turn"}
-
-
-def arm_name(arm: str, family: str | None) -> str:
-    """A vocabulary arm as the runs of ``family`` name it (the simulator's ``turn`` is
-    ``turn-baseline``)."""
-    if family == "sim":
-        return next((alias for alias, name in ALIASES.items() if name == arm), arm)
-    return arm
+#: Stale-handling and budget-regime arms (the shared vocabulary, ``rescue.arms``), and the
+#: old spellings still read.
+ARM_NAMES: tuple[str, ...] = arms.NAMES
+ALIASES: dict[str, str] = arms.ALIASES
 
 
 FAMILIES: tuple[str, ...] = ("swe", "rlvr", "sim")
@@ -128,7 +112,7 @@ class Condition:
 
     @property
     def base_arm(self) -> str:
-        """The vocabulary name (the simulator's ``turn-baseline`` is ``turn``)."""
+        """The vocabulary name (an old spelling such as ``turn-baseline`` is its arm's)."""
         return ALIASES.get(self.arm, self.arm)
 
 

@@ -14,6 +14,9 @@ not zeroed yet). This function:
    ``rollout/census/samples/``: count and rate per outcome, turn mean/p50/p90 per
    outcome, cap-hit rate, masked fraction (overall and per outcome), realized baseline
    ``b_realized`` (mean reward of unmasked trajectories), ran-tests rate of solved ones;
+   ``b_all`` (the all-members baseline, budget failures scored 0) and ``b_prior`` (``b_all``
+   pooled over the ``rescue.census.PRIOR_STEPS`` steps this process logged before:
+   ``rescue.census.PriorB``, the x axis of the trends against b);
 2. adds ``rollout/census/samples/weighted_samples`` (samples whose ``rescue_weight`` is
    not 1) and ``rollout/census/samples/weight_mean`` (mean weight over samples);
 3. adds ``rollout/census/samples/b_paid/masked`` (and ``.../b_paid/masked_rollouts``): the
@@ -57,7 +60,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-from rescue.census import outcome_metrics
+from rescue.census import PriorB, outcome_metrics
 from rescue.samples import reward_value, rollout_record, trajectories_of, weight_of
 from rescue.tracking.metrics import declare_in_process
 
@@ -65,6 +68,8 @@ from rescue.tracking.metrics import declare_in_process
 PREFIX = "rollout/census/samples/"
 #: Miles' step key for rollout metrics.
 STEP_KEY = "rollout/step"
+#: ``b_prior`` of the batches this process logged (one trainer per process).
+_PRIOR = PriorB()
 
 
 def sample_census(samples: Sequence[Any], *, reward_key: str | None = None) -> dict[str, float]:
@@ -208,6 +213,7 @@ def log_rollout(
 
     reward_key = getattr(args, "reward_key", None)
     metrics: dict[str, float] = sample_census(samples, reward_key=reward_key)
+    _PRIOR.observe(metrics, PREFIX)
     metrics.update(paid_baseline(args, samples))
     metrics.update(truncated_reward_census(args, samples))
     metrics.update(gradient_share(args, samples))

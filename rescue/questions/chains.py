@@ -29,6 +29,7 @@ import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from rescue import arms
 from rescue.errors import InputError
 from rescue.stages import Stage
 
@@ -36,18 +37,12 @@ PY = sys.executable
 RESCUE = (PY, "-m", "rescue")
 REHEARSE = (PY, "-m", "rescue.questions.rehearsal")
 
-#: The single-turn arms of q2 (launch/rlvr_config.sh ARMS).
-Q2_ARMS = ("zero", "mask", "matched", "drgrpo-mask", "survivor", "turn")
-#: The SWE arms of q3 (launch/config.sh): arm name and RESCUE_A.
-Q3_ARMS = (
-    ("drop", None),
-    ("never-drop", None),
-    ("protect", 0.25),
-    ("protect", 0.5),
-    ("pace", None),
-)
+#: The single-turn arms of q2 (``rescue.arms``' questions column; launch/rlvr_config.sh ARMS).
+Q2_ARMS: tuple[str, ...] = arms.names(question="q2")
+#: The SWE arms of q3: arm name and RESCUE_A (``rescue.arms.question_runs``).
+Q3_ARMS: tuple[tuple[str, float | None], ...] = arms.question_runs("q3")
 #: The arm whose run q1's rehearsal replays (the arm that records on the cluster).
-Q1_ARM = "never-drop"
+(Q1_ARM,) = arms.names(question="q1")
 #: Rehearsal defaults: seeds per arm, trained steps per run (the driver makes one more
 #: rollout) unless SEEDS / STEPS say others, and runs at once (each lane a Ray head). q2
 #: runs two seeds (the judge's pairing of seeds, its gate); q3 one: below three seeds its
@@ -122,8 +117,10 @@ def training_stage(question: str, s: Settings, inputs: tuple[str, ...]) -> Stage
             "(python -m rescue.rehearsal.miles --launcher rlvr)",
         )
     if s.rehearsal:
-        arms = ",".join(f"{arm}{'' if a is None else f':{a}'}" for arm, a in Q3_ARMS)
-        cmd = s.trainer("swe", arms, s.seeds, out, "--prompt-data", s.path("data", "train.jsonl"))
+        q3_arms = ",".join(f"{arm}{'' if a is None else f':{a}'}" for arm, a in Q3_ARMS)
+        cmd = s.trainer(
+            "swe", q3_arms, s.seeds, out, "--prompt-data", s.path("data", "train.jsonl")
+        )
         return Stage(
             "train",
             cmd,

@@ -116,7 +116,7 @@ def power_first(question: str, seeds: int, args: argparse.Namespace) -> bool:
     nothing for a prediction those arms compare, unless ``--force`` (a rehearsal spends no
     cluster time: it prints the line and goes on). Returns whether it ran forced."""
     from rescue.judge import power as pw
-    from rescue.judge.power_cli import question_arms
+    from rescue.judge.power_cli import noise_of, question_arms
 
     arms = question_arms(question)
     why = pw.refusal(arms, seeds)
@@ -125,9 +125,11 @@ def power_first(question: str, seeds: int, args: argparse.Namespace) -> bool:
     if seeds < pw.MIN_SEEDS:  # the judge's minimum: nothing to simulate
         table = pw.Power(tuple(arms), 0, (seeds,), (0.0,))
     else:
+        null, noise = noise_of(getattr(args, "power_noise", "sim"), arms, seeds)
         table = pw.power(
-            arms, seeds=(seeds,), effects=(pw.LINE_EFFECT,), replicates=pw.LINE_REPLICATES
-        )
+            arms, seeds=(seeds,), effects=(pw.LINE_EFFECT,), replicates=pw.LINE_REPLICATES,
+            null=null, noise=noise,
+        )  # fmt: skip
     said = pw.line(table, seeds, arms=arms)
     print(f"{question}: power of the report on the cluster's arms: {said}")
     if why and not args.rehearsal:

@@ -17,6 +17,8 @@ from collections import Counter, defaultdict
 from dataclasses import dataclass, field
 from typing import Any
 
+from rescue import arms
+
 GROUPS = "rollout/census/groups/"
 BUCKETS = (
     "trained_fresh",
@@ -292,7 +294,7 @@ def on_policy(f: RunFiles) -> tuple[bool, str]:
 
 
 #: Budget arms that mask a budget failure out of the loss; the others train it at R = 0.
-MASKING_ARMS = ("mask", "matched", "drgrpo-mask", "survivor")
+MASKING_ARMS = tuple(name for name in arms.names(regime="budget") if arms.ARMS[name].mask)
 
 
 def capped(f: RunFiles) -> tuple[bool, str]:
@@ -301,7 +303,7 @@ def capped(f: RunFiles) -> tuple[bool, str]:
     (``MASKING_ARMS``) mask them out of the loss; the matched control does both, copy A (the
     R = 0 arm's step, measured) trains them and copy B (the mask arm's, applied) masks
     them. Other arms: does not apply."""
-    if f.arm not in (*MASKING_ARMS, "zero", "turn"):
+    if f.arm not in arms.names(regime="budget"):
         return True, "does not apply to this arm"
 
     def budget(steps: list[list[dict[str, Any]]]) -> list[dict[str, Any]]:

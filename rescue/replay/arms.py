@@ -5,7 +5,9 @@ Specification
 Every statistic is computed once, from the unmasked batch, and frozen: the reward used by
 every arm is ``R0`` (the rollout's reward, 0 when it is capped), the group std ``σ_x`` is
 that of ``R0`` over all G members, and the loss denominators are those of the unmasked
-batch. The arms then differ only in their mask or their baseline:
+batch. The arms then differ only in their mask or their baseline. Their letters are the
+``replay`` column of ``rescue.arms``: (a) is ``zero``, (b) ``mask``, (c) ``survivor``, (e)
+``turn``; (d) masks a fraction of the capped rollouts, an arm of the replay only:
 
 ``a``        no mask, ``A_i = (R0_i - mean_x R0) / σ_x`` (the reference);
 ``b``        capped rollouts masked (``A = 0``), baseline over all G: ``A_b = A_a · 1{kept}``;

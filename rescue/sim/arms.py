@@ -2,6 +2,9 @@
 
 Specification
 -------------
+The arms and what defines each are ``rescue.arms``' table (its ``simulator`` column says
+which the simulator runs); here they are resolved to what the simulator does:
+
 ==================  ====================  ===================  ============  ============
 arm                 stale groups          capped rollouts      baseline      advantage
 ==================  ====================  ===================  ============  ============
@@ -13,8 +16,10 @@ arm                 stale groups          capped rollouts      baseline      adv
 ``matched``         kept, weight 1        loss-masked (R = 0)  all G         per rollout
 ``zero``            kept, weight 1        R = 0, trained       all G         per rollout
 ``survivor``        kept, weight 1        loss-masked          survivors     per rollout
-``turn-baseline``   kept, weight 1        R = 0, trained       turn-reached  per turn
+``turn``            kept, weight 1        R = 0, trained       turn-reached  per turn
 ==================  ====================  ===================  ============  ============
+
+``turn-baseline``, the simulator's former name of ``turn``, is still accepted, with a note.
 
 ``matched`` is the matched-update control: the mask arm's step rescaled to the update
 norm the ``zero`` arm takes on the same batch from the same parameters
@@ -42,34 +47,21 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from rescue import arms
+from rescue.arms import ArmDef, Scaling
 from rescue.errors import InputError
 from rescue.gate import Arm
 
-#: Every arm name the simulator accepts.
-ARMS: tuple[str, ...] = (
-    "drop",
-    "never-drop",
-    "protect",
-    "pace",
-    "mask",
-    "matched",
-    "zero",
-    "survivor",
-    "turn-baseline",
-)
+#: Every arm name the simulator accepts (``rescue.arms``' ``simulator`` column).
+ARMS: tuple[str, ...] = arms.names(simulator=True)
+#: The keep probabilities of the default protect runs.
+DEFAULT_A: tuple[float, ...] = (0.5, 0.1)
 
 #: The arms ``rescue sim`` runs without a scenario: every arm, protect at a = 0.5 and 0.1.
-DEFAULT_ARMS: tuple[str, ...] = (
-    "drop",
-    "never-drop",
-    "protect:0.5",
-    "protect:0.1",
-    "pace",
-    "mask",
-    "matched",
-    "zero",
-    "survivor",
-    "turn-baseline",
+DEFAULT_ARMS: tuple[str, ...] = tuple(
+    item
+    for name in ARMS
+    for item in ((f"{name}:{a:g}" for a in DEFAULT_A) if arms.ARMS[name].takes_a else (name,))
 )
 
 #: Loss normalizers: the batch's rollouts (default) or the sum of their loss weights.
@@ -92,9 +84,11 @@ class ArmSpec:
     loss_norm: str = "rollouts"
 
     def __post_init__(self) -> None:
-        if self.name not in ARMS:
+        name = arms.canonical(self.name)
+        if name is None or name not in ARMS:
             raise InputError(f"arm={self.name!r} is not an arm; allowed: {', '.join(ARMS)}")
-        if self.name == "protect":
+        object.__setattr__(self, "name", name)
+        if self.definition.takes_a:
             if self.a is None or not (0.0 < float(self.a) <= 1.0):
                 raise InputError(f"--a={self.a!r} for arm protect; allowed: 0 < a <= 1")
             object.__setattr__(self, "a", float(self.a))
@@ -111,7 +105,7 @@ class ArmSpec:
     def parse(cls, text: str, *, default_a: float = 0.5) -> ArmSpec:
         """``"drop"``, ``"protect"`` (uses ``default_a``), ``"protect:0.1"``, ``"protect:0.5:wnorm"``."""
         name, *opts = (p.strip() for p in text.strip().lower().split(":"))
-        name = name.replace("_", "-")
+        name = arms.canonical(name) or name.replace("_", "-")
         norm = "weights" if opts and opts[-1] == _WNORM else "rollouts"
         if norm == "weights":
             opts = opts[:-1]
@@ -130,6 +124,11 @@ class ArmSpec:
         return cls(name, a, norm)
 
     @property
+    def definition(self) -> ArmDef:
+        """The arm's entry in ``rescue.arms``."""
+        return arms.ARMS[self.name]
+
+    @property
     def label(self) -> str:
         """Name used in files, plots and tables, e.g. ``protect-a0.5`` or ``protect-a0.5-wnorm``."""
         out = f"protect-a{self.a:g}" if self.name == "protect" else self.name
@@ -145,34 +144,32 @@ class ArmSpec:
     @property
     def gate_arm(self) -> Arm:
         """The ``rescue.gate.Arm`` of this arm (budget arms never drop)."""
-        if self.name in ("drop", "protect", "pace"):
-            return Arm(self.name)
-        return Arm.NEVER_DROP
+        return Arm.of(self.name)
 
     @property
     def pace(self) -> bool:
         """Whether the trainer bounds staleness by waiting for stragglers."""
-        return self.name == "pace"
+        return self.gate_arm is Arm.PACE
 
     @property
     def mask(self) -> bool:
         """Whether capped rollouts are loss-masked (``rescue.mask.mask_decision``, rho = 1)."""
-        return self.name in ("mask", "matched", "survivor")
+        return self.definition.mask
 
     @property
     def matched(self) -> bool:
         """Whether each step is rescaled to the R = 0 step's update norm on the same batch."""
-        return self.name == "matched"
+        return self.definition.scaling is Scaling.MATCHED
 
     @property
     def population(self) -> str:
         """Baseline population of ``rescue.advantages.group_advantages``."""
-        return "survivors" if self.name == "survivor" else "all"
+        return self.definition.population
 
     @property
     def turn_baseline(self) -> bool:
         """Whether advantages are per turn with ``turn_reached_baseline``."""
-        return self.name == "turn-baseline"
+        return self.definition.estimator == "turn"
 
     @property
     def behaviour(self) -> tuple:

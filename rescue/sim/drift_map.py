@@ -21,7 +21,14 @@ Per cell (``CellResult``):
 - ``ratio``: the subsidy ratio of the mask arm's runs, the mean of ``sim/subsidy/term``
   over the mean of ``|sim/subsidy/task|`` over every step and seed of the cell (the exact
   terms, ``rescue.sim.subsidy``: the mechanism's size whether or not behaviour moved);
-- ``b``: the mask arm's b (``rollout/census/b_all``) over the final 20% of the steps.
+- ``b``: the mask arm's b (``rollout/census/b_all``) over the final 20% of the steps;
+- the truth beside the judged effect (``rescue.judge.truth``, the simulator's exact P(cap)
+  and J on the same runs): ``exact``, the exact trend's mask − zero difference in the same
+  unit as ``effect`` (the zero arm's seed SD of the judged trend), ``judged_abs`` and
+  ``exact_abs`` the two differences themselves (cap-hit rate per unit b), ``fidelity`` the
+  mean judged per-run trend over the mean exact one (every arm's runs) and ``same_sign``
+  the share of runs whose judged trend has the exact one's sign: the estimator's fidelity,
+  cell by cell.
 
 With a ``[placement]`` in the grid, ``map_report.placement`` applies it: at its run length, the cells
 whose ratio and b reach its thresholds qualify, and the one with the largest ratio (ties:
@@ -83,9 +90,28 @@ def _mean_key(runs, key: str, last: float = 1.0, absolute: bool = False) -> floa
         return float(np.nanmean(np.concatenate(vals))) if vals else math.nan
 
 
+def _curves(arms) -> dict:
+    """Each arm's cap-hit rate against its prior b, binned, mean and t band over the seeds
+    (``rescue.judge.plots``, the report's picture of P3)."""
+    from rescue.judge import plots
+    from rescue.judge import quantities as qs
+
+    out = {}
+    for label, runs in arms.items():
+        try:
+            per_seed = [plots._by_b(r, "cap_hit", 1) for r in runs.values()]
+        except qs.MissingKey:
+            continue
+        centres = per_seed[0][0]
+        mean, lo, hi = plots._band(np.vstack([y for _, y in per_seed]))
+        out[label] = (centres, mean, lo, hi)
+    return out
+
+
 def judge_cells(grid: gd.Grid, simulated: dict, cells: list[gd.Cell]):
     """``(CellResult per cell, the family's account)``: P3 on each cell's runs, the
     family-wise rule over every cell's deciding checks."""
+    from rescue.judge import truth
     from rescue.judge.evaluation import evaluate
     from rescue.judge.family import holm
     from rescue.judge.predictions import BY_ID
@@ -112,6 +138,16 @@ def judge_cells(grid: gd.Grid, simulated: dict, cells: list[gd.Cell]):
             (_sd_units(c)[0] for c in result.checks if c.name.startswith("cap-hit rate at")),
             math.nan,
         )
+        pairs = truth.fidelity(cohort(res), "zero", ("cap_trend",))
+        j_diff, e_diff = truth.differences(pairs, "cap_trend", "mask", "zero")
+        agree = truth.summary(pairs)
+        runs_n = sum(a.runs for a in agree)
+        judged_mean = sum(a.judged_mean * a.runs for a in agree) / runs_n if runs_n else math.nan
+        exact_mean = sum(a.exact_mean * a.runs for a in agree) / runs_n if runs_n else math.nan
+        margin = deciding[0].margin if deciding else math.nan
+        unit = margin if np.isfinite(margin) and margin > 0 else math.nan
+        longest = max(c.config.steps for c in cells)
+        curves = _curves(cohort(res)) if cell.config.steps == longest else {}
         mask = res["mask"]
         term = _mean_key(mask, PREFIX + "term")
         task = _mean_key(mask, PREFIX + "task", absolute=True)
@@ -131,6 +167,12 @@ def judge_cells(grid: gd.Grid, simulated: dict, cells: list[gd.Cell]):
                 b=_mean_key(mask, "rollout/census/b_all", last=0.2),
                 note=result.note or (deciding[0].reason if deciding else ""),
                 checks=[c.as_dict() for c in result.checks],
+                exact=float(np.mean(e_diff)) / unit if e_diff else math.nan,
+                judged_abs=float(np.mean(j_diff)) if j_diff else math.nan,
+                exact_abs=float(np.mean(e_diff)) if e_diff else math.nan,
+                fidelity=judged_mean / exact_mean if exact_mean else math.nan,
+                same_sign=sum(a.same_sign for a in agree) / runs_n if runs_n else math.nan,
+                curves=curves,
             )
         )
     return out, family

@@ -11,7 +11,7 @@ was and no temporary folder behind.
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
@@ -37,6 +37,14 @@ class CellResult:
     b: float
     note: str
     checks: list[dict]
+    exact: float = float("nan")
+    judged_abs: float = float("nan")
+    exact_abs: float = float("nan")
+    fidelity: float = float("nan")
+    same_sign: float = float("nan")
+    #: Each arm's cap-hit rate against the prior b, binned: ``{arm: (centres, mean, lo,
+    #: hi)}`` over the seeds (the cells of the grid's longest run length only).
+    curves: dict = field(default_factory=dict)
 
 
 def placement(grid: gd.Grid, cells: list[CellResult]) -> tuple[list[CellResult], CellResult | None]:
@@ -66,9 +74,10 @@ def table(grid: gd.Grid, cells: list[CellResult]) -> list[str]:
     head = [a.setting.replace("_", "-") for a in grid.axes]
     lines = [
         "| " + " | ".join(head) + " | b (mask, final) | subsidy ratio | P3 effect, mask − zero "
-        "(σ of zero) [95%] | matched − mask (σ of mask) | level at matched b, mask − zero "
+        "(σ of zero) [95%] | exact effect (σ of zero) | judged / exact trend (runs of the "
+        "exact sign) | matched − mask (σ of mask) | level at matched b, mask − zero "
         "(σ of zero; reported) | P3 (rule) | alone |",
-        "|" + "---|" * (len(head) + 7),
+        "|" + "---|" * (len(head) + 9),
     ]
     for c in cells:
         eff = (
@@ -78,11 +87,18 @@ def table(grid: gd.Grid, cells: list[CellResult]) -> list[str]:
         )
         lines.append(
             "| " + " | ".join(c.values[a.setting] for a in grid.axes)
-            + f" | {c.b:.2f} | {c.ratio:.2f} | {eff} | {_f(c.control)} | {_f(c.level)} "
+            + f" | {c.b:.2f} | {c.ratio:.2f} | {eff} | {_f(c.exact)} | {_fid(c)} "
+            f"| {_f(c.control)} | {_f(c.level)} "
             f"| {c.verdict or '—'} "
             f"| {c.alone or '—'} |"
         )  # fmt: skip
     return lines
+
+
+def _fid(c: CellResult) -> str:
+    if not np.isfinite(c.fidelity):
+        return "n/a"
+    return f"{c.fidelity:.2f} ({c.same_sign:.0%})"
 
 
 def counts(cells: list[CellResult], attr: str) -> str:
@@ -111,7 +127,11 @@ def markdown(grid: gd.Grid, cells: list[CellResult], family, meta: dict) -> str:
         "",
         "Each cell is judged by the judge's P3 (`rescue report`'s rule and window); the "
         "effect is the mask arm's cap-hit trend against b at matched b minus the zero arm's, "
-        "in units of the zero arm's seed SD of that trend (the check's margin). The subsidy "
+        "in units of the zero arm's seed SD of that trend (the check's margin). Beside it, "
+        "the truth on the same runs: the exact effect (the slope of the simulator's exact "
+        "P(cap) on its exact J over the same steps, mask − zero, in the same unit), and the "
+        "judged trend over the exact one averaged over every arm's runs with the share of "
+        "runs of the exact sign (`rescue.judge.truth`). The subsidy "
         "ratio is exact (the mean of `sim/subsidy/term` over the mean of "
         "`|sim/subsidy/task|` over the mask runs' steps): the mechanism's size, whether or "
         "not behaviour moved.",
@@ -127,6 +147,16 @@ def markdown(grid: gd.Grid, cells: list[CellResult], family, meta: dict) -> str:
             f"{np.median([c.effect for c in finite]):+.2f} σ, largest {top.effect:+.2f} σ "
             f"({top.cell.label(grid)}); positive (the mask drifting up relative to zero) in "
             f"{sum(c.effect > 0 for c in finite)} of {len(finite)}."
+        )
+    exact = [c for c in cells if np.isfinite(c.exact)]
+    if exact:
+        lines.append(
+            f"The exact effect: positive in {sum(c.exact > 0 for c in exact)} of {len(exact)} "
+            f"cells, median {np.median([c.exact for c in exact]):+.2f} σ; the judged effect has "
+            f"its sign in {sum(np.sign(c.effect) == np.sign(c.exact) for c in exact if np.isfinite(c.effect))} "
+            f"of {sum(np.isfinite(c.effect) for c in exact)} cells with both. The judged trends "
+            f"over the exact ones: median {np.nanmedian([c.fidelity for c in exact]):.2f}, runs of "
+            f"the exact sign {np.nanmean([c.same_sign for c in exact]):.0%} on average."
         )
     levels = [c.level for c in cells if np.isfinite(c.level)]
     if levels:
@@ -170,6 +200,8 @@ def as_json(grid: gd.Grid, cells: list[CellResult], family, meta: dict) -> dict:
             {"values": c.values, "verdict": c.verdict, "alone": c.alone, "effect_sd": c.effect,
              "effect_sd_interval": [c.effect_lo, c.effect_hi], "seeds": c.seeds,
              "control_sd": c.control, "level_sd": c.level, "subsidy_ratio": c.ratio, "b_final": c.b, "note": c.note,
+             "exact_sd": c.exact, "judged_difference": c.judged_abs, "exact_difference": c.exact_abs,
+             "fidelity": c.fidelity, "same_sign": c.same_sign,
              "checks": c.checks}
             for c in cells
         ],
@@ -195,6 +227,10 @@ def write(out: Path, grid: gd.Grid, cells, family, meta: dict, plots: bool = Tru
 
                 heatmap(grid, cells, tmp / "map.png")
                 notes.append(f"heat map: {out / 'map.png'}")
+                from rescue.sim.map_plot import cap_against_b
+
+                if cap_against_b(grid, cells, tmp / "map_cap_b.png") is not None:
+                    notes.append(f"cap-hit rate against b per cell: {out / 'map_cap_b.png'}")
             except ImportError:
                 notes.append(
                     "heat map: matplotlib not installed (pip install 'rescue[sim]'): skipped"

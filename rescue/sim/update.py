@@ -10,7 +10,7 @@ A batch is B groups of G rollouts (``Batch``). Rollout ``i`` of group ``g`` made
 
 - ``A``: the advantage of ``rescue.advantages``, with R = 0 on cap: ``group_advantages``
   over the arm's baseline population (all members, or the survivors), or
-  ``per_token_advantages`` with the turn-reached baseline (``turn-baseline``). The baseline
+  ``per_token_advantages`` with the turn-reached baseline (``turn``). The baseline
   is over each group, or over the whole batch as one group (``baseline_scope = batch``);
   divided by the population's std when ``std_normalize``.
 - ``w_g``: the gate's loss weight of the group (1, or 1/a when protected), applied after

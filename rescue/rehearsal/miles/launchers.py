@@ -30,8 +30,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-STALE_ARMS = ("drop", "never-drop", "protect", "pace")
-BUDGET_ARMS = ("zero", "mask", "matched", "drgrpo-mask", "survivor", "turn")
+from rescue import arms
 
 
 @dataclass(frozen=True)
@@ -41,6 +40,7 @@ class Launcher:
     name: str
     script: str
     entry: str
+    #: The arms it runs (``rescue.arms``' launchers column).
     arms: tuple[str, ...]
     #: The launcher's own default OFFPOLICY, and the values the rehearsal may set.
     offpolicy: tuple[str, ...]
@@ -72,7 +72,7 @@ SWE = Launcher(
     name="swe",
     script="launch/swe_arm.sh",
     entry="train_async.py",
-    arms=(*STALE_ARMS, *BUDGET_ARMS),
+    arms=arms.names(launcher="swe"),
     offpolicy=("tis-sc", "tis"),
     family="swe",
     settings=(
@@ -134,7 +134,7 @@ RLVR = Launcher(
     name="rlvr",
     script="launch/rlvr_arm.sh",
     entry="train.py",
-    arms=BUDGET_ARMS,
+    arms=arms.names(launcher="rlvr"),
     offpolicy=("none", "tis", "tis-sc"),
     family="rlvr",
     settings=(
@@ -161,7 +161,7 @@ AGENT = Launcher(
     name="agent",
     script="launch/agent_arm.sh",
     entry="train.py",
-    arms=BUDGET_ARMS,
+    arms=arms.names(launcher="agent"),
     offpolicy=("none",),
     family="agent",
     settings=(
