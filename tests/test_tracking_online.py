@@ -171,6 +171,9 @@ def test_no_such_project_is_one_line(recorded, tmp_path, monkeypatch):
 
 
 def test_no_credentials_is_one_line(tmp_path, monkeypatch):
+    from wandb.sdk import wandb_setup
+
+    monkeypatch.setattr(wandb_setup, "_singleton", None)  # a fresh process' wandb: no key kept
     monkeypatch.delenv("WANDB_API_KEY", raising=False)
     monkeypatch.setenv("HOME", str(tmp_path))
     monkeypatch.setenv("NETRC", str(tmp_path / "netrc"))

@@ -5,7 +5,6 @@ the URL; the keys are declared against their steps where they are logged."""
 
 from __future__ import annotations
 
-import inspect
 import json
 from pathlib import Path
 from types import SimpleNamespace
@@ -14,17 +13,12 @@ import pytest
 from fake_sample import Sample
 from test_miles_log import fake_miles_tracking  # noqa: F401  (a fixture)
 
-import rescue.census
 from rescue import cli
 from rescue.tracking.history import read_offline
 from rescue.tracking.metrics import B_AXIS, DECLARATIONS, STEP, TRAIN_STEP, declare, step_of
 from rescue.tracking.workspace import SECTIONS, Panel, Section, describe, unlogged
 
 wandb = pytest.importorskip("wandb")
-
-#: Keys the census gains on main while this branch is merged (rescue.census.PRIOR b): the
-#: exemption ends by itself when rescue.census logs it.
-PENDING = set() if "b_prior" in inspect.getsource(rescue.census) else {B_AXIS}
 
 
 @pytest.fixture(scope="module")
@@ -117,10 +111,11 @@ def test_every_panel_key_is_logged_by_the_miles_adapter_the_slime_adapter_or_the
     # Miles buffer and the slime drain; the Miles-only keys come from its log function and
     # its train log, run above.
     logged = simulator | miles
-    missing = [k for k in unlogged(logged) if k not in PENDING]
+    missing = unlogged(logged)
     assert not missing, f"panels on keys nothing logs: {missing}"
     assert {"train/rescue/update_norm", "train/rescue/sc/correction_l1"} <= miles
     assert "rollout/census/samples/weight_mean" in miles - simulator
+    assert B_AXIS in simulator  # the x axis of the panels keyed by b
 
 
 def test_a_panel_that_names_a_key_nothing_logs_is_caught(sim_runs):
