@@ -196,6 +196,8 @@ def _read_run(run: Any, project: Project, store: HistoryCache) -> RunLog:
 
 def explain(e: Exception, entity: str, project: str, cache: Path | None = None) -> str:
     """One line saying what a failure of wandb's service means and what to do."""
+    if isinstance(e, ImportError):
+        return f"reading a wandb project needs wandb ({e}): pip install 'rescue[sim]'"
     from wandb.errors import AuthenticationError, UsageError
 
     cause = getattr(e, "exc", None) or e  # wandb's CommError wraps the service's error
