@@ -461,8 +461,9 @@ def test_generate_rollout_declares_rescues_axes_on_the_wandb_run(monkeypatch, tm
     _slime()
     from rescue.tracking.history import read_offline
 
-    d = Drain(FakeWorker([make_group(0, 1), make_group(1, 1)]), Gate(arm="never-drop"), poll_s=0.0)
-    monkeypatch.setattr(rollout, "_DRAIN", d)
+    worker = FakeWorker([make_group(0, 1), make_group(1, 1)])
+    worker.worker_thread = SimpleNamespace(is_alive=lambda: True)
+    monkeypatch.setattr(rollout, "_DRAIN", Drain(worker, Gate(arm="never-drop"), poll_s=0.0))
     run = wandb.init(mode="offline", dir=str(tmp_path), project="rescue-test",
                      settings=wandb.Settings(silent=True, console="off"))  # fmt: skip
     try:
