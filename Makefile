@@ -49,19 +49,19 @@
 #   make pilot         PILOT_TASKS=N (or PILOT_ALL=1): trials per task with the model to train
 #   make preflight     GPUs, Docker, task images, wandb, disk, context, the imports of a trial
 #   make swe-arm       ARM=drop|never-drop|protect|pace [A=0.5] [SEED=1] [STALENESS=2], or a
-#                      budget-regime arm ARM=zero|mask|matched|drgrpo-mask|survivor|turn
+#                      budget-regime arm ARM=zero|mask|matched|step-control|drgrpo-mask|survivor|turn
 #   make swe-validate  every subset task's reference solution graded in the training sandbox
 #   make slime-arm     ARM=drop|never-drop|protect|pace [A=0.5] [ESTIMATOR=turn] on slime
 #                      (SLIME_DIR; settings in launch/slime_config.sh)
 #   make agent-prepare ENV=cooking|alfworld: the text games' prompt rows
-#   make agent-arm     ENV=alfworld|cooking ARM=zero|mask|matched|drgrpo-mask|survivor|turn
+#   make agent-arm     ENV=alfworld|cooking ARM=zero|mask|matched|step-control|drgrpo-mask|survivor|turn
 #                      (REHEARSAL=1 MILES_SRC=... MEGATRON_SRC=...: cooking on this CPU,
 #                      its games and taught model made once into AGENT_REHEARSAL_INPUTS)
 #   make reap          remove task containers trials left behind on this node
 #   make oracle        CKPT=... DUMPS=... [ORACLE_A=0.5] [ORACLE_ARMS=all,drop,stale,protect]
 #   make rlvr-prepare  GSM8K or MATH rows -> PROMPT_DATA (RLVR_DATASET=gsm8k|math)
 #   make rlvr-calibrate  the length cap from CAL_CAPS (commas or spaces), into CAP_FILE
-#   make rlvr-arm      ARM=zero|mask|matched|drgrpo-mask|survivor|turn [SEED=1] [CAP=]
+#   make rlvr-arm      ARM=zero|mask|matched|step-control|drgrpo-mask|survivor|turn [SEED=1] [CAP=]
 #   make rlvr-sweep    [ARMS=zero,mask,...] [SEEDS=3]: every (arm, seed) as a Ray job
 #
 # Variables of this file: PYTHON (python3), VENV (.venv), TORCH (torch==2.13.0),
@@ -251,7 +251,7 @@ clean:
 #                  [ARM=protect] [A=0.5] [STEPS=3] [OFFPOLICY=tis-sc] [REHEARSAL_ARGS=...]
 # LAUNCHER: swe (launch/swe_arm.sh, default) | rlvr (launch/rlvr_arm.sh, the single-turn arms)
 # | agent (launch/agent_arm.sh, the cooking games). ARM: drop | never-drop | protect | pace |
-# zero | mask | matched | drgrpo-mask | survivor | turn (default protect; zero for rlvr and
+# zero | mask | matched | step-control | drgrpo-mask | survivor | turn (default protect; zero for rlvr and
 # agent, which take the last six only). A: keep probability of protect (default 0.5). STEPS: trained steps
 # checked (default 3). OFFPOLICY: tis-sc (default) or tis. MEGATRON_SRC: a Megatron-LM tree
 # (megatron.core and megatron.training; the commit in rescue/frameworks.py, unpacked from
@@ -310,7 +310,7 @@ rehearsal-test: $(VENV)/.stamp-dev $(REHEARSAL_VENV)/.stamp
 #   make preflight     GPUs, Docker, task images and their git remote, wandb, disk, context,
 #                      the imports of a trial
 #   make swe-arm ARM=drop|never-drop|protect|pace [A=0.5] [SEED=1] [STALENESS=2], or a
-#                      budget-regime arm ARM=zero|mask|matched|drgrpo-mask|survivor|turn (never-drop)
+#                      budget-regime arm ARM=zero|mask|matched|step-control|drgrpo-mask|survivor|turn (never-drop)
 #                      Ray head (NODE_RANK=0) + `ray job submit` of Miles' train_async.py and
 #                      the housekeeper; with NNODES>1 run it on every node with NODE_RANK and
 #                      MASTER_ADDR
@@ -369,7 +369,7 @@ slime-arm:
 #   make rlvr-prepare    GSM8K or MATH rows -> PROMPT_DATA (RLVR_DATASET=gsm8k|math, RLVR_SOURCE)
 #   make rlvr-calibrate  the smallest of CAL_CAPS whose truncation rate at initialization lies
 #                        in [CAL_LOW, CAL_HIGH], written to CAP_FILE
-#   make rlvr-arm ARM=zero|mask|matched|drgrpo-mask|survivor|turn [SEED=1] [CAP=]
+#   make rlvr-arm ARM=zero|mask|matched|step-control|drgrpo-mask|survivor|turn [SEED=1] [CAP=]
 #                        one run of Miles' train.py --colocate on GPUS_PER_RUN GPUs, as a Ray job
 #   make rlvr-sweep [ARMS='zero mask ...'] [SEEDS=3]
 #                        every (arm, seed) as a Ray job on one cluster; progress until all end
@@ -397,7 +397,7 @@ rlvr-sweep: $(RLVR_CLI_DEPS)
 #                        cooking: tw-make's games of five difficulty levels from GAME_SEED;
 #                        alfworld: alfworld-download's data (network once); both write the
 #                        prompt rows PROMPT_DATA
-#   make agent-arm ENV=alfworld|cooking ARM=zero|mask|matched|drgrpo-mask|survivor|turn [SEED=1]
+#   make agent-arm ENV=alfworld|cooking ARM=zero|mask|matched|step-control|drgrpo-mask|survivor|turn [SEED=1]
 #                        one run of Miles' train.py --colocate on GPUS_PER_RUN GPUs, as a Ray job
 .PHONY: agent-prepare agent-arm
 
@@ -419,7 +419,7 @@ agent-arm: $(if $(filter 1,$(REHEARSAL)),$(REHEARSAL_VENV)/.stamp)
 ifeq ($(REHEARSAL),1)
 	$(REHEARSAL_SOURCES)
 	@test "$(ENV)" = cooking || { echo "agent-arm: ENV='$(ENV)': REHEARSAL=1 plays ENV=cooking only (ALFWorld's data needs the network and its planner builds from source)"; exit 2; }
-	@test -n "$(ARM)" || { echo "agent-arm: ARM is not set: set ARM=zero, mask, matched, drgrpo-mask, survivor or turn"; exit 2; }
+	@test -n "$(ARM)" || { echo "agent-arm: ARM is not set: set ARM=zero, mask, matched, step-control, drgrpo-mask, survivor or turn"; exit 2; }
 	$(REHEARSAL_PY) -m rescue.rehearsal.miles --launcher agent --arm "$(ARM)" --seed "$(or $(SEED),1)" \
 		--miles-src "$(MILES_SRC)" --megatron-src "$(MEGATRON_SRC)" --steps "$(or $(STEPS),3)" \
 		--inputs $(AGENT_REHEARSAL_INPUTS) $(REHEARSAL_ARGS)

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # One text-game arm of the budget-regime experiment on Miles: `make agent-arm` with
-# ENV=alfworld|cooking ARM=zero|mask|matched|drgrpo-mask|survivor|turn [SEED=]. Settings and
+# ENV=alfworld|cooking ARM=zero|mask|matched|step-control|drgrpo-mask|survivor|turn [SEED=]. Settings and
 # defaults: launch/agent_config.sh (and rlvr_config.sh, config.sh for the shared ones).
 #
 # Node 0 (NODE_RANK=0): checks, Ray head with the run slots (RAY_START=1; 0 submits to the

@@ -21,7 +21,7 @@
 #                won, lost, or the cap). Each episode is played by Miles' generate function
 #                rescue.miles.textgame.generate, one step per engine request, in the public
 #                ALFWorld recipe's prompt format (verl-agent).
-#   ARM          (required by agent-arm) zero | mask | matched | drgrpo-mask | survivor |
+#   ARM          (required by agent-arm) zero | mask | matched | step-control | drgrpo-mask | survivor |
 #                turn: the budget-regime arm of launch/budget.sh, as in the single-turn and
 #                SWE arms (every arm scores a capped episode R = 0, logs the census and dumps
 #                its first steps; it adds only its own settings). ESTIMATOR, DRGRPO and
@@ -64,7 +64,7 @@
 #
 # Errors (one line on stderr, exit status 2), besides those of rlvr_config.sh and config.sh:
 #   ENV='x' is not a text game: set ENV=alfworld or ENV=cooking
-#   ARM='x' is not a text-game arm: set ARM=zero, mask, matched, drgrpo-mask, survivor or turn
+#   ARM='x' is not a text-game arm: set ARM=zero, mask, matched, step-control, drgrpo-mask, survivor or turn
 
 AGENT_CONFIG_DIR=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 

@@ -4,18 +4,18 @@
 # change the table there, not here (tests/test_arms.py fails when the two differ).
 # Sourced by common.sh and rlvr_config.sh.
 
-RESCUE_ARM_NAMES=(drop never-drop protect pace zero mask matched drgrpo-mask survivor turn)
+RESCUE_ARM_NAMES=(drop never-drop protect pace zero mask matched step-control drgrpo-mask survivor turn)
 RESCUE_STALE_ARMS=(drop never-drop protect pace)
-RESCUE_BUDGET_ARMS=(zero mask matched drgrpo-mask survivor turn)
-RESCUE_SWE_ARM_LIST=(drop never-drop protect pace zero mask matched drgrpo-mask survivor turn)
-RESCUE_RLVR_ARM_LIST=(zero mask matched drgrpo-mask survivor turn)
-RESCUE_AGENT_ARM_LIST=(zero mask matched drgrpo-mask survivor turn)
+RESCUE_BUDGET_ARMS=(zero mask matched step-control drgrpo-mask survivor turn)
+RESCUE_SWE_ARM_LIST=(drop never-drop protect pace zero mask matched step-control drgrpo-mask survivor turn)
+RESCUE_RLVR_ARM_LIST=(zero mask matched step-control drgrpo-mask survivor turn)
+RESCUE_AGENT_ARM_LIST=(zero mask matched step-control drgrpo-mask survivor turn)
 RESCUE_SLIME_ARM_LIST=(drop never-drop protect pace)
 RESCUE_STALE_ARM_WORDS="drop, never-drop, protect or pace"
-RESCUE_BUDGET_ARM_WORDS="zero, mask, matched, drgrpo-mask, survivor or turn"
-RESCUE_SWE_ARM_WORDS="drop, never-drop, protect, pace, zero, mask, matched, drgrpo-mask, survivor or turn"
-RESCUE_RLVR_ARM_WORDS="zero, mask, matched, drgrpo-mask, survivor or turn"
-RESCUE_AGENT_ARM_WORDS="zero, mask, matched, drgrpo-mask, survivor or turn"
+RESCUE_BUDGET_ARM_WORDS="zero, mask, matched, step-control, drgrpo-mask, survivor or turn"
+RESCUE_SWE_ARM_WORDS="drop, never-drop, protect, pace, zero, mask, matched, step-control, drgrpo-mask, survivor or turn"
+RESCUE_RLVR_ARM_WORDS="zero, mask, matched, step-control, drgrpo-mask, survivor or turn"
+RESCUE_AGENT_ARM_WORDS="zero, mask, matched, step-control, drgrpo-mask, survivor or turn"
 RESCUE_SLIME_ARM_WORDS="drop, never-drop, protect or pace"
 
 # True when ARM is a stale-handling arm / a budget-regime arm.
@@ -38,6 +38,7 @@ rescue_arm_definition() {
     zero) ARM_REGIME=budget ARM_GATE=never-drop ARM_MASK=0 ARM_SCALING=none ARM_BASELINE=all ARM_ESTIMATOR=group ARM_DRGRPO=0 ARM_TAKES_A=0 ;;
     mask) ARM_REGIME=budget ARM_GATE=never-drop ARM_MASK=1 ARM_SCALING=none ARM_BASELINE=all ARM_ESTIMATOR=group ARM_DRGRPO=0 ARM_TAKES_A=0 ;;
     matched) ARM_REGIME=budget ARM_GATE=never-drop ARM_MASK=1 ARM_SCALING=matched ARM_BASELINE=all ARM_ESTIMATOR=group ARM_DRGRPO=0 ARM_TAKES_A=0 ;;
+    step-control) ARM_REGIME=budget ARM_GATE=never-drop ARM_MASK=1 ARM_SCALING=step ARM_BASELINE=all ARM_ESTIMATOR=group ARM_DRGRPO=0 ARM_TAKES_A=0 ;;
     drgrpo-mask) ARM_REGIME=budget ARM_GATE=never-drop ARM_MASK=1 ARM_SCALING=none ARM_BASELINE=all ARM_ESTIMATOR=group ARM_DRGRPO=1 ARM_TAKES_A=0 ;;
     survivor) ARM_REGIME=budget ARM_GATE=never-drop ARM_MASK=1 ARM_SCALING=none ARM_BASELINE=survivors ARM_ESTIMATOR=group ARM_DRGRPO=0 ARM_TAKES_A=0 ;;
     turn) ARM_REGIME=budget ARM_GATE=never-drop ARM_MASK=0 ARM_SCALING=none ARM_BASELINE=all ARM_ESTIMATOR=turn ARM_DRGRPO=0 ARM_TAKES_A=0 ;;

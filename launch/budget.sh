@@ -8,8 +8,9 @@
 
 # The settings of the budget arm ARM. ESTIMATOR, DRGRPO and BASELINE are the arm's own here,
 # so a value other than their default is refused rather than silently replaced. Sets
-# BUDGET_MASK (1: capped responses are loss-masked), BUDGET_MATCHED (1: the matched-update
-# control), ESTIMATOR, DRGRPO and BASELINE.
+# BUDGET_MASK (1: capped responses are loss-masked), BUDGET_SCALING (the arm's step size:
+# none, matched (the mask's direction at R = 0's update norm) or step (R = 0's direction at
+# the mask's update norm)), ESTIMATOR, DRGRPO and BASELINE.
 rescue_budget_arm() {
   [[ $ESTIMATOR == group ]] ||
     rescue_die "ESTIMATOR=$ESTIMATOR: the budget-regime arms set the estimator themselves: use ARM=turn, or unset ESTIMATOR"
@@ -21,8 +22,7 @@ rescue_budget_arm() {
     rescue_die "ARM='$ARM' is not a budget-regime arm: set ARM=$RESCUE_BUDGET_ARM_WORDS"
   fi
   BUDGET_MASK=$ARM_MASK
-  BUDGET_MATCHED=0
-  [[ $ARM_SCALING != matched ]] || BUDGET_MATCHED=1
+  BUDGET_SCALING=$ARM_SCALING
   ESTIMATOR=$ARM_ESTIMATOR DRGRPO=$ARM_DRGRPO BASELINE=$ARM_BASELINE
   return 0
 }
@@ -36,7 +36,7 @@ rescue_budget_check_arm() {
     rescue_die "ARM='$ARM' is not a $1 arm: set ARM=$RESCUE_BUDGET_ARM_WORDS"
   [[ -z $A ]] || rescue_die "A=$A applies only to the SWE arm ARM=protect: unset A"
   rescue_budget_arm
-  [[ $ARM != matched ]] || rescue_check_matched
+  [[ $BUDGET_SCALING == none ]] || rescue_check_matched
   if [[ -n $DRGRPO_DIVISOR && $ARM != drgrpo-mask ]]; then
     rescue_die "DRGRPO_DIVISOR applies only to ARM=drgrpo-mask: unset DRGRPO_DIVISOR or set ARM=drgrpo-mask"
   fi
@@ -49,8 +49,9 @@ rescue_budget_check_arm() {
   return 0
 }
 
-# BUDGET_FLAGS: the Miles flags that only some budget arms have (the mask, the matched
-# control); Dr. GRPO's flags and the reward hook come from each launcher's shared code.
+# BUDGET_FLAGS: the Miles flags that only some budget arms have (the mask, the two controls
+# of the update's size); Dr. GRPO's flags and the reward hook come from each launcher's
+# shared code.
 rescue_budget_flags() {
   BUDGET_FLAGS=()
   if [[ $BUDGET_MASK == 1 ]]; then
@@ -58,20 +59,25 @@ rescue_budget_flags() {
   fi
   # The matched-update control: each step taken on the R = 0 copy (measured, not applied)
   # and on the mask copy (applied, rescaled to the first's update norm), rescue.miles.matched;
-  # it needs rescue's before-train-step hook, which every launcher's loss flags carry.
-  if [[ $BUDGET_MATCHED == 1 ]]; then
-    BUDGET_FLAGS+=(--custom-convert-samples-to-train-data-path
-      rescue.miles.matched.convert_samples_to_train_data)
-  fi
+  # the step-size control the other way round (the mask copy measured, the R = 0 copy
+  # applied at its norm). Both need rescue's before-train-step hook, which every launcher's
+  # loss flags carry.
+  case $BUDGET_SCALING in
+    matched) BUDGET_FLAGS+=(--custom-convert-samples-to-train-data-path
+      rescue.miles.matched.convert_samples_to_train_data) ;;
+    step) BUDGET_FLAGS+=(--custom-convert-samples-to-train-data-path
+      rescue.miles.matched.convert_samples_to_train_data_step_control) ;;
+  esac
   return 0
 }
 
-# A rollout's batch must be whole steps of GLOBAL_BATCH_SIZE under ARM=matched: each step is
-# taken on two copies (the launchers call this once the layout is derived).
+# A rollout's batch must be whole steps of GLOBAL_BATCH_SIZE under ARM=matched and
+# ARM=step-control: each step is taken on two copies (the launchers call this once the
+# layout is derived).
 rescue_check_matched() {
   local batch=$((ROLLOUT_BATCH_SIZE * N_SAMPLES))
   if ((batch % GLOBAL_BATCH_SIZE)); then
-    rescue_die "ARM=matched needs GLOBAL_BATCH_SIZE to divide ROLLOUT_BATCH_SIZE*N_SAMPLES=$batch (got $GLOBAL_BATCH_SIZE): set GLOBAL_BATCH_SIZE=$batch"
+    rescue_die "ARM=$ARM needs GLOBAL_BATCH_SIZE to divide ROLLOUT_BATCH_SIZE*N_SAMPLES=$batch (got $GLOBAL_BATCH_SIZE): set GLOBAL_BATCH_SIZE=$batch"
   fi
 }
 

@@ -166,7 +166,7 @@ rescue_check_settings() {
   rescue_family
   rescue_derive_layout
   rescue_derive_swe
-  if [[ ${ARM:-} == matched ]]; then rescue_check_matched; fi
+  if [[ ${ARM:-} == matched || ${ARM:-} == step-control ]]; then rescue_check_matched; fi
 }
 
 # The SWE settings derived from the trial timeout: the watchdog's idle limit and pace's

@@ -32,7 +32,10 @@
 #                      matched (the mask arm with each step rescaled to the update norm
 #                      the zero arm takes on the same batch from the same state:
 #                      rescue.miles.matched; every step's forward and backward work doubles,
-#                      and GLOBAL_BATCH_SIZE must divide ROLLOUT_BATCH_SIZE*N_SAMPLES), drgrpo-mask
+#                      and GLOBAL_BATCH_SIZE must divide ROLLOUT_BATCH_SIZE*N_SAMPLES),
+#                      step-control (the zero arm's step rescaled to the update norm the
+#                      mask arm takes on the same batch: the same two-copy schedule, the
+#                      copies' roles swapped; the same costs and constraint), drgrpo-mask
 #                      (mask with DRGRPO=1), survivor (mask with BASELINE=survivors), turn
 #                      (ESTIMATOR=turn). Their RUN_NAME has no K (swe-ARM-seedSEED); they
 #                      set ESTIMATOR, DRGRPO and BASELINE themselves and refuse other values.
@@ -302,7 +305,7 @@
 # Errors (one line on stderr, exit status 2; every setting is checked before it is used):
 #   ARM='x' is not an arm: set ARM to drop, never-drop, protect or pace (stale handling), or ...
 #   ESTIMATOR=turn: the budget-regime arms set the estimator themselves: use ARM=turn, ...
-#   ARM=matched needs GLOBAL_BATCH_SIZE to divide ROLLOUT_BATCH_SIZE*N_SAMPLES=n: ...
+#   ARM=matched (or step-control) needs GLOBAL_BATCH_SIZE to divide ROLLOUT_BATCH_SIZE*N_SAMPLES=n: ...
 #   ARM=protect needs A: set A with 0 < A <= 1, e.g. A=0.5
 #   A='x' is outside (0, 1]: set A with 0 < A <= 1
 #   A=x applies only to ARM=protect: unset A or set ARM=protect

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # One single-turn arm of the budget-regime experiment on Miles: `make rlvr-arm` with
-# ARM=zero|mask|matched|drgrpo-mask|survivor|turn [SEED=] [CAP=]. Settings and defaults:
+# ARM=zero|mask|matched|step-control|drgrpo-mask|survivor|turn [SEED=] [CAP=]. Settings and defaults:
 # launch/rlvr_config.sh (and config.sh for the shared ones).
 #
 # Node 0 (NODE_RANK=0): checks, the cap (CAP, else CAP_FILE), Ray head with the run slots

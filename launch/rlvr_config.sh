@@ -24,6 +24,8 @@
 #                mask:        (ii)  the capped responses loss-masked
 #                             (--rollout-sample-filter-path filters.mask_truncated_zero_reward)
 #                matched:     (iii) mask, each step rescaled to the R = 0 step's update norm
+#                step-control: R = 0's step rescaled to the mask step's update norm (the
+#                             step-size control P3's falsifier and q2's gate read)
 #                drgrpo-mask: (iv)  mask with Dr. GRPO: --disable-grpo-std-normalization and
 #                             the constant divisor (rescue.miles.drgrpo.pg_loss_reducer)
 #                survivor:    (v)   mask with the survivors' baseline (RESCUE_BASELINE=survivors)
@@ -63,7 +65,7 @@
 #   and every run asks one, so Ray keeps a run PENDING (queued) until a node has GPUs for it,
 #   and an 8-GPU node runs eight at once. Other nodes join with NODE_RANK=k MASTER_ADDR=...
 #   at any time.
-#   ARMS         zero mask matched drgrpo-mask survivor turn. rlvr-sweep: the arms to run,
+#   ARMS         zero mask matched step-control drgrpo-mask survivor turn. rlvr-sweep: the arms to run,
 #                separated by spaces or commas (ARMS=zero,mask is ARMS='zero mask').
 #   SEEDS        3. rlvr-sweep: seeds 1..SEEDS of every arm; the sweep prints what they can
 #                decide (`rescue power`) and refuses fewer than 3 when a prediction compares
@@ -101,9 +103,9 @@
 #   (and offpolicy:OFFPOLICY unless none).
 #
 # Errors (one line on stderr, exit status 2), besides config.sh's:
-#   ARM='x' is not a single-turn arm: set ARM=zero, mask, matched, drgrpo-mask, survivor or turn
+#   ARM='x' is not a single-turn arm: set ARM=zero, mask, matched, step-control, drgrpo-mask, survivor or turn
 #   ESTIMATOR=turn: the single-turn arms set the estimator themselves: use ARM=turn
-#   ARM=matched needs GLOBAL_BATCH_SIZE to divide ROLLOUT_BATCH_SIZE*N_SAMPLES=n: ...
+#   ARM=matched (or step-control) needs GLOBAL_BATCH_SIZE to divide ROLLOUT_BATCH_SIZE*N_SAMPLES=n: ...
 #   CAP='x' is not a positive integer: set CAP=N, or unset it to read CAP_FILE
 #   no cap file ...: run make rlvr-calibrate (writes CAP_FILE), or set CAP=N
 #   EXTRA_ARGS has --dynamic-sampling-filter-path, an outcome-dependent exclusion: ...

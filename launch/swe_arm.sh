@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # One SWE arm of rescue on Miles: `launch/swe_arm.sh` with ARM=drop|never-drop|protect|pace or a
-# budget-regime arm ARM=zero|mask|matched|drgrpo-mask|survivor|turn (or launch/drop.sh, launch/never_drop.sh, launch/protect.sh, launch/pace.sh). Every variable and its
+# budget-regime arm ARM=zero|mask|matched|step-control|drgrpo-mask|survivor|turn (or launch/drop.sh, launch/never_drop.sh, launch/protect.sh, launch/pace.sh). Every variable and its
 # default is documented in launch/config.sh.
 #
 # Node 0 (NODE_RANK=0): checks, pre-flight, Ray head, waits for the other nodes, submits

@@ -18,6 +18,7 @@ arm             regime  gate        mask  scaling  baseline   estimator  Dr.    
 ``zero``        budget  never-drop  no    none     all G      group      no      no
 ``mask``        budget  never-drop  yes   none     all G      group      no      no
 ``matched``     budget  never-drop  yes   matched  all G      group      no      no
+``step-control`` budget never-drop  yes   step     all G      group      no      no
 ``drgrpo-mask`` budget  never-drop  yes   none     all G      group      yes     no
 ``survivor``    budget  never-drop  yes   none     survivors  group      no      no
 ``turn``        budget  never-drop  no    none     all G      turn       no      no
@@ -30,9 +31,10 @@ What each column means, and who reads it:
                 the filter ``filters.mask_truncated_zero_reward`` on the cluster).
 ``scaling``     how each step's size is set: ``none`` (the arm's own), ``matched`` (the
                 mask's direction at the update norm the R = 0 arm takes on the same batch
-                from the same state: ``rescue.mask.matched_scale``, ``rescue.miles.matched``).
-                A step-size control (R = 0's direction at the mask's update norm) is one
-                more member of ``Scaling`` and its behaviour.
+                from the same state: ``rescue.mask.matched_scale``, ``rescue.miles.matched``),
+                ``step`` (the step-size control: R = 0's direction at the update norm the
+                mask arm takes on the same batch from the same state; its mask filter runs
+                to measure the mask's step, which is not applied).
 ``population``  the group baseline's population (``rescue.advantages.group_advantages``).
 ``estimator``   ``group`` (one advantage per rollout) or ``turn`` (per turn, with the
                 turn-reached baseline). For a stale-handling arm these three are the
@@ -75,6 +77,8 @@ class Scaling(str, Enum):
     NONE = "none"
     #: the mask's direction at the R = 0 arm's update norm
     MATCHED = "matched"
+    #: R = 0's direction at the mask arm's update norm
+    STEP = "step"
 
 
 @dataclass(frozen=True)
@@ -186,6 +190,16 @@ ARMS: dict[str, ArmDef] = {
             "the mask arm's step rescaled to the `zero` arm's update norm",
             mask=True,
             scaling=Scaling.MATCHED,
+            launchers=_BUDGET,
+            questions=("q2",),
+        ),
+        ArmDef(
+            "step-control",
+            "budget",
+            "never-drop",
+            "the `zero` arm's step rescaled to the mask arm's update norm",
+            mask=True,
+            scaling=Scaling.STEP,
             launchers=_BUDGET,
             questions=("q2",),
         ),

@@ -76,13 +76,16 @@ def rho_from_env(env: Mapping[str, str] | None = None) -> float:
 
 
 def matched_scale(reference_norm: float, mask_norm: float) -> float:
-    """The matched-update control's factor on the mask arm's step: ``‖Δθ_ref‖ / ‖Δθ_mask‖``.
+    """The factor that brings one step to another's update norm: ``target / own``.
 
-    ``reference_norm`` is the update norm the R = 0 arm takes on the same batch from the same
-    state, ``mask_norm`` the mask arm's own. When the mask step is 0 the factor is 1 if the
-    reference is 0 too, else NaN (nothing can be scaled to it; the caller applies the zero
-    step and logs the NaN). The trainer (``rescue.miles.matched``) and the simulator
-    (``rescue.sim.update``) both take their factor from here.
+    The matched-update control scales the mask arm's step (``mask_norm``, its own) to the
+    update norm the R = 0 arm takes on the same batch from the same state
+    (``reference_norm``, the target); the step-size control calls it the other way round,
+    ``matched_scale(mask norm, R = 0 norm)``, to scale R = 0's step to the mask's. When the
+    scaled step is 0 the factor is 1 if the target is 0 too, else NaN (nothing can be scaled
+    to it; the caller applies the zero step and logs the NaN). The trainer
+    (``rescue.miles.matched``) and the simulator (``rescue.sim.update``) both take their
+    factor from here.
     """
     if mask_norm > 0:
         return reference_norm / mask_norm

@@ -146,10 +146,10 @@ def test_alfworld_data_reaches_the_runs_processes(bin_dir, agent_miles):
 INVALID = [
     ({"ARM": "zero"}, "ENV is not set: set ENV=alfworld or ENV=cooking"),
     ({"ENV": "webshop", "ARM": "zero"}, "ENV='webshop' is not a text game: set ENV=alfworld or ENV=cooking"),
-    ({"ENV": "cooking"}, "ARM is not set: set ARM=zero, mask, matched, drgrpo-mask, survivor or turn"),
+    ({"ENV": "cooking"}, "ARM is not set: set ARM=zero, mask, matched, step-control, drgrpo-mask, survivor or turn"),
     (
         {"ENV": "cooking", "ARM": "protect"},
-        "ARM='protect' is not a text-game arm: set ARM=zero, mask, matched, drgrpo-mask, survivor or turn",
+        "ARM='protect' is not a text-game arm: set ARM=zero, mask, matched, step-control, drgrpo-mask, survivor or turn",
     ),
     (
         {"ENV": "cooking", "ARM": "mask", "ESTIMATOR": "turn"},

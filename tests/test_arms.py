@@ -179,9 +179,10 @@ def spelled_lists(text: str) -> list[tuple[str, ...]]:
 
 
 def test_the_list_finder_reads_the_launchers_spellings():
-    assert spelled_lists("ARM=zero|mask|matched|drgrpo-mask|survivor|turn [SEED=1]") == [
+    assert spelled_lists("ARM=zero|mask|matched|step-control|drgrpo-mask|survivor|turn") == [
         arms.names(regime="budget")
     ]
+    assert spelled_lists("ARM=zero|mask|drgrpo-mask [SEED=1]") == [("zero", "mask", "drgrpo-mask")]
     assert spelled_lists("# ARM: drop | never-drop | protect | pace |\n# zero | mask") == [
         ("drop", "never-drop", "protect", "pace", "zero", "mask")
     ]

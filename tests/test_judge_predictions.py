@@ -672,3 +672,74 @@ def test_a_quantity_whose_population_is_always_empty_is_inconclusive_and_plots_s
     assert c.verdict == INCONCLUSIVE and "0 replicate(s)" in c.reason
     assert any("without a value" in n for n in c.notes)
     assert write_plots(j, tmp_path)  # the other curves are still drawn
+
+
+# ---------------------------------------------------------------- P3's control clause
+
+
+def _as(arms: dict, source: str, label: str) -> dict:
+    """A copy of the ``source`` arm's runs relabelled as arm ``label`` (same rows)."""
+    import copy
+
+    from rescue.judge.runs import Condition
+
+    out = {}
+    for s, run in arms[source].items():
+        twin = copy.copy(run)
+        twin.condition = Condition("sim", label)
+        out[s] = twin
+    return out
+
+
+def _controls(matched_from: str, step_from: str) -> dict:
+    arms = p3_arms(0.3, -0.3)
+    arms["matched"] = _as(arms, matched_from, "matched")
+    arms["step-control"] = _as(arms, step_from, "step-control")
+    return arms
+
+
+def test_p3_a_drift_the_direction_carries_is_as_predicted_and_the_gate_says_go():
+    """The mask drifts, the matched control (the mask's direction at R = 0's step size)
+    reproduces it and the step-size control (R = 0's direction at the mask's step size)
+    does not: the subsidy's own mechanism. P3's control clause reads the step-size control,
+    so P3 is as predicted and q2's gate says go; the matched control's reproduction is
+    reported as the direction check, never counted against P3."""
+    from rescue.judge.report import as_json, judge
+    from rescue.questions.rehearsal import gate_decision
+
+    arms = _controls(matched_from="mask", step_from="zero")
+    r = one("P3", arms)
+    assert r.verdict == AS_PREDICTED
+    clause = check(r, "cap-hit trend against b at matched b, step-control − mask")
+    assert clause.decides and clause.verdict == AS_PREDICTED
+    assert any("step-size control" in n for n in clause.notes)
+    direction = check(r, "cap-hit trend against b at matched b, matched − zero")
+    assert not direction.decides and direction.alone == AS_PREDICTED
+    assert not any(c.name.startswith("cap-hit trend against b at matched b, matched − mask")
+                   for c in r.checks)  # fmt: skip
+    runs = [run for seeds in arms.values() for run in seeds.values()]
+    decision = gate_decision(as_json(judge(runs)))
+    assert decision["go"] is True and decision["control"] == "step-control"
+
+
+def test_p3_a_drift_of_step_size_is_not_as_predicted_and_the_gate_says_no():
+    """The step-size control reproduces the mask's drift and the matched control does not:
+    the drift is the step size's, P3's control clause falsifies it."""
+    from rescue.judge.report import as_json, judge
+    from rescue.questions.rehearsal import gate_decision
+
+    arms = _controls(matched_from="zero", step_from="mask")
+    r = one("P3", arms)
+    clause = check(r, "cap-hit trend against b at matched b, step-control − mask")
+    assert clause.verdict in (NO_DIFFERENCE, INCONCLUSIVE) and r.verdict != AS_PREDICTED
+    runs = [run for seeds in arms.values() for run in seeds.values()]
+    assert gate_decision(as_json(judge(runs)))["go"] is False
+
+
+def test_p3_without_the_step_size_control_reads_the_clause_on_arm_iii_and_says_so():
+    arms = p3_arms(0.3, -0.3)
+    arms["matched"] = _as(arms, "mask", "matched")
+    r = one("P3", arms)
+    clause = check(r, "cap-hit trend against b at matched b, matched − mask")
+    assert clause.decides and any("no step-size control" in n for n in clause.notes)
+    assert r.verdict != AS_PREDICTED

@@ -60,21 +60,32 @@ def test_a_replicate_draws_distinct_runs_relabelled_as_each_arm(cache):
         draw(["zero", "mask", "matched"], np.random.default_rng(0), 3)
 
 
-def test_p3_planted_with_the_matched_control_reproducing_the_drift(cache):
-    """Under the rule the judge applies (the matched control reproducing the drift falsifies
-    P3), an effect carried by the mask's direction, which the matched control keeps, is a
-    falsified P3; with only the mask drifting it is P3 as predicted."""
-    assert pw.PLANTS["P3"].roles == ("mask",)
-    assert pw.PLANTS["P3 matched drifts"].roles == ("mask", "matched")
-    assert pw.truth("P3 matched drifts", 1.0) == NO_DIFFERENCE
-    assert pw.is_false("P3 matched drifts", 1.0, AS_PREDICTED)
-    p = pw.power(["zero", "mask", "matched"], seeds=(6,), effects=(3.0,), replicates=40, seed=1)
-    assert {"P3", "P3 matched drifts"} <= set(p.predictions)
-    assert p.decisive["P3"][6][3.0][0] > 0.5
-    assert p.false["P3 matched drifts"][6][3.0][0] < 0.1
-    # without the matched arm there is nothing to plant the second way
+def test_p3_planted_every_way_its_controls_can_go():
+    """With the step-size control in the report, a drift the mask's direction carries (the
+    matched control reproduces it) is P3 as predicted and a drift of step size (the
+    step-size control reproduces it) a falsified P3; without it, the control clause reads
+    the matched control, and the direction's drift is a falsified P3 (the plan's sentences
+    as written)."""
+    assert pw.PLANTS["P3 direction"].roles == ("mask", "matched")
+    assert pw.truth("P3 direction", 1.0, step_control=True) == AS_PREDICTED
+    assert pw.truth("P3 direction", 1.0, step_control=False) == NO_DIFFERENCE
+    assert pw.truth("P3 step size", 1.0) == NO_DIFFERENCE
+    assert pw.is_false("P3 step size", 1.0, AS_PREDICTED)
+    both = ["zero", "mask", "matched", "step-control"]
+    p = pw.power(both, seeds=(6,), effects=(3.0,), replicates=40, seed=1)
+    assert {"P3", "P3 direction", "P3 step size"} <= set(p.predictions)
+    assert p.decisive["P3 direction"][6][3.0][0] > 0.5  # the gate can say go on the mechanism
+    assert p.false["P3 step size"][6][3.0][0] < 0.2  # chance claims, as below
+    old = pw.power(["zero", "mask", "matched"], seeds=(6,), effects=(3.0,), replicates=40, seed=1)
+    assert "P3 step size" not in old.predictions
+    # read on the matched control, the mechanism's drift is P3 as predicted only by chance
+    # (a claim of the two equal arms' difference, about 5%; below 0.2 in 40 replicates with
+    # probability 0.999): the gate would say go on it no more often than with no effect
+    assert old.false["P3 direction"][6][3.0][0] < 0.2
+    assert old.decisive["P3 direction"][6][3.0][0] < p.decisive["P3 direction"][6][3.0][0]
+    # without the matched arm there is nothing to plant the direction's way
     q = pw.power(["zero", "mask"], seeds=(3,), effects=(1.0,), replicates=3)
-    assert "P3 matched drifts" not in q.predictions
+    assert "P3 direction" not in q.predictions
 
 
 def test_seeds_needed_is_the_first_count_reaching_the_share():

@@ -107,7 +107,9 @@ def test_the_gate_is_go_only_when_p3_is_as_predicted():
     for v in ("opposite", "no difference", "inconclusive"):
         d = gate_decision(p3_report(v))
         assert d["go"] is False and d["verdicts"] == [v]
-    assert gate_decision({"cohorts": []}) == {"go": False, "verdicts": [], "checks": []}
+    assert gate_decision({"cohorts": []}) == {
+        "go": False, "verdicts": [], "checks": [], "control": None
+    }  # fmt: skip
     assert gate_decision(p3_report("as predicted"))["checks"][0]["estimate"]["lo"] == 0.02
 
 

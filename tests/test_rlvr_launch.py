@@ -392,10 +392,13 @@ def test_no_cap_and_no_cap_file_is_refused(bin_dir, miles_dir, tmp_path):
 # ── invalid input: one documented line, nothing run ──────────────────────────────────────
 
 INVALID = [
-    ({}, "ARM is not set: set ARM=zero, mask, matched, drgrpo-mask, survivor or turn"),
+    (
+        {},
+        "ARM is not set: set ARM=zero, mask, matched, step-control, drgrpo-mask, survivor or turn",
+    ),
     (
         {"ARM": "protect"},
-        "ARM='protect' is not a single-turn arm: set ARM=zero, mask, matched, drgrpo-mask, "
+        "ARM='protect' is not a single-turn arm: set ARM=zero, mask, matched, step-control, drgrpo-mask, "
         "survivor or turn",
     ),
     (
@@ -563,7 +566,7 @@ def test_the_sweep_checks_every_arm_before_it_starts_anything(arms, bin_dir, mil
     assert result.returncode == 2 and result.stdout == ""
     assert result.stderr.endswith(
         f"rlvr-sweep: error: ARMS='{arms}' names 'bogus', which is not a single-turn arm: set "
-        "ARMS to some of zero mask matched drgrpo-mask survivor turn (commas or spaces between "
+        "ARMS to some of zero mask matched step-control drgrpo-mask survivor turn (commas or spaces between "
         "them)\n"
     )
 
@@ -611,7 +614,7 @@ def test_the_sweep_refuses_seeds_that_decide_nothing_unless_forced(bin_dir, mile
         ({"ARMS": "zero zero"}, "ARMS='zero zero' names an arm twice: list each arm once"),
         (
             {"ARMS": " "},
-            "ARMS is empty: set ARMS to some of zero mask matched drgrpo-mask survivor turn",
+            "ARMS is empty: set ARMS to some of zero mask matched step-control drgrpo-mask survivor turn",
         ),
         (
             {"RUN_NAME": "r"},

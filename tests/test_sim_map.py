@@ -93,7 +93,7 @@ def test_the_default_grid_declares_its_axes_seeds_and_rule():
     grid = gd.load(None)
     assert [a.setting for a in grid.axes] == ["difficulty", "max_turns", "lr", "steps"]
     assert len(grid.cells()) == 54 and len(grid.seeds) >= 5
-    assert [a.label for a in grid.arms] == ["zero", "mask", "matched"]
+    assert [a.label for a in grid.arms] == ["zero", "mask", "matched", "step-control"]
     assert grid.placement is not None and "before the map ran" in grid.rule
     assert all(c.simulated.steps == 600 and c.config.subsidy for c in grid.cells())
 

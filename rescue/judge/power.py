@@ -89,21 +89,37 @@ class Plant:
     truth: str = AS_PREDICTED
     difference: bool = True
     title: str = ""
+    #: The truth in a report without the step-size control (None: ``truth``).
+    truth_without: str | None = None
+
+    def verdict(self, step_control: bool) -> str:
+        """The verdict an effect makes true, in a report with or without the step-size
+        control."""
+        return self.truth if step_control or self.truth_without is None else self.truth_without
 
 
-#: The plants, by name. P3's effect is planted both ways its control can go: with the
-#: matched control on R = 0's side (only the mask drifts), and with the matched control
-#: reproducing the mask's drift (the mask's direction carries it: what the subsidy
-#: predicts). Under the rule the judge applies (``rules.p3``: the matched control
-#: reproducing the drift falsifies P3), the second is a falsified P3.
+#: The plants, by name. P3's effect is planted every way its controls can go: the mask
+#: alone drifts; the mask's direction carries the drift (the matched control, the mask's
+#: direction at R = 0's step size, reproduces it: what the subsidy predicts); step size
+#: carries it (the step-size control, R = 0's direction at the mask's step size, reproduces
+#: it). P3's control clause reads the step-size control when the report has it, else the
+#: matched control (``rules.p3``), so the direction plant is a falsified P3 only in a report
+#: without the step-size control (``Plant.truth_without``).
 PLANTS: dict[str, Plant] = {
-    "P3": Plant("P3", ("mask",), (1.0, 1.0), title="the mask drifts, the matched control does not"),
-    "P3 matched drifts": Plant(
+    "P3": Plant("P3", ("mask",), (1.0, 1.0), title="the mask drifts, neither control does"),
+    "P3 direction": Plant(
         "P3",
         ("mask", "matched"),
         (1.0, 1.0),
-        truth=NO_DIFFERENCE,
+        truth_without=NO_DIFFERENCE,
         title="the mask and the matched control drift (the mask's direction carries it)",
+    ),
+    "P3 step size": Plant(
+        "P3",
+        ("mask", "step-control"),
+        (1.0, 1.0),
+        truth=NO_DIFFERENCE,
+        title="the mask and the step-size control drift (step size carries it)",
     ),
     "P4": Plant("P4", ("survivor",), (1.0,)),
     "P5": Plant("P5", ("drop",), (-1.0, 1.0), own_sigma=True),
@@ -119,24 +135,26 @@ PLANTS: dict[str, Plant] = {
 JUDGED: tuple[Prediction, ...] = tuple(p for p in PREDICTIONS if p.reads == "runs")
 
 
-def truth(name: str, effect: float) -> str:
-    """The verdict the truth makes for plant ``name`` with an effect of ``effect`` σ."""
+def truth(name: str, effect: float, step_control: bool = True) -> str:
+    """The verdict the truth makes for plant ``name`` with an effect of ``effect`` σ, in a
+    report with (or without) the step-size control."""
     plant = PLANTS[name]
     if effect > 0:
-        return plant.truth
+        return plant.verdict(step_control)
     return NO_DIFFERENCE if plant.difference else AS_PREDICTED
 
 
-def is_false(name: str, effect: float, verdict: str | None) -> bool:
+def is_false(name: str, effect: float, verdict: str | None, step_control: bool = True) -> bool:
     """Whether ``verdict`` is a claim the truth of plant ``name`` contradicts (module
     docstring): with an effect, the opposite of what it makes true (for a plant whose
     truth is ``no difference``, a claimed difference either way); with none, a claimed
     difference, or a claimed failure of an equivalence."""
     plant = PLANTS[name]
     if effect > 0:
-        if plant.truth == NO_DIFFERENCE:
+        true = plant.verdict(step_control)
+        if true == NO_DIFFERENCE:
             return verdict in (AS_PREDICTED, OPPOSITE)
-        return verdict == (OPPOSITE if plant.truth == AS_PREDICTED else AS_PREDICTED)
+        return verdict == (OPPOSITE if true == AS_PREDICTED else AS_PREDICTED)
     return verdict in ((AS_PREDICTED, OPPOSITE) if plant.difference else (OPPOSITE,))
 
 
@@ -286,6 +304,7 @@ def power(
         for name, plant in PLANTS.items()
         if plant.pid in judged and all(judged[plant.pid].binding.get(role) for role in plant.roles)
     ]
+    step_control = bool(judged.get("P3") and judged["P3"].binding.get("step-control"))
     sigma = {}
     for name in names:
         per_check: list[list[float]] = []
@@ -302,7 +321,8 @@ def power(
         for n in seeds:
             null_verdicts = verdicts(rep, n)
             for name in names:
-                _count(tally[name][n][0.0], name, 0.0, null_verdicts[PLANTS[name].pid])
+                _count(tally[name][n][0.0], name, 0.0, null_verdicts[PLANTS[name].pid],
+                       step_control)  # fmt: skip
             for name in names:
                 plant, sig = PLANTS[name], sigma[name]
                 for e in effects:
@@ -316,7 +336,7 @@ def power(
                         return amount
 
                     said = verdicts(rep, n, name, shift)[plant.pid]
-                    _count(tally[name][n][e], name, e, said)
+                    _count(tally[name][n][e], name, e, said, step_control)
     for name in names:
         out.decisive[name] = {n: {e: (t[0] / replicates, t[1] / replicates)
                                   for e, t in by_e.items()} for n, by_e in tally[name].items()}  # fmt: skip
@@ -369,15 +389,19 @@ def _first(c: Check, n: int) -> dict:
 
 
 def _count(
-    acc: np.ndarray, name: str, effect: float, verdict: tuple[str | None, str | None]
+    acc: np.ndarray,
+    name: str,
+    effect: float,
+    verdict: tuple[str | None, str | None],
+    step_control: bool = True,
 ) -> None:
     rule, alone = verdict
-    want = truth(name, effect)
+    want = truth(name, effect, step_control)
     acc += (
         rule == want,
         alone == want,
-        is_false(name, effect, rule),
-        is_false(name, effect, alone),
+        is_false(name, effect, rule, step_control),
+        is_false(name, effect, alone, step_control),
     )
 
 
@@ -461,7 +485,9 @@ def markdown(p: Power, name: str, seconds: float) -> list[str]:
     effects = [e for e in p.effects if e > 0]
     for pid in p.predictions:
         plant = PLANTS[pid]
-        how = f": {plant.title}, true verdict `{plant.truth}`" if plant.title else ""
+        step_control = any(lab.startswith("step-control") for lab in p.labels)
+        how = (f": {plant.title}, true verdict `{plant.verdict(step_control)}`"
+               if plant.title else "")  # fmt: skip
         lines += [
             f"**{pid}**{how} (σ: the SD of the deciding check's per-seed differences)",
             "",

@@ -149,8 +149,8 @@ def main(args: argparse.Namespace) -> int:
     else:
         qs = QUESTIONS if args.question == "all" else (args.question,)
         reports = [(q, question_arms(q)) for q in qs]
-    for _, arms in reports:  # every arm named before anything is simulated
-        for arm in arms:
+    for _, named in reports:  # every arm named before anything is simulated
+        for arm in named:
             pw.arm_label(arm)
     if args.gate:
         for _, arms in reports:

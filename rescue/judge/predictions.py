@@ -96,11 +96,14 @@ PREDICTIONS: tuple[Prediction, ...] = (
         title="drift toward the cap under the mask",
         rule="P3: on three-outcome tasks, under the mask arm the cap-hit rate stops falling, or "
         f"rises, once b exceeds about {qs.B_THRESHOLD:g}, while under R = 0 (`zero`) and under "
-        "the matched-update control (`matched`) it keeps falling; the submitted-failure rate "
+        "the control of the update's size it keeps falling; the submitted-failure rate "
         "falls faster under the mask than under R = 0. b is the same functional of the batch "
-        "for every arm, and the arms are compared at the b they share.",
+        "for every arm, and the arms are compared at the b they share. The control is the "
+        "step-size control (`step-control`: R = 0's direction at the mask's update norm) when "
+        "it ran, the matched control (`matched`, arm iii) otherwise; with both, arm iii is "
+        "reported as the direction check (docs/judge.md, P3's control clause).",
         falsified="mask and zero do not differ in how the cap-hit rate moves with b at matched b "
-        "(across seeds), or the matched control drifts as the mask does.",
+        "(across seeds), or the control of the update's size drifts as the mask does.",
         window=rules.B_WINDOW,
         margin="the reference arm's seed SD of the same trend",
         depends=DEPENDS_P3,
@@ -108,6 +111,7 @@ PREDICTIONS: tuple[Prediction, ...] = (
             "mask": Role("mask"),
             "zero": Role("zero"),
             "matched": Role("matched", optional=True),
+            "step-control": Role("step-control", optional=True),
         },
         evaluate=rules.p3,
         curves=(("cap_hit", "mask", "zero"), ("submitted_failure", "mask", "zero")),

@@ -55,6 +55,28 @@ CONTROL_MARGIN = (
 # ---------------------------------------------------------------- P3
 
 
+#: How P3's control clause is read (``p3``; docs/judge.md, "P3's control clause"). The plan
+#: defines the matched-update control (arm iii) as the mask's direction at R = 0's step
+#: size, and writes its falsifier, the Phase-3 gate and "what would change our mind" as if
+#: it were R = 0's direction at the mask's step size. A drift the mask's direction carries
+#: (the subsidy) is reproduced by arm iii and not by the step-size control; one that comes
+#: from step size, the other way round. So the clause "the control does not reproduce the
+#: drift" is decided on the step-size control when it ran, and arm iii is reported beside
+#: it as the direction check; without it, on arm iii as the plan's sentences are written.
+STEP_CONTROL_NOTE = (
+    "the control clause is read against the step-size control (`step-control`: R = 0's "
+    "direction at the mask's update norm), which is what the plan's falsifier and gate "
+    "describe; the matched control (arm iii: the mask's direction at R = 0's norm) is the "
+    "direction check, reported: the subsidy predicts it reproduces the drift"
+)
+MATCHED_ONLY_NOTE = (
+    "no step-size control (`step-control`) ran: the control clause is read against the "
+    "matched control (arm iii), as the plan's sentences are written; arm iii keeps the mask's "
+    "direction, so a drift the direction carries is reproduced by it and counted here against "
+    "P3 (docs/judge.md, P3's control clause)"
+)
+
+
 def p3(ctx: Context) -> list[Check]:
     mask, zero = ctx.arm("mask"), ctx.arm("zero")
     out = [
@@ -69,19 +91,47 @@ def p3(ctx: Context) -> list[Check]:
             reads=("cap_hit", None),
         )
     ]
-    if ctx.arm("matched"):
-        out.append(
-            ck.compare(
-                ctx.arm("matched"),
-                mask,
-                name=f"cap-hit trend against b at matched b, {ctx.label('matched')} − "
-                f"{ctx.label('mask')} (the matched control does not reproduce the drift)",
-                expects="lower",
-                window=B_WINDOW,
-                value=win.matched_b_trend("cap_hit"),
-                unit="cap-hit rate per unit b",
-            )
+    if ctx.arm("step-control"):
+        control = ck.compare(
+            ctx.arm("step-control"),
+            mask,
+            name=f"cap-hit trend against b at matched b, {ctx.label('step-control')} − "
+            f"{ctx.label('mask')} (the step-size control does not reproduce the drift)",
+            expects="lower",
+            window=B_WINDOW,
+            value=win.matched_b_trend("cap_hit"),
+            unit="cap-hit rate per unit b",
         )
+        control.notes.append(STEP_CONTROL_NOTE)
+        out.append(control)
+        if ctx.arm("matched"):
+            out.append(
+                ck.compare(
+                    ctx.arm("matched"),
+                    zero,
+                    name=f"cap-hit trend against b at matched b, {ctx.label('matched')} − "
+                    f"{ctx.label('zero')} (the direction check: the matched control keeps the "
+                    "mask's direction, and reproduces a drift the direction carries)",
+                    expects="higher",
+                    window=B_WINDOW,
+                    value=win.matched_b_trend("cap_hit"),
+                    decides=False,
+                    unit="cap-hit rate per unit b",
+                )
+            )
+    elif ctx.arm("matched"):
+        control = ck.compare(
+            ctx.arm("matched"),
+            mask,
+            name=f"cap-hit trend against b at matched b, {ctx.label('matched')} − "
+            f"{ctx.label('mask')} (the matched control does not reproduce the drift)",
+            expects="lower",
+            window=B_WINDOW,
+            value=win.matched_b_trend("cap_hit"),
+            unit="cap-hit rate per unit b",
+        )
+        control.notes.append(MATCHED_ONLY_NOTE)
+        out.append(control)
     out += [
         ck.compare(
             mask,

@@ -1,9 +1,20 @@
-"""The matched-update control: the mask arm's step rescaled to the R = 0 arm's update norm.
+"""The two controls of the update's size: each step taken on two copies of the batch.
 
-Targets: ``--custom-convert-samples-to-train-data-path
-rescue.miles.matched.convert_samples_to_train_data`` together with rescue's
-before-train-step hook (``rescue.miles.train_step.before_train_step``), which installs
-``MatchedUpdate`` when it sees this convert path.
+- The matched-update control (arm ``matched``): the mask arm's step rescaled to the R = 0
+  arm's update norm. Target: ``--custom-convert-samples-to-train-data-path
+  rescue.miles.matched.convert_samples_to_train_data``.
+- The step-size control (arm ``step-control``): the R = 0 arm's step rescaled to the mask
+  arm's update norm. Target: ``--custom-convert-samples-to-train-data-path
+  rescue.miles.matched.convert_samples_to_train_data_step_control``.
+
+Either goes with rescue's before-train-step hook
+(``rescue.miles.train_step.before_train_step``), which installs ``MatchedUpdate`` when it
+sees one of these convert paths. What follows describes the matched control; the step-size
+control is the same schedule with the copies' roles swapped: its first copy (measured, not
+applied) is the mask copy B, its second (applied at the first's update norm) the R = 0 copy
+A, so it trains R = 0's direction at the mask's step size. Its logged ``update_norm_mask``
+is the first copy's norm, ``update_norm_ref`` the second's before scaling, and the realized
+``update_norm`` equals ``update_norm_mask``.
 
 Specification
 -------------
@@ -82,27 +93,48 @@ from rescue.samples import rollout_key, rollout_record, trajectories_of
 
 logger = logging.getLogger(__name__)
 
-#: This convert's dotted path, as Miles' ``load_function`` loads it.
+#: This convert's dotted path, as Miles' ``load_function`` loads it (the matched control).
 CONVERT_PATH = "rescue.miles.matched.convert_samples_to_train_data"
+#: The step-size control's convert path.
+STEP_CONVERT_PATH = "rescue.miles.matched.convert_samples_to_train_data_step_control"
+#: The controls by convert path: ``(arm, the copy measured first, the copy applied second)``.
+MODES: dict[str, tuple[str, int, int]] = {}
 #: The before-train-step hook that applies the control.
 STEP_HOOK_PATH = "rescue.miles.train_step.before_train_step"
 #: Added to copy B's rollout ids (Miles ships them as int64).
 ROLLOUT_ID_OFFSET = 1 << 40
 #: Copy index of the R = 0 reference (A) and of the mask arm (B).
 REFERENCE, MASK = 0, 1
+#: Position of a copy's step in a base step: measured first, applied second.
+MEASURED, APPLIED = 0, 1
+MODES.update(
+    {
+        CONVERT_PATH: ("matched", REFERENCE, MASK),
+        STEP_CONVERT_PATH: ("step-control", MASK, REFERENCE),
+    }
+)
+#: The logged norm of each copy (``train/rescue/<name>``).
+NORM_KEY = {REFERENCE: "update_norm_ref", MASK: "update_norm_mask"}
+
+
+def mode(args: Any) -> tuple[str, int, int] | None:
+    """``(arm, first copy, second copy)`` of the run's control, None without one."""
+    return MODES.get(getattr(args, "custom_convert_samples_to_train_data_path", None) or "")
 
 
 def matched_enabled(args: Any) -> bool:
-    """Whether the run converts with the matched layout (this module's convert path)."""
-    return getattr(args, "custom_convert_samples_to_train_data_path", None) == CONVERT_PATH
+    """Whether the run converts with one of the two-copy layouts (the matched or the
+    step-size control): two optimizer steps per base step."""
+    return mode(args) is not None
 
 
 def check_matched_flags(args: Any) -> None:
     """Refuse the settings under which the two copies would not pair (module docstring)."""
+    path = getattr(args, "custom_convert_samples_to_train_data_path", None) or CONVERT_PATH
     hook = getattr(args, "custom_megatron_before_train_step_hook_path", None)
     if hook != STEP_HOOK_PATH:
         raise InputError(
-            f"--custom-convert-samples-to-train-data-path {CONVERT_PATH} needs "
+            f"--custom-convert-samples-to-train-data-path {path} needs "
             f"--custom-megatron-before-train-step-hook-path {STEP_HOOK_PATH} (got {hook!r}): "
             "without it the R = 0 copy would be trained"
         )
@@ -115,7 +147,7 @@ def check_matched_flags(args: Any) -> None:
     on = [flag for flag, value in refused.items() if value]
     if on:
         raise InputError(
-            f"--custom-convert-samples-to-train-data-path {CONVERT_PATH} cannot run with "
+            f"--custom-convert-samples-to-train-data-path {path} cannot run with "
             f"{', '.join(on)}: the two copies of a batch must be two plain optimizer steps"
         )
 
@@ -161,7 +193,8 @@ def step_chunks(rollout_ids: Sequence[Any], global_batch_size: int) -> list[list
 
 
 def interleave(a: dict, b: dict, global_batch_size: int) -> dict:
-    """One train-data dict: copy A's and copy B's chunks alternating, B's ids shifted."""
+    """One train-data dict: ``a``'s and ``b``'s chunks alternating, ``a``'s first (the copy
+    measured), ``b``'s ids shifted (the copy applied)."""
     if set(a) != set(b):
         raise ValueError(f"the two copies' train data differ in keys: {sorted(set(a) ^ set(b))}")
     n = len(a["tokens"])
@@ -183,6 +216,16 @@ def interleave(a: dict, b: dict, global_batch_size: int) -> dict:
 
 def convert_samples_to_train_data(args: Any, samples: Sequence[Any]) -> dict:
     """Miles' conversion of copy A and copy B, interleaved by step (module docstring)."""
+    return _convert(args, samples, first=REFERENCE)
+
+
+def convert_samples_to_train_data_step_control(args: Any, samples: Sequence[Any]) -> dict:
+    """The step-size control's conversion: copy B (the mask's, measured) then copy A (R =
+    0's, applied at copy B's update norm), interleaved by step (module docstring)."""
+    return _convert(args, samples, first=MASK)
+
+
+def _convert(args: Any, samples: Sequence[Any], *, first: int) -> dict:
     from miles.ray.rollout.train_data_conversion import convert_samples_to_train_data as convert
     from miles.utils.misc import load_function
 
@@ -198,16 +241,19 @@ def convert_samples_to_train_data(args: Any, samples: Sequence[Any]) -> dict:
         1 for s, r in zip(samples, reference, strict=True) if s.remove_sample != r.remove_sample
     )
     logger.info(
-        "matched arm: %d samples, %d unmasked in the R = 0 copy, %d rollouts",
+        "%s arm: %d samples, %d unmasked in the R = 0 copy, %d rollouts",
+        "matched" if first == REFERENCE else "step-control",
         len(samples),
         unmasked,
         len({rollout_key(s) for s in samples}),
     )
-    return interleave(a, b, int(args.global_batch_size))
+    measured, applied = (a, b) if first == REFERENCE else (b, a)
+    return interleave(measured, applied, int(args.global_batch_size))
 
 
 class MatchedUpdate:
-    """Layer: measure copy A's step, apply copy B's rescaled to it (module docstring)."""
+    """Layer: measure the first copy's step, apply the second's rescaled to it (copy A then
+    B for the matched control, B then A for the step-size control: module docstring)."""
 
     def __init__(self) -> None:
         self.reference: dict[tuple[int, int], float] = {}
@@ -221,6 +267,7 @@ class MatchedUpdate:
                 "asynchronously in between: remove it"
             )
         pair, which = divmod(ctx.step_id, 2)
+        _, first, second = mode(ctx.args) or ("matched", REFERENCE, MASK)
         norms: list[float] = []
         with measured_inner_steps(optimizer, norms.append):
             result = step()
@@ -228,18 +275,18 @@ class MatchedUpdate:
             return result
         norm = math.sqrt(sum(norms))
         ctx.metrics["matched_copy"] = which
-        if which == REFERENCE:
+        if which == MEASURED:
             self.reference = {(ctx.rollout_id, pair): norm}
-            ctx.metrics["update_norm_ref"] = norm
+            ctx.metrics[NORM_KEY[first]] = norm
             return result
-        ref = self.reference.pop((ctx.rollout_id, pair), None)
-        if ref is None:
+        target = self.reference.pop((ctx.rollout_id, pair), None)
+        if target is None:
             raise RuntimeError(
-                f"matched arm: rollout {ctx.rollout_id} step {ctx.step_id} (copy B) has no "
-                "reference norm from the step before it (copy A)"
+                f"rollout {ctx.rollout_id} step {ctx.step_id} (the applied copy) has no "
+                "update norm from the step before it (the measured copy)"
             )
-        scale = matched_scale(ref, norm)
-        ctx.metrics.update(update_norm_ref=ref, update_norm_mask=norm, update_scale=scale)
+        scale = matched_scale(target, norm)
+        ctx.metrics.update({NORM_KEY[first]: target, NORM_KEY[second]: norm, "update_scale": scale})
         with scaled_learning_rate(optimizer, scale if math.isfinite(scale) else 1.0):
             optimizer.step_with_ready_grads()
         return result
@@ -255,7 +302,7 @@ class ReferenceStepHold:
         self.context_of = context_of
 
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
-        if self.context_of().step_id % 2 == REFERENCE:
+        if self.context_of().step_id % 2 == MEASURED:
             return None
         return self.original(*args, **kwargs)
 

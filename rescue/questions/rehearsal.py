@@ -118,7 +118,9 @@ def p3_results(report: dict) -> list[dict]:
 
 def gate_decision(report: dict) -> dict:
     """go when some P3 result is ``as predicted`` (the mask drifts relative to R = 0 and
-    the matched control does not reproduce it), with the deciding checks' intervals."""
+    the control of the update's size does not reproduce it: the step-size control when it
+    ran, else the matched control, ``rescue.judge.rules.p3``), with the deciding checks'
+    intervals and the control the clause was read against (``control``)."""
     results = p3_results(report)
     checks = [
         {"name": c["name"], "verdict": c.get("verdict"), "estimate": c.get("estimate")}
@@ -127,7 +129,14 @@ def gate_decision(report: dict) -> dict:
         if c.get("decides")
     ]
     verdicts = [r.get("verdict") for r in results]
-    return {"go": "as predicted" in verdicts, "verdicts": verdicts, "checks": checks}
+    names = " ".join(c["name"] for c in checks)
+    control = (
+        "step-control" if "step-size control" in names
+        else "matched" if "matched control" in names
+        else None
+    )  # fmt: skip
+    return {"go": "as predicted" in verdicts, "verdicts": verdicts, "checks": checks,
+            "control": control}  # fmt: skip
 
 
 def gate(args: argparse.Namespace) -> int:
@@ -136,6 +145,12 @@ def gate(args: argparse.Namespace) -> int:
     decision["report"] = str(args.report)
     if not decision["verdicts"]:
         print("gate: P3 was not judged (the report has no P3 result): no go")
+    if decision["control"] == "step-control":
+        print("gate: P3's control clause read against the step-size control (step-control); "
+              "the matched control (arm iii) is its reported direction check")  # fmt: skip
+    elif decision["control"] == "matched":
+        print("gate: no step-size control ran: P3's control clause read against the matched "
+              "control (arm iii), as the plan's sentences are written (docs/judge.md)")  # fmt: skip
     for r, c in zip(
         decision["verdicts"] * len(decision["checks"]), decision["checks"], strict=False
     ):

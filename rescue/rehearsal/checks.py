@@ -77,7 +77,9 @@ class RunFiles:
 
     @property
     def matched(self) -> bool:
-        return self.arm == "matched"
+        """Whether each step ran on two copies of the batch: the matched control or the
+        step-size control (``rescue.miles.matched``)."""
+        return self.arm in TWO_COPY_ARMS
 
 
 def _finite(x: Any) -> bool:
@@ -293,6 +295,8 @@ def on_policy(f: RunFiles) -> tuple[bool, str]:
     )
 
 
+#: The arms whose steps run on two copies of the batch (a scaling other than the arm's own).
+TWO_COPY_ARMS = tuple(a for a in arms.names() if arms.ARMS[a].scaling.value != "none")
 #: Budget arms that mask a budget failure out of the loss; the others train it at R = 0.
 MASKING_ARMS = tuple(name for name in arms.names(regime="budget") if arms.ARMS[name].mask)
 
@@ -300,8 +304,9 @@ MASKING_ARMS = tuple(name for name in arms.names(regime="budget") if arms.ARMS[n
 def capped(f: RunFiles) -> tuple[bool, str]:
     """Budget arms: budget failures happened and were handled as the arm says: ``zero`` and
     ``turn`` train them with raw reward 0 (loss mask on), the masking arms
-    (``MASKING_ARMS``) mask them out of the loss; the matched control does both, copy A (the
-    R = 0 arm's step, measured) trains them and copy B (the mask arm's, applied) masks
+    (``MASKING_ARMS``) mask them out of the loss; the two controls of the update's size do
+    both, copy A (the R = 0 arm's step: measured under the matched control, applied under the
+    step-size control) trains them and copy B (the mask arm's: applied, or measured) masks
     them. Other arms: does not apply."""
     if f.arm not in arms.names(regime="budget"):
         return True, "does not apply to this arm"
@@ -434,10 +439,20 @@ def _mixed_groups(f: RunFiles) -> int:
 
 
 def matched(f: RunFiles) -> tuple[bool, str]:
-    """Matched control: each rollout's step taken on two copies, copy A measured and not
-    applied (update norm 0), copy B applied at copy A's update norm."""
+    """The controls of the update's size: each rollout's step taken on two copies, the
+    first measured and not applied (update norm 0), the second applied at the first's update
+    norm: under the matched control copy A (R = 0's) then copy B (the mask's), the applied
+    norm R = 0's (``update_norm_ref``); under the step-size control copy B then copy A, the
+    applied norm the mask's (``update_norm_mask``)."""
     if not f.matched:
         return True, "does not apply to this arm"
+    target = (
+        "train/rescue/update_norm_mask"
+        if f.arm == "step-control"
+        else "train/rescue/update_norm_ref"
+    )
+    first, second = ("the mask copy", "the R = 0 copy") if f.arm == "step-control" else (
+        "copy A", "copy B")  # fmt: skip
     rows = f.train_rows
     copies = [r.get("train/rescue/matched_copy") for r in rows]
     if (
@@ -448,11 +463,14 @@ def matched(f: RunFiles) -> tuple[bool, str]:
         return False, f"optimizer steps' copies {copies}: expected 0, 1 alternating"
     for a, b in zip(rows[0::2], rows[1::2], strict=False):
         if a["train/rescue/update_norm"] != 0:
-            return False, f"step {a['train/step']:.0f}: copy A's update was applied"
-        ref, got = b["train/rescue/update_norm_ref"], b["train/rescue/update_norm"]
+            return False, f"step {a['train/step']:.0f}: {first}'s update was applied"
+        ref, got = b[target], b["train/rescue/update_norm"]
         if abs(got - ref) > REL * max(ref, 1e-12):
-            return False, f"step {b['train/step']:.0f}: update norm {got:.4g}, copy A's {ref:.4g}"
-    return True, f"{len(rows) // 2} rollouts: copy A measured, copy B applied at its update norm"
+            return False, f"step {b['train/step']:.0f}: update norm {got:.4g}, {first}'s {ref:.4g}"
+    return True, (
+        f"{len(rows) // 2} rollouts: {first} measured, {second} applied at its update norm "
+        f"(the realized norm equals {target.rsplit('/', 1)[1]} within {REL:g})"
+    )
 
 
 def drgrpo(f: RunFiles) -> tuple[bool, str]:

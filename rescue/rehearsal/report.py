@@ -181,8 +181,8 @@ def read_run(
 
     per = flag("--rollout-batch-size", 1) * flag("--n-samples-per-prompt", 1)
     per //= max(1, flag("--global-batch-size", per))
-    if "rescue.miles.matched.convert_samples_to_train_data" in flags:
-        per *= 2
+    if any(x.startswith("rescue.miles.matched.convert_samples_to_train_data") for x in flags):
+        per *= 2  # the matched or the step-size control: two copies of each step
     probes = out / "probes"
     return RunFiles(
         arm=arm,

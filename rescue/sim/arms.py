@@ -162,6 +162,12 @@ class ArmSpec:
         return self.definition.scaling is Scaling.MATCHED
 
     @property
+    def step_control(self) -> bool:
+        """Whether each step is R = 0's, rescaled to the mask step's update norm on the same
+        batch (the step-size control)."""
+        return self.definition.scaling is Scaling.STEP
+
+    @property
     def population(self) -> str:
         """Baseline population of ``rescue.advantages.group_advantages``."""
         return self.definition.population
@@ -178,7 +184,7 @@ class ArmSpec:
             self.gate_arm.value,
             self.a,
             self.mask,
-            self.matched,
+            self.definition.scaling.value,
             self.population,
             self.turn_baseline,
             self.loss_norm,

@@ -28,7 +28,13 @@ Per cell (``CellResult``):
   ``exact_abs`` the two differences themselves (cap-hit rate per unit b), ``fidelity`` the
   mean judged per-run trend over the mean exact one (every arm's runs) and ``same_sign``
   the share of runs whose judged trend has the exact one's sign: the estimator's fidelity,
-  cell by cell.
+  cell by cell;
+- with the step-size control among the arms: ``control`` is P3's control clause as the
+  judge decides it (step-control − mask, in the mask arm's seed SD), ``direction`` the
+  matched control's reported direction check (matched − zero, in the zero arm's seed SD),
+  and ``separations`` the exact trends' differences step-control − mask, step-control −
+  matched, matched − zero and step-control − zero (cap-hit rate per unit b): where the
+  step-size control separates from the mask and from the matched control.
 
 With a ``[placement]`` in the grid, ``map_report.placement`` applies it: at its run length, the cells
 whose ratio and b reach its thresholds qualify, and the one with the largest ratio (ties:
@@ -140,6 +146,16 @@ def judge_cells(grid: gd.Grid, simulated: dict, cells: list[gd.Cell]):
         )
         pairs = truth.fidelity(cohort(res), "zero", ("cap_trend",))
         j_diff, e_diff = truth.differences(pairs, "cap_trend", "mask", "zero")
+        separations = {
+            f"{a} − {b}": float(np.mean(d)) if (d := truth.differences(pairs, "cap_trend", a, b)[1])
+            else math.nan
+            for a, b in (("step-control", "mask"), ("step-control", "matched"),
+                         ("matched", "zero"), ("step-control", "zero"))
+            if a in res and b in res
+        }  # fmt: skip
+        direction = next(
+            (_sd_units(c)[0] for c in result.checks if "the direction check" in c.name), math.nan
+        )
         agree = truth.summary(pairs)
         runs_n = sum(a.runs for a in agree)
         judged_mean = sum(a.judged_mean * a.runs for a in agree) / runs_n if runs_n else math.nan
@@ -173,6 +189,8 @@ def judge_cells(grid: gd.Grid, simulated: dict, cells: list[gd.Cell]):
                 fidelity=judged_mean / exact_mean if exact_mean else math.nan,
                 same_sign=sum(a.same_sign for a in agree) / runs_n if runs_n else math.nan,
                 curves=curves,
+                separations=separations,
+                direction=direction,
             )
         )
     return out, family

@@ -6,7 +6,7 @@ A grid file is TOML::
 
     title = "where P3 can bite"                 # one line
     base = "budget-three-outcome"               # the preset scenario every cell starts from
-    arms = ["zero", "mask", "matched"]          # P3's arms (zero and mask required)
+    arms = ["zero", "mask", "matched", "step-control"]  # P3's arms (zero and mask required)
     seeds = 6                                   # seeds per arm and cell, from first-seed
     first-seed = 0
     rule = "..."                                # optional: a rule the map's result feeds,

@@ -45,6 +45,9 @@ class CellResult:
     #: Each arm's cap-hit rate against the prior b, binned: ``{arm: (centres, mean, lo,
     #: hi)}`` over the seeds (the cells of the grid's longest run length only).
     curves: dict = field(default_factory=dict)
+    #: The exact trends' differences between controls (``drift_map``), by ``"a − b"``.
+    separations: dict = field(default_factory=dict)
+    direction: float = float("nan")
 
 
 def placement(grid: gd.Grid, cells: list[CellResult]) -> tuple[list[CellResult], CellResult | None]:
@@ -75,7 +78,7 @@ def table(grid: gd.Grid, cells: list[CellResult]) -> list[str]:
     lines = [
         "| " + " | ".join(head) + " | b (mask, final) | subsidy ratio | P3 effect, mask − zero "
         "(σ of zero) [95%] | exact effect (σ of zero) | judged / exact trend (runs of the "
-        "exact sign) | matched − mask (σ of mask) | level at matched b, mask − zero "
+        "exact sign) | control clause (σ of mask) | level at matched b, mask − zero "
         "(σ of zero; reported) | P3 (rule) | alone |",
         "|" + "---|" * (len(head) + 9),
     ]
@@ -93,6 +96,38 @@ def table(grid: gd.Grid, cells: list[CellResult]) -> list[str]:
             f"| {c.alone or '—'} |"
         )  # fmt: skip
     return lines
+
+
+def separation_table(grid: gd.Grid, cells: list[CellResult]) -> list[str]:
+    """Where the step-size control separates from the mask and from the matched control:
+    the exact trends' differences per cell, beside P3's judged control clause and the
+    matched control's direction check (empty without the step-size control)."""
+    keys = list(dict.fromkeys(k for c in cells for k in c.separations))
+    if not any(k.startswith("step-control") for k in keys):
+        return []
+    head = [a.setting.replace("_", "-") for a in grid.axes]
+    lines = [
+        "## The two controls, cell by cell",
+        "",
+        "The exact cap-hit trend against b (the simulator's P(cap) on J over each run's steps "
+        "at matched b), differences of the arms' means over the seeds, in cap-hit rate per "
+        "unit b; beside them, as judged: P3's control clause (step-control − mask, in the "
+        "mask arm's seed SD; the clause expects it below 0) and the matched control's "
+        "direction check (matched − zero, in the zero arm's seed SD; reported). A drift the "
+        "mask's direction carries shows as matched − zero near mask − zero with "
+        "step-control − mask below 0; a drift of step size, the other way round.",
+        "",
+        "| " + " | ".join(head) + " | " + " | ".join(f"exact {k}" for k in keys)
+        + " | judged step-control − mask (σ) | judged matched − zero (σ) |",
+        "|" + "---|" * (len(head) + len(keys) + 2),
+    ]  # fmt: skip
+    for c in cells:
+        lines.append(
+            "| " + " | ".join(c.values[a.setting] for a in grid.axes) + " | "
+            + " | ".join(_f(c.separations.get(k, float("nan")), 3) for k in keys)
+            + f" | {_f(c.control)} | {_f(c.direction)} |"
+        )  # fmt: skip
+    return [*lines, ""]
 
 
 def _fid(c: CellResult) -> str:
@@ -166,6 +201,7 @@ def markdown(grid: gd.Grid, cells: list[CellResult], family, meta: dict) -> str:
             f"{sum(x > 0 for x in levels)} of {len(levels)} cells."
         )
     lines += ["", *table(grid, cells), ""]
+    lines += separation_table(grid, cells)
     if grid.placement is not None:
         p = grid.placement
         lines += [
@@ -202,6 +238,7 @@ def as_json(grid: gd.Grid, cells: list[CellResult], family, meta: dict) -> dict:
              "control_sd": c.control, "level_sd": c.level, "subsidy_ratio": c.ratio, "b_final": c.b, "note": c.note,
              "exact_sd": c.exact, "judged_difference": c.judged_abs, "exact_difference": c.exact_abs,
              "fidelity": c.fidelity, "same_sign": c.same_sign,
+             "direction_sd": c.direction, "exact_separations": c.separations,
              "checks": c.checks}
             for c in cells
         ],

@@ -29,6 +29,12 @@ A batch is B groups of G rollouts (``Batch``). Rollout ``i`` of group ``g`` made
   ``rescue.mask.matched_scale(‖g_0‖, ‖g_mask‖)``, ``g_0`` the gradient of the same batch with
   nothing masked (the R = 0 arm's) at the same θ, so the update keeps the mask's direction
   with the R = 0 arm's norm (exact: the step is plain gradient ascent).
+- ``step-control`` (the step-size control): the step is the R = 0 arm's gradient ``g_0`` of
+  the batch with nothing masked, times ``matched_scale(‖g_mask‖, ‖g_0‖)``, ``g_mask`` the
+  gradient of the same batch masked as the mask arm masks it: R = 0's direction at the
+  mask arm's norm. Its batch is masked as the mask arm's (the census reports those masks,
+  as Miles' does under the filter that measures the mask's step); only the applied step
+  trains the capped rollouts.
 - ``N``: the batch's number of rollouts B·G (masked ones count, as in Miles' loss
   normalizer), or, for an arm with ``loss_norm = weights``, the sum of the rollouts' weights
   ``G · Σ_g w_g``.
@@ -221,10 +227,24 @@ def step(policy: P.Policy, batch: Batch, arm: ArmSpec, cfg: SimConfig) -> dict[s
     ``grad_thorough``: the gradient's component on the thorough logit (the strategy row),
     ``∂/∂θ_thorough`` of the batch loss; ``update_norm``: ``lr · ‖gradient‖``;
     ``loss_normalizer``: ``N``. The matched arm also returns ``update_norm_ref`` (the R = 0
-    step's), ``update_norm_mask`` (its own, unscaled) and ``update_scale``.
+    step's), ``update_norm_mask`` (its own, unscaled) and ``update_scale``; the step-size
+    control the same three (``update_norm_ref`` the R = 0 step it applies, unscaled).
     """
     probs = policy.probs()
     grad, info = gradient(policy, batch, arm, cfg, probs)
+    if arm.step_control:
+        unmasked = dataclasses.replace(batch, masked=np.zeros_like(batch.masked))
+        mask_norm = cfg.lr * float(np.linalg.norm(grad))
+        grad = gradient(policy, unmasked, arm, cfg, probs)[0]
+        ref = cfg.lr * float(np.linalg.norm(grad))
+        scale = matched_scale(mask_norm, ref)
+        grad = grad * (scale if math.isfinite(scale) else 1.0)
+        info = {
+            **info,
+            "update_norm_ref": ref,
+            "update_norm_mask": mask_norm,
+            "update_scale": scale,
+        }
     if arm.matched:
         unmasked = dataclasses.replace(batch, masked=np.zeros_like(batch.masked))
         ref = cfg.lr * float(np.linalg.norm(gradient(policy, unmasked, arm, cfg, probs)[0]))
