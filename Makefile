@@ -194,7 +194,7 @@ identity: $(VENV)/.stamp-base
 # make test: the tier a newcomer runs, without the long end-to-end chains (pytest marker
 # `slow`) and the text games (marker `agent`, whose [agent] extra compiles TextWorld's planner
 # and interpreter on install); make test-all: every test with every extra, as CI runs it.
-TEST_EXTRAS := dev+sim+swe+replay+ray+rlvr
+TEST_EXTRAS := dev+sim+swe+replay+ray+rlvr+wandb
 
 test: $(VENV)/.stamp-$(TEST_EXTRAS)
 	$(PY) -m pytest -m "not slow and not agent" $(PYTEST_ARGS)

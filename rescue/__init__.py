@@ -9,8 +9,10 @@ What imports what:
 - Inside the functions that need them, and only then: ``rescue.replay`` imports torch
   (``dumps``, to unpickle a dump) and transformers (``model``, ``gradients``), the
   ``[replay]`` extra; ``rescue.sim`` imports matplotlib (``plots``) and wandb
-  (``run``, when it logs), the ``[sim]`` extra; ``rescue.progress`` imports tqdm (a
-  dependency) where a bar is drawn.
+  (``run``, when it logs), the ``[sim]`` extra; ``rescue.tracking`` imports wandb (reading
+  runs, declaring their axes), wandb-workspaces (saving the workspace, the ``[wandb]``
+  extra) and matplotlib (its preview); ``rescue.progress`` imports tqdm (a dependency)
+  where a bar is drawn.
 - The ``rescue`` command imports each subcommand's module to build its parser; the
   ``swe`` subcommand lives in ``swe_smith_tasks.cli``.
 - The adapters import their framework inside the hooks, when Miles or slime calls them;

@@ -46,6 +46,10 @@ COMMANDS: dict[str, tuple[str, str]] = {
         "rescue.judge.cli",
         "judge the pre-registered predictions on simulated or real runs",
     ),
+    "wandb": (
+        "rescue.tracking.cli",
+        "the census in wandb: save its workspace to a project, or draw it from offline runs",
+    ),
     "swe": ("swe_smith_tasks.cli", "SWE-smith tasks: prepare data, pilot, reap containers"),
     "rlvr": ("rescue.rlvr.cli", "single-turn RLVR: prepare data, calibrate the cap, watch a sweep"),
     "agent": (

@@ -3,8 +3,6 @@
 from __future__ import annotations
 
 import json
-import struct
-import zlib
 from pathlib import Path
 
 import numpy as np
@@ -19,26 +17,27 @@ from rescue.rehearsal.report import (
     _check_outcomes,
     check_run,
     job_error,
-    wandb_records,
+    wandb_history,
 )
 
 
-def _frame(payload: bytes, kind: int) -> bytes:
-    return struct.pack("<IHB", zlib.crc32(payload), len(payload), kind) + payload
-
-
-def test_wandb_records_reassembles_chunks_across_blocks(tmp_path):
-    small, big = b"a" * 10, bytes(range(256)) * 200  # big spans two 32 KiB blocks
-    first = 32768 - 7 - (7 + len(small)) - 7
-    data = b":W&B\xe1\xbe\x00" + _frame(small, 1) + _frame(big[:first], 2)
-    rest = big[first:]
-    data += _frame(rest, 4)
-    path = tmp_path / "run.wandb"
-    path.write_bytes(data)
-    assert wandb_records(path) == [small, big]
-    path.write_bytes(b"nope")
+def test_wandb_history_reassembles_records_across_blocks(tmp_path):
+    """A record longer than one 32 KiB block of the transaction log comes back whole, through
+    the one reader (wandb's own); a file that is not a transaction log is a clear error."""
+    wandb = pytest.importorskip("wandb")
+    small, big = "a" * 10, "".join(chr(65 + i % 26) for i in range(51200))  # spans two blocks
+    run = wandb.init(mode="offline", dir=str(tmp_path), project="rescue-test",
+                     reinit="create_new", settings=wandb.Settings(silent=True, console="off"))  # fmt: skip
+    run.log({"rollout/step": 0, "note": small})
+    run.log({"rollout/step": 1, "note": big})
+    run.finish()
+    dirs = sorted((tmp_path / "wandb").glob("offline-run-*"))
+    assert [r["note"] for r in wandb_history(dirs)] == [small, big]
+    bad = tmp_path / "offline-run-bad"
+    bad.mkdir()
+    (bad / "run-bad.wandb").write_bytes(b"nope")
     with pytest.raises(ValueError, match="not a wandb run file"):
-        wandb_records(path)
+        wandb_history([bad])
 
 
 def _samples(weights: list[float | None], a_group: int = 0) -> list[dict]:

@@ -452,3 +452,24 @@ def test_the_watchdogs_flush_logs_the_census_through_slimes_logging(monkeypatch)
     assert step_key == "rollout/step" and m["rollout/step"] == compute_rollout_step(args, 3)
     assert m[f"{P}groups/aborted"] == 3 and m[f"{P}aborted/reason/failed"] == 3
     assert m[f"{P}groups/entered"] == 4 and m[f"{P}groups/buffered"] == 1
+
+
+def test_generate_rollout_declares_rescues_axes_on_the_wandb_run(monkeypatch, tmp_path):
+    """The rollout function declares the census against ``rollout/step`` on the process' wandb
+    run (``rescue.tracking.metrics``), read back from the run's transaction log."""
+    wandb = pytest.importorskip("wandb")
+    _slime()
+    from rescue.tracking.history import read_offline
+
+    worker = FakeWorker([make_group(0, 1), make_group(1, 1)])
+    worker.worker_thread = SimpleNamespace(is_alive=lambda: True)
+    monkeypatch.setattr(rollout, "_DRAIN", Drain(worker, Gate(arm="never-drop"), poll_s=0.0))
+    run = wandb.init(mode="offline", dir=str(tmp_path), project="rescue-test",
+                     settings=wandb.Settings(silent=True, console="off"))  # fmt: skip
+    try:
+        rollout.generate_rollout(SimpleNamespace(rollout_batch_size=2, reward_key=None), 0, None)
+    finally:
+        run.finish()
+    [folder] = sorted((tmp_path / "wandb").glob("offline-run-*"))
+    axes = read_offline([folder]).axes
+    assert axes["rollout/census/*"] == "rollout/step" and axes["train/rescue/*"] == "train/step"

@@ -1,7 +1,8 @@
 """Judge the pre-registered predictions on simulated or real runs.
 
 ``rescue report RUNS... --out DIR`` reads the runs (the simulator's output directory or
-census JSONL, wandb offline runs ``wandb/offline-run-*``, CSV/JSON history exports, and
+census JSONL, wandb offline runs ``wandb/offline-run-*``, a wandb project's runs
+``wandb:ENTITY/PROJECT[/GROUP]`` through wandb's API, CSV/JSON history exports, and
 ``rescue replay ... --json`` reports), judges every prediction P1-P7 on each cohort of
 runs (same family, cap and setting; arms and seeds from the wandb group name or tags
 ``<family>-<arm>[-a<A>][-k<K>][-cap<CAP>][-est-turn][-drgrpo]-seed<SEED>``), and writes ``report.md``,
@@ -9,6 +10,7 @@ runs (same family, cap and setting; arms and seeds from the wandb group name or 
 
     rescue report runs/sim/fast-thorough --out runs/report
     rescue report wandb/offline-run-* replay/*.json --out report
+    rescue report wandb:my-lab/rescue-swe --out report
 """
 
 from __future__ import annotations
@@ -27,13 +29,22 @@ def configure(parser: argparse.ArgumentParser) -> None:
         "runs",
         nargs="+",
         metavar="RUNS",
-        help="files, directories or globs: rescue sim output, *.jsonl, *.csv, *.json, wandb offline runs",
+        help="files, directories or globs: rescue sim output, *.jsonl, *.csv, *.json, wandb "
+        "offline runs; or wandb:ENTITY/PROJECT[/GROUP], a wandb project's runs (of one group)",
     )
     parser.add_argument(
         "--out",
         default=DEFAULT_OUT,
         help="output directory; an earlier report there (report.md, report.json, plots/) is "
         "replaced when this one is written, left as it was when it fails (default: %(default)s)",
+    )
+    parser.add_argument(
+        "--wandb-cache",
+        default=None,
+        metavar="DIR",
+        help="where the histories of runs read from a wandb project are kept, by run id and "
+        "last step, so each is scanned once (default: $XDG_CACHE_HOME/rescue/wandb, else "
+        "~/.cache/rescue/wandb)",
     )
     parser.add_argument(
         "--no-plots",
@@ -60,7 +71,8 @@ def main(args: argparse.Namespace) -> int:
     from rescue.output import check_out, staged
 
     out = check_out(Path(args.out))
-    inputs = read_inputs(args.runs, progress=not args.no_progress)
+    cache = Path(args.wandb_cache) if args.wandb_cache else None
+    inputs = read_inputs(args.runs, progress=not args.no_progress, cache=cache)
     j = judge(inputs.runs, inputs.replays, notes=inputs.notes)
     lines = [f"read {len(inputs.runs)} runs and {len(inputs.replays)} replay reports", ""]
     lines += header(j)

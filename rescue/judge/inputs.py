@@ -23,14 +23,16 @@ reports and a note per thing it skipped (never silently):
   (``oracle.json``, ``compare.json`` of ``rescue oracle``) are skipped with a note: no
   registered prediction reads them (P5 and P6 are judged on the runs' outcomes; the
   comparison of each arm's gradient with the oracle is ``rescue oracle compare``'s report);
-- ``wandb/offline-run-*`` directories (or their ``run-*.wandb`` file): read with wandb's
-  own reader of the transaction log: ``wandb leet inspect --json`` (wandb >= 0.31), or
-  ``wandb.sdk.internal.datastore.DataStore`` where the installed wandb still has it
-  (<= 0.28). The run's group, name, tags and config come from its run record, the rows
-  from its history records. The folders of one run id beside each other are one run (Miles'
-  driver, rollout manager and train actor each log to the run from their own process, each
-  into a folder of its own): their rows are joined in the folders' time order, their
-  config merged.
+- ``wandb/offline-run-*`` directories (or their ``run-*.wandb`` file): read with
+  ``rescue.tracking.history``, the one reader of wandb's records (wandb's own reader of the
+  transaction log; a nested key joined with ``.``). The run's group, name, tags and config
+  come from its run record, the rows from its history records. The folders of one run id
+  beside each other are one run (Miles' driver, rollout manager and train actor each log to
+  the run from their own process, each into a folder of its own): their rows are joined in
+  the folders' time order, their config merged;
+- ``wandb:ENTITY/PROJECT[/GROUP]``: the runs of a wandb project (of one group) through
+  ``wandb.Api`` (``rescue.tracking.online``: each history scanned once and cached on disk),
+  turned into runs exactly as an offline folder's are (``run_from_log``).
 
 Arm and seed come from ``runs.identify`` (tags, then group, then name, then config).
 """
@@ -41,17 +43,18 @@ import csv
 import glob
 import json
 import os
-import subprocess
-import sys
 from collections.abc import Iterable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from rescue.errors import InputError
 from rescue.judge.offline import Report, report_kind
 from rescue.judge.runs import Run, identify, parse_name
+
+if TYPE_CHECKING:
+    from rescue.tracking.history import RunLog
 
 _RUN_COLUMNS = ("group", "run", "name", "run_name")
 
@@ -132,13 +135,21 @@ def _is_wandb_run(p: Path) -> bool:
     return p.is_dir() and any(p.glob("run-*.wandb"))
 
 
-def read_inputs(paths: Sequence[str | os.PathLike], *, progress: bool = True) -> Inputs:
-    """Read every input under ``paths`` (see the module docstring)."""
+def read_inputs(
+    paths: Sequence[str | os.PathLike], *, progress: bool = True, cache: Path | None = None
+) -> Inputs:
+    """Read every input under ``paths`` (see the module docstring); ``cache``: where the
+    histories of runs read from a wandb project are kept (``rescue.tracking.online``)."""
     from rescue.progress import progress_bar
+    from rescue.tracking.online import PREFIX
 
-    found, notes = expand(paths)
+    online = [str(p) for p in paths if str(p).startswith(PREFIX)]
+    local = [p for p in paths if not str(p).startswith(PREFIX)]
+    found, notes = expand(local) if local else ([], [])
     result = Inputs(notes=notes)
-    if not found:
+    if online:
+        _read_online(online, result, cache=cache, progress=progress)
+    if not found and not online:
         raise InputError(f"RUNS: nothing to read under {', '.join(map(str, paths))}")
     bar = progress_bar(
         len(found), unit="inputs", desc="reading runs", enabled=progress and len(found) > 1
@@ -168,9 +179,11 @@ def read_inputs(paths: Sequence[str | os.PathLike], *, progress: bool = True) ->
             result.replays.extend(reports)
         bar.update(1)
     if wandb_dirs:
+        from rescue.tracking.history import run_id_of
+
         by_id: dict[tuple[Path, str], list[Path]] = {}
         for d in wandb_dirs:  # the run id: the transaction log's name, run-<id>.wandb
-            run_id = min(d.glob("run-*.wandb")).stem.removeprefix("run-")
+            run_id = run_id_of(d)
             by_id.setdefault((d.parent, run_id), []).append(d)
         with ThreadPoolExecutor(max_workers=max(1, os.cpu_count() or 1)) as pool:
             for run in pool.map(read_wandb_run, [sorted(v) for v in by_id.values()]):
@@ -181,6 +194,18 @@ def read_inputs(paths: Sequence[str | os.PathLike], *, progress: bool = True) ->
     bar.close()
     _attach_offline(result.runs, offline_figures, result.notes)
     return result
+
+
+def _read_online(specs: list[str], result: Inputs, *, cache: Path | None, progress: bool) -> None:
+    """The runs of each ``wandb:ENTITY/PROJECT[/GROUP]``, read as offline runs are."""
+    from rescue.tracking.online import read_project
+
+    for spec in specs:
+        logs, notes = read_project(spec, cache=cache, progress=progress)
+        result.notes.extend(notes)
+        for log in logs:
+            result.runs.append(run_from_log(log))
+            result.sources.append(log.source)
 
 
 def _attach_offline(
@@ -310,98 +335,17 @@ def read_wandb(run_dir: Path) -> Run:
 
 
 def read_wandb_run(run_dirs: Sequence[Path]) -> Run:
-    """One run from the offline folders of one run id, in time order (module docstring)."""
-    meta: dict[str, Any] = {"config": {}}
-    rows: list[dict[str, Any]] = []
-    for run_dir in run_dirs:
-        files = sorted(Path(run_dir).glob("run-*.wandb"))
-        if not files:
-            raise InputError(f"{run_dir}: no run-*.wandb transaction log")
-        part, part_rows = _scan(files[0])
-        for key in ("name", "group", "tags"):
-            if part.get(key) and not meta.get(key):
-                meta[key] = part[key]
-        meta["config"].update(part.get("config") or {})
-        rows.extend(part_rows)
-    where = str(run_dirs[0]) if len(run_dirs) == 1 else f"{run_dirs[-1]} (+{len(run_dirs) - 1})"
+    """One run from the offline folders of one run id, in time order (module docstring),
+    through ``rescue.tracking.history``, the one reader of wandb's records."""
+    from rescue.tracking.history import read_offline
+
+    return run_from_log(read_offline([Path(d) for d in run_dirs]))
+
+
+def run_from_log(log: RunLog) -> Run:
+    """The judge's ``Run`` of what wandb holds of a run (offline or online): arm and seed
+    from its tags, group, name or config (``runs.identify``)."""
     cond, seed = identify(
-        tags=meta.get("tags") or (),
-        group=meta.get("group"),
-        name=meta.get("name") or "",
-        config=meta.get("config"),
-        where=where,
+        tags=log.tags, group=log.group, name=log.name or "", config=log.config, where=log.source
     )
-    return Run(cond, seed, rows, source=str(run_dirs[-1]), config=dict(meta["config"]))
-
-
-def _scan(path: Path) -> tuple[dict[str, Any], list[dict[str, Any]]]:
-    try:
-        from wandb.sdk.internal.datastore import DataStore  # wandb <= 0.28
-    except ImportError:
-        return _scan_leet(path)
-    return _scan_datastore(path, DataStore)
-
-
-def _scan_leet(path: Path) -> tuple[dict[str, Any], list[dict[str, Any]]]:
-    """Records of a transaction log through ``wandb leet inspect --json`` (wandb >= 0.31)."""
-    env = {**os.environ, "WANDB_MODE": "offline", "WANDB_ERROR_REPORTING": "false"}
-    cmd = [sys.executable, "-m", "wandb", "leet", "inspect", "--json", str(path.parent)]
-    try:
-        done = subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=600)
-    except FileNotFoundError as e:  # pragma: no cover - sys.executable always exists
-        raise InputError(f"{path}: cannot run {cmd[0]}: {e}") from None
-    if done.returncode != 0:
-        raise InputError(
-            f"{path}: `wandb leet inspect --json` failed ({done.stderr.strip()[-300:]}); reading "
-            "wandb offline runs needs wandb >= 0.31 or <= 0.28 (pip install 'rescue[sim]'), or "
-            "export the history to CSV/JSON"
-        )
-    meta: dict[str, Any] = {"config": {}}
-    rows = []
-    for line in done.stdout.splitlines():
-        if not line.startswith("{"):
-            continue
-        rec = json.loads(line)
-        kind = rec.get("type")
-        if kind == "history":
-            rows.append(rec["history"].get("item", {}))
-        elif kind == "run":
-            run = rec["run"]
-            meta["group"] = run.get("run_group")
-            meta["name"] = run.get("display_name")
-            meta["tags"] = run.get("tags") or []
-            meta["config"].update((run.get("config") or {}).get("update") or {})
-        elif kind == "config":
-            meta["config"].update((rec["config"] or {}).get("update") or {})
-    return meta, rows
-
-
-def _scan_datastore(path: Path, store_cls: Any) -> tuple[dict[str, Any], list[dict[str, Any]]]:
-    """Records of a transaction log through wandb's ``DataStore`` (wandb <= 0.28)."""
-    from wandb.proto import wandb_internal_pb2
-
-    def item_key(item: Any) -> str:
-        return item.key or ".".join(item.nested_key)
-
-    store = store_cls()
-    store.open_for_scan(str(path))
-    meta: dict[str, Any] = {"config": {}}
-    rows = []
-    while (data := store.scan_data()) is not None:
-        rec = wandb_internal_pb2.Record()
-        rec.ParseFromString(data)
-        kind = rec.WhichOneof("record_type")
-        if kind == "history":
-            rows.append({item_key(i): json.loads(i.value_json) for i in rec.history.item})
-        elif kind == "run":
-            meta["group"] = rec.run.run_group
-            meta["name"] = rec.run.display_name
-            meta["tags"] = list(rec.run.tags)
-            meta["config"].update(
-                {item_key(i): json.loads(i.value_json) for i in rec.run.config.update}
-            )
-        elif kind == "config":
-            meta["config"].update(
-                {item_key(i): json.loads(i.value_json) for i in rec.config.update}
-            )
-    return meta, rows
+    return Run(cond, seed, log.rows, source=log.source, config=dict(log.config))

@@ -41,7 +41,10 @@ not zeroed yet). This function:
    trains the capped trajectories the mask removed) and logs ``rollout/rescue/sc/published`` (entries) and
    ``rollout/rescue/sc/head_positions`` (positions with a head);
 7. logs them with Miles' tracking at ``rollout/step`` (``compute_rollout_step``, so the
-   step matches Miles' own rollout metrics, with ``--wandb-always-use-train-step`` too);
+   step matches Miles' own rollout metrics, with ``--wandb-always-use-train-step`` too),
+   after declaring, once per run, the axes of rescue's keys on this process' wandb run
+   (``rescue.tracking.metrics``: the census against ``rollout/step``, ``train/rescue/*``
+   against ``train/step``; nothing without a wandb run);
 8. returns ``False``, so Miles' default logging, including the buffer's ``get_metrics()``
    (``rollout/fully_async/*`` and the group census ``rollout/census/*``), still runs.
 
@@ -59,6 +62,7 @@ from typing import Any
 
 from rescue.census import PriorB, outcome_metrics
 from rescue.samples import reward_value, rollout_record, trajectories_of, weight_of
+from rescue.tracking.metrics import declare_in_process
 
 #: Prefix of every key this function logs.
 PREFIX = "rollout/census/samples/"
@@ -215,5 +219,6 @@ def log_rollout(
     metrics.update(gradient_share(args, samples))
     metrics.update(publish_heads(rollout_id, args, samples))
     metrics[STEP_KEY] = compute_rollout_step(args, rollout_id)
+    declare_in_process()
     tracking.log(args, metrics, step_key=STEP_KEY)
     return False

@@ -3,9 +3,9 @@
 ``check_run(out, arm, a, offpolicy, job_status, steps_checked)`` reads, under the run folder
 ``out``:
 
-- the offline wandb history (``runs/*/wandb/**/offline-run-*/run-*.wandb``: wandb's
-  LevelDB-log framing, parsed here since wandb 0.2x dropped its Python reader, and
-  wandb's own protobuf ``Record``),
+- the offline wandb history (``runs/*/wandb/**/offline-run-*/run-*.wandb``) through
+  ``rescue.tracking.history``, the reader ``rescue report`` uses (wandb's own reader of the
+  transaction log; a nested key joined with ``.``),
 - the probes (``rescue.rehearsal.miles.probes``: ``census``, ``unused``, ``train_data``,
   ``trainer_weights``, ``reducer``) and the engine's records (``engine.jsonl``: every chat
   turn; ``engine_weights.jsonl``: every weight update it received),
@@ -121,55 +121,12 @@ class Report:
         }
 
 
-def wandb_records(path: Path) -> list[bytes]:
-    """The records of a ``.wandb`` file: wandb's LevelDB-log framing (32 KiB blocks of
-    ``crc32 | length | type`` chunks after a 7-byte ``:W&B`` header)."""
-    data = Path(path).read_bytes()
-    if data[:4] != b":W&B":
-        raise ValueError(f"{path}: not a wandb run file (no :W&B header)")
-    block, pos, records, partial = 32768, 7, [], b""
-    while pos + 7 <= len(data):
-        room = block - pos % block
-        if room < 7:
-            pos += room
-            continue
-        length = int.from_bytes(data[pos + 4 : pos + 6], "little")
-        kind = data[pos + 6]
-        chunk = data[pos + 7 : pos + 7 + length]
-        pos += 7 + length
-        if kind == 0 and length == 0:
-            pos += block - pos % block if pos % block else 0
-            continue
-        if kind == 1:
-            records.append(chunk)
-        elif kind == 2:
-            partial = chunk
-        elif kind == 3:
-            partial += chunk
-        elif kind == 4:
-            records.append(partial + chunk)
-            partial = b""
-    return records
-
-
 def wandb_history(run_dirs: list[Path]) -> list[dict[str, Any]]:
-    """History rows of offline wandb run folders (``offline-run-*``), file by file."""
-    from wandb.proto import wandb_internal_pb2
+    """History rows of offline wandb run folders (``offline-run-*``), folder by folder,
+    through ``rescue.tracking.history``, the one reader of wandb's records (the judge's)."""
+    from rescue.tracking.history import history_rows
 
-    rows = []
-    for run_dir in run_dirs:
-        for data in sorted(Path(run_dir).glob("*.wandb")):
-            for raw in wandb_records(data):
-                record = wandb_internal_pb2.Record()
-                record.ParseFromString(raw)
-                if record.WhichOneof("record_type") != "history":
-                    continue
-                row = {}
-                for item in record.history.item:
-                    key = item.key or "/".join(item.nested_key)
-                    row[key] = json.loads(item.value_json)
-                rows.append(row)
-    return rows
+    return history_rows(run_dirs)
 
 
 def _jsonl(path: Path) -> list[dict[str, Any]]:

@@ -90,9 +90,12 @@ def log_wandb_run(
 
     Project ``rescue-sim``, group = arm, name ``<arm>-seed<s>``, tags ``arm:<arm>,seed:<s>``
     (and ``a:<a>`` for protect, as the launchers tag real runs), step key ``rollout/step``
-    (the cluster's), config = the ``SimConfig`` plus arm and seed.
+    (the cluster's; every key declared against it, ``rescue.tracking.metrics``), config =
+    the ``SimConfig`` plus arm and seed.
     """
     import wandb
+
+    from rescue.tracking.metrics import STEP, declare
 
     Path(out_dir).mkdir(parents=True, exist_ok=True)
     run = wandb.init(
@@ -106,7 +109,8 @@ def log_wandb_run(
         reinit="create_new",
         settings=wandb.Settings(silent=True, console="off"),
     )
-    run.define_metric("*", step_metric="rollout/step")
+    declare(run.define_metric, train_step=STEP)  # the census' axes, as Miles and slime declare
+    run.define_metric("*", step_metric=STEP)  # every key of a step (it trains once per step)
     for n, m in enumerate(steps):
         run.log({"rollout/step": n, **m})
     run.finish()

@@ -9,7 +9,9 @@ Specification
 One call of ``generate_rollout`` returns ``RolloutFnTrainOutput(groups, metrics)``: the
 batch the drain (``rescue.slime.drain.Drain``, where the rules are) filled from slime's
 ``AsyncRolloutWorker`` queue, and the census step metrics (``rollout/census/*``), which
-slime logs at ``rollout/step`` (``log_rollout_data``).
+slime logs at ``rollout/step`` (``log_rollout_data``). Each call first declares, once per
+run, the axes of rescue's keys on the process' wandb run (``rescue.tracking.metrics``;
+nothing without one).
 
 Settings (environment variables; ``launch/slime_arm.sh`` sets them in the Ray runtime
 environment):
@@ -57,6 +59,7 @@ from rescue.slime.checks import ENV_MAX_STALENESS, check_slime_run, start_warnin
 from rescue.slime.drain import Drain
 from rescue.slime.versions import EngineVersions, engine_version
 from rescue.slime.worker import RescueSource, WorkerEvents, rescue_worker_class
+from rescue.tracking.metrics import declare_in_process
 from rescue.watchdog import Watchdog, WatchdogSettings
 
 __all__ = [
@@ -197,6 +200,7 @@ def generate_rollout(args: Any, rollout_id: int, data_buffer: Any, evaluation: b
                 )
         drain = _DRAIN
     _CALL.update(args=args, rollout_id=rollout_id)
+    declare_in_process()  # the census' axes on this process' wandb run, once per run
     groups, metrics = drain.collect(args, target=args.rollout_batch_size)
     logger.info(
         "rescue: rollout %d kept %d groups, queue %d",
