@@ -62,7 +62,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     ),
     "status": ("rescue.questions.status", "the stages of a question's run folder, with progress"),
     "power": (
-        "rescue.judge.power_cli",
+        "rescue.sim.power_cli",
         "what n seeds per arm can decide: each prediction's chance of a verdict, by the judge",
     ),
 }

@@ -47,7 +47,7 @@ def _bash_definition(name: str) -> dict[str, str] | None:
 @pytest.mark.parametrize("name", NAMES)
 def test_every_consumer_accepts_every_registered_arm(name):
     from rescue.judge.power import arm_label
-    from rescue.judge.power_cli import question_arms
+    from rescue.sim.power_cli import question_arms
     from rescue.judge.runs import ARM_NAMES, identify, parse_name
     from rescue.questions import chains
     from rescue.rehearsal import checks

@@ -104,6 +104,25 @@ def test_matched_step_is_the_mask_direction_at_the_zero_steps_norm():
     assert info["update_norm"] == pytest.approx(np.linalg.norm(zero), rel=1e-12)
 
 
+def test_step_control_is_the_zero_direction_at_the_mask_steps_norm():
+    """The step-size control: R = 0's step (the hand-computed one above) rescaled to the mask
+    step's norm on the same batch, against the zero and mask arms' own steps."""
+    zero, mask = step("zero", batch()), step("mask", batch(masked=True))
+    ctl = step("step-control", batch(masked=True))
+    scale = np.linalg.norm(mask) / np.linalg.norm(zero)
+    assert abs(scale - 1) > 0.05
+    assert ctl == pytest.approx(scale * zero, rel=1e-12)  # R = 0's direction
+    assert np.linalg.norm(ctl) == pytest.approx(np.linalg.norm(mask), rel=1e-12)
+    pol = P.Policy(np.zeros((P.ROWS, P.CHOICES)))
+    info = update.step(pol, batch(masked=True), ArmSpec.parse("step-control"), CFG)
+    assert info["update_norm_mask"] == pytest.approx(np.linalg.norm(mask), rel=1e-12)
+    assert info["update_norm_ref"] == pytest.approx(np.linalg.norm(zero), rel=1e-12)
+    assert info["update_scale"] == pytest.approx(scale, rel=1e-12)
+    assert info["update_norm"] == pytest.approx(np.linalg.norm(mask), rel=1e-12)
+    # the matched control goes the other way: the two are not the same arm
+    assert not np.allclose(ctl, step("matched", batch(masked=True)))
+
+
 def test_matched_step_without_a_masked_rollout_is_the_mask_and_zero_step():
     # nothing capped: the three arms take the same step, scale 1
     assert step("matched", batch()) == pytest.approx(step("zero", batch()), rel=1e-12)

@@ -125,7 +125,7 @@ def power_first(question: str, seeds: int, args: argparse.Namespace) -> bool:
     nothing for a prediction those arms compare, unless ``--force`` (a rehearsal spends no
     cluster time: it prints the line and goes on). Returns whether it ran forced."""
     from rescue.judge import power as pw
-    from rescue.judge.power_cli import line_plan, noise_of, question_arms
+    from rescue.sim.power_cli import line_plan, noise_of, question_arms
 
     arms = question_arms(question)
     why = pw.refusal(arms, seeds)
