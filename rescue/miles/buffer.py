@@ -88,9 +88,10 @@ from typing import Any
 from rescue.census import Bucket, Census, no_result
 from rescue.errors import InputError
 from rescue.gate import Arm, Gate
+from rescue.gating import GatedGroup, gate_group
 from rescue.miles.reward import baseline_from_env
 from rescue.miles.targets import PACE_ROLLOUT_FUNCTION, QUEUE_SIZE_KEY
-from rescue.samples import GatedGroup, gate_group, group_id, group_records
+from rescue.samples import group_id, group_records
 from rescue.watchdog import Watchdog, WatchdogSettings
 
 logger = logging.getLogger(__name__)

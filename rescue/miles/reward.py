@@ -59,7 +59,7 @@ from typing import Any
 import numpy as np
 
 from rescue.errors import InputError
-from rescue.samples import WEIGHT_KEY, rollout_key
+from rescue.samples import WEIGHT_KEY, rollout_key, views
 
 #: Environment variable choosing the baseline population.
 ENV_BASELINE = "RESCUE_BASELINE"
@@ -107,23 +107,25 @@ def post_process_rewards(args: Any, samples: Sequence[Any]) -> tuple[list[Any], 
     population = baseline_from_env()
     turn = estimator_from_env() == "turn"
     raw_rewards = [s.get_reward_value(args) for s in samples]
-    groups = group_ids(args, samples)
+    read = views(samples)  # the one reading of the samples; everything below reads the views
+    groups = group_ids(args, read)
     raw_rewards, _ = zero_budget_failures(
-        groups, samples, raw_rewards, reward_key=getattr(args, "reward_key", None)
+        groups, read, raw_rewards, reward_key=getattr(args, "reward_key", None)
     )
-    weights = sample_weights(samples)
+    weights = sample_weights(read)
     weighted = bool(np.any(weights != 1.0))
     if weighted:
         check_weighting_supported(args)
     estimator = args.advantage_estimator
     if turn:
-        values = _finite_rewards(raw_rewards, samples)
+        values = _finite_rewards(raw_rewards, read)
         return raw_rewards, turn_advantages(
             args,
             samples,
             values,
-            rollouts(groups, samples),
+            rollouts(groups, read),
             weights,
+            read=read,
             population=population,
             std_normalize=estimator in STD_ESTIMATORS
             and getattr(args, "grpo_std_normalization", True),
@@ -132,12 +134,12 @@ def post_process_rewards(args: Any, samples: Sequence[Any]) -> tuple[list[Any], 
     if estimator not in MEAN_ESTIMATORS or not getattr(args, "rewards_normalization", True):
         if not weighted:
             return raw_rewards, raw_rewards
-        values = _finite_rewards(raw_rewards, samples)
+        values = _finite_rewards(raw_rewards, read)
         return raw_rewards, (values * weights).tolist()
-    values = _finite_rewards(raw_rewards, samples)
+    values = _finite_rewards(raw_rewards, read)
     normalized = normalize_rewards(
         args,
-        samples,
+        read,
         values,
         population=population,
         std_normalize=estimator in STD_ESTIMATORS and getattr(args, "grpo_std_normalization", True),
