@@ -20,10 +20,10 @@ mask arm's masked rollouts vote 0 in the group baseline.
 
 from __future__ import annotations
 
-import os
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from typing import Any
 
+from rescue import flags
 from rescue.errors import InputError
 from rescue.outcomes import Outcome
 from rescue.samples import rollout_key, rollout_record
@@ -34,15 +34,9 @@ ENV_TRUNCATED_REWARD = "RESCUE_TRUNCATED_REWARD"
 TRUNCATED_REWARDS = ("keep", "zero")
 
 
-def truncated_reward_from_env(env: Mapping[str, str] | None = None) -> str:
-    """``RESCUE_TRUNCATED_REWARD`` (default ``keep``), validated."""
-    env = os.environ if env is None else env
-    value = (env.get(ENV_TRUNCATED_REWARD) or TRUNCATED_REWARDS[0]).strip().lower()
-    if value not in TRUNCATED_REWARDS:
-        raise InputError(
-            f"{ENV_TRUNCATED_REWARD}={value!r}; allowed: {', '.join(TRUNCATED_REWARDS)}"
-        )
-    return value
+#: ``RESCUE_TRUNCATED_REWARD`` (default ``keep``).
+TRUNCATED_REWARD = flags.choice(ENV_TRUNCATED_REWARD, TRUNCATED_REWARDS)
+truncated_reward_from_env = TRUNCATED_REWARD.read
 
 
 def rollouts(group_of: Sequence[Any], samples: Sequence[Any]) -> dict[tuple[Any, Any], list[int]]:

@@ -52,12 +52,12 @@ What this hook adds:
 from __future__ import annotations
 
 import math
-import os
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from typing import Any
 
 import numpy as np
 
+from rescue import flags
 from rescue.errors import InputError
 from rescue.samples import WEIGHT_KEY, rollout_key, views
 
@@ -76,13 +76,9 @@ WEIGHTED_ESTIMATORS = frozenset({"grpo", "gspo"})
 STD_EPS = 1e-6
 
 
-def baseline_from_env(env: Mapping[str, str] | None = None) -> str:
-    """``RESCUE_BASELINE`` (default ``all``), validated."""
-    env = os.environ if env is None else env
-    value = (env.get(ENV_BASELINE) or BASELINES[0]).strip().lower()
-    if value not in BASELINES:
-        raise InputError(f"{ENV_BASELINE}={value!r}; allowed: {', '.join(BASELINES)}")
-    return value
+#: ``RESCUE_BASELINE`` (default ``all``).
+BASELINE = flags.choice(ENV_BASELINE, BASELINES)
+baseline_from_env = BASELINE.read
 
 
 def post_process_rewards(args: Any, samples: Sequence[Any]) -> tuple[list[Any], list[float]]:

@@ -58,13 +58,12 @@ consumer above configured. Siblings must share one reward.
 
 from __future__ import annotations
 
-import math
-import os
 from collections.abc import Mapping, Sequence
 from typing import Any
 
 import numpy as np
 
+from rescue import flags
 from rescue.errors import InputError
 from rescue.samples import SampleView, views
 from rescue.turns import TurnSpans
@@ -92,39 +91,15 @@ SLIME_CHANNEL = "teacher_log_probs"
 TURN_ESTIMATORS = frozenset({"grpo", "gspo"})
 
 
-def estimator_from_env(env: Mapping[str, str] | None = None) -> str:
-    """``RESCUE_ESTIMATOR`` (default ``group``), validated."""
-    env = os.environ if env is None else env
-    value = (env.get(ENV_ESTIMATOR) or ESTIMATORS[0]).strip().lower()
-    if value not in ESTIMATORS:
-        raise InputError(f"{ENV_ESTIMATOR}={value!r}; allowed: {', '.join(ESTIMATORS)}")
-    return value
-
-
-def kappa_from_env(env: Mapping[str, str] | None = None) -> float:
-    """``RESCUE_KAPPA`` (default 2), a number >= 0 (``inf`` is the plain leave-one-out mean)."""
-    env = os.environ if env is None else env
-    text = (env.get(ENV_KAPPA) or "").strip()
-    if not text:
-        return DEFAULT_KAPPA
-    try:
-        kappa = float(text)
-    except ValueError:
-        kappa = math.nan
-    if not kappa >= 0:
-        raise InputError(f"{ENV_KAPPA}={text!r}; allowed: a number >= 0 (default 2)")
-    return kappa
-
-
-def turn_tokens_from_env(env: Mapping[str, str] | None = None) -> int:
-    """``RESCUE_TURN_TOKENS`` (default 512), an integer >= 1."""
-    env = os.environ if env is None else env
-    text = (env.get(ENV_TURN_TOKENS) or "").strip()
-    if not text:
-        return DEFAULT_TURN_TOKENS
-    if not text.isdigit() or int(text) < 1:
-        raise InputError(f"{ENV_TURN_TOKENS}={text!r}; allowed: an integer >= 1 (default 512)")
-    return int(text)
+#: ``RESCUE_ESTIMATOR`` (default ``group``).
+ESTIMATOR = flags.choice(ENV_ESTIMATOR, ESTIMATORS)
+estimator_from_env = ESTIMATOR.read
+#: ``RESCUE_KAPPA`` (default 2), a number >= 0 (``inf`` is the plain leave-one-out mean).
+KAPPA = flags.amount(ENV_KAPPA, DEFAULT_KAPPA, 0, finite=False)
+kappa_from_env = KAPPA.read
+#: ``RESCUE_TURN_TOKENS`` (default 512), an integer >= 1.
+TURN_TOKENS = flags.count(ENV_TURN_TOKENS, DEFAULT_TURN_TOKENS, 1)
+turn_tokens_from_env = TURN_TOKENS.read
 
 
 def is_slime_sample(sample: Any) -> bool:
