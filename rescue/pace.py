@@ -63,12 +63,18 @@ from dataclasses import dataclass
 from itertools import count
 
 from rescue import flags
+from rescue.census import PREFIX
 from rescue.errors import InputError
 
 #: Environment variable of the admission window ``W`` (groups); unset = ``(K + 1)·B``.
 ENV_WINDOW = "RESCUE_PACE_WINDOW"
 #: Environment variable of the straggler deadline (seconds after admission; 0 = off).
 ENV_STRAGGLER = "RESCUE_PACE_STRAGGLER_S"
+#: The census keys of pace's waits, logged by the Miles pace rollout and the slime drain.
+WAIT_S_KEY = f"{PREFIX}pace_wait_s"
+WAIT_CAUSES = ("straggler", "window")
+WAIT_GROUPS_KEY = f"{PREFIX}pace_wait_groups"
+ABANDONED_KEY = f"{PREFIX}pace_abandoned_groups"
 #: The straggler deadline when ``RESCUE_PACE_STRAGGLER_S`` is unset: the SWE agent's
 #: default limit on one sample (``RESCUE_SWE_OUTER_TIMEOUT``), past its trial timeout.
 DEFAULT_STRAGGLER_S = 7200.0

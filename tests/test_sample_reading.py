@@ -22,7 +22,7 @@ from types import SimpleNamespace
 import pytest
 from fake_sample import Sample
 
-from rescue.miles.reward import post_process_rewards
+from rescue.reward import post_process_rewards
 from rescue.samples import SampleView
 
 READS: Counter = Counter()
@@ -102,8 +102,8 @@ def test_the_reward_hook_reads_each_field_of_a_sample_once_into_its_view(setting
     post_process_rewards(ARGS, samples)
     assert READS, "no read was counted"
     allowed = {
-        ("rescue.miles.reward", "get_reward_value"),
-        ("rescue.miles.turn_reward", "opd_reverse_kl"),
+        ("rescue.reward", "get_reward_value"),
+        ("rescue.turn_reward", "opd_reverse_kl"),
     }
     elsewhere = {(m, f) for m, f, _ in READS if m != "rescue.samples"} - allowed
     assert not elsewhere, f"samples read outside rescue.samples: {sorted(elsewhere)}"
@@ -149,6 +149,6 @@ def samples_path(samples) -> list[str]:
 
 def test_the_samples_path_from_the_reward_hook_crosses_at_most_four_modules(setting):
     path = samples_path(batch())
-    assert path[:2] == ["rescue.miles.reward", "rescue.samples"]
+    assert path[:2] == ["rescue.reward", "rescue.samples"]
     assert len(path) <= 4, path
     assert "rescue.model_calls" not in path and "rescue.turns" not in path

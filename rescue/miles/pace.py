@@ -66,19 +66,21 @@ import logging
 from collections.abc import Mapping
 from typing import Any
 
-from rescue.census import PREFIX
 from rescue.errors import InputError
 from rescue.gate import ARM, ENV_ARM, Arm
 from rescue.miles.targets import BUFFER_PATH, PACE_ROLLOUT_FUNCTION, QUEUE_SIZE_KEY
-from rescue.pace import PaceSchedule, PaceSettings
+from rescue.pace import (
+    ABANDONED_KEY,
+    WAIT_CAUSES,
+    WAIT_GROUPS_KEY,
+    WAIT_S_KEY,
+    PaceSchedule,
+    PaceSettings,
+)
 from rescue.samples import group_staleness
 
 logger = logging.getLogger(__name__)
 
-WAIT_S_KEY = f"{PREFIX}pace_wait_s"
-WAIT_CAUSES = ("straggler", "window")
-WAIT_GROUPS_KEY = f"{PREFIX}pace_wait_groups"
-ABANDONED_KEY = f"{PREFIX}pace_abandoned_groups"
 #: Seconds between the lines a waiting step logs.
 LOG_EVERY_S = 30.0
 _AVG_STALENESS_KEY = "rollout/fully_async/avg_staleness"

@@ -63,7 +63,7 @@ from rescue.census import PREFIX, Bucket, Census, no_result
 from rescue.errors import InputError
 from rescue.gate import Arm, Gate
 from rescue.gating import GatedGroup, gate_group
-from rescue.miles.pace import WAIT_GROUPS_KEY, WAIT_S_KEY
+from rescue.pace import WAIT_GROUPS_KEY, WAIT_S_KEY
 from rescue.samples import (
     group_id,
     group_newest_weight_version,

@@ -51,7 +51,7 @@ from rescue import flags
 from rescue.census import Census
 from rescue.errors import InputError
 from rescue.gate import Arm, Gate
-from rescue.miles.reward import baseline_from_env
+from rescue.reward import baseline_from_env
 from rescue.slime.checks import ENV_MAX_STALENESS, check_slime_run, start_warnings
 from rescue.slime.drain import Drain
 from rescue.slime.versions import EngineVersions, engine_version

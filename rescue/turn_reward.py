@@ -218,7 +218,7 @@ def turn_advantages(
         samples: the flat list of samples of one step.
         rewards: ``[N]`` finite scalar rewards (siblings must agree).
         rollout_rows: sample positions of each rollout keyed ``(group, rollout key)``
-            (``rescue.miles.budget.rollouts``).
+            (``rescue.reward.rollouts``).
         weights: ``[N]`` loss weights (``metadata["rescue_weight"]``, 1 when absent).
         population: ``all`` or ``survivors``.
         std_normalize: divide by the group's ``σ + eps`` (GRPO).
