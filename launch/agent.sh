@@ -55,16 +55,13 @@ rescue_agent_names() {
 }
 
 # AGENT_FLAGS: train.py's flags of the arm; identical in every arm except the arm's own
-# (the mask filter, Dr. GRPO's two flags, the matched control) and the names.
+# (the mask filter, Dr. GRPO's two flags, the matched control) and the names. The flags it
+# shares with the single-turn runs are rlvr.sh's (rescue_sync_*); no --use-tis: on-policy.
 rescue_agent_flags() {
-  local model_args
-  model_args=$(rescue_model_args)
-  local -a model=()
-  read -ra model <<<"$model_args"
+  rescue_sync_model_flags
+  rescue_sync_run_flags
   AGENT_FLAGS=(
-    "${model[@]}"
-    --hf-checkpoint "$HF_CHECKPOINT" --ref-load "$REF_LOAD"
-    --load "$SAVE_DIR" --save "$SAVE_DIR" --save-interval "$SAVE_INTERVAL"
+    "${SYNC_MODEL_FLAGS[@]}"
     # data: one game per row, groups of N_SAMPLES episodes, ROLLOUT_BATCH_SIZE games a step
     --prompt-data "$PROMPT_DATA" --input-key prompt --metadata-key metadata
     --rollout-shuffle --rollout-seed "$SEED" --seed "$SEED"
@@ -78,54 +75,19 @@ rescue_agent_flags() {
     # a game without a result (the game or the engine failed) never trains: its group is
     # dropped, counted by reason, and Miles draws another
     --dynamic-sampling-filter-path rescue.miles.textgame.drop_no_result
-    --optimizer adam --lr "$LR" --lr-decay-style constant --weight-decay 0.1
-    --adam-beta1 0.9 --adam-beta2 0.98
-    # the census
-    --custom-rollout-log-function-path rescue.miles.log.log_rollout
-    --use-wandb --wandb-mode "$WANDB_MODE" --wandb-project "$WANDB_PROJECT"
-    --wandb-group "$WANDB_GROUP" --disable-wandb-random-suffix
-    --wandb-dir "$OUTPUT_DIR/$RUN_NAME/wandb"
-    # one run: training and SGLang colocated on GPUS_PER_RUN GPUs
-    --colocate --actor-num-nodes 1 --actor-num-gpus-per-node "$GPUS_PER_RUN"
-    --num-gpus-per-node "$GPUS_PER_RUN" --rollout-num-gpus-per-engine 1
-    --sglang-mem-fraction-static "$SGLANG_MEM_FRACTION"
-    --tensor-model-parallel-size "$TP" --sequence-parallel --pipeline-model-parallel-size 1
-    --context-parallel-size "$CP" --recompute-granularity full --recompute-method uniform
-    --recompute-num-layers 1 --use-dynamic-batch-size --max-tokens-per-gpu "$MAX_TOKENS_PER_GPU"
-    --attention-dropout 0.0 --hidden-dropout 0.0 --accumulate-allreduce-grads-in-fp32
-    --attention-softmax-in-fp32 --attention-backend flash
+    "${SYNC_RUN_FLAGS[@]}"
   )
   if awk -v k="$KL_COEF" 'BEGIN { exit !(k + 0 > 0) }'; then
     AGENT_FLAGS+=(--use-kl-loss --kl-loss-type low_var_kl --kl-loss-coef "$KL_COEF")
   fi
-  # GRPO, the estimator, Dr. GRPO and the train-side logging contract, as in every arm
-  # (no --use-tis: on-policy); the reward hook scores a capped episode 0 in every arm.
-  rescue_loss_flags
-  AGENT_FLAGS+=("${LOSS_FLAGS[@]}")
-  [[ $ESTIMATOR == turn ]] ||
-    AGENT_FLAGS+=(--custom-reward-post-process-path rescue.miles.reward.post_process_rewards)
-  rescue_budget_flags
-  AGENT_FLAGS+=("${BUDGET_FLAGS[@]}")
-  if [[ $DUMP_STEPS != 0 ]]; then
-    AGENT_FLAGS+=(--save-debug-rollout-data "$DUMP_DIR/rollout_data/{rollout_id}.pt")
-  fi
-  local -a extra=()
-  read -ra extra <<<"$EXTRA_ARGS"
-  AGENT_FLAGS+=("${extra[@]}")
+  rescue_sync_arm_flags none
+  AGENT_FLAGS+=("${SYNC_ARM_FLAGS[@]}")
 }
 
 # RUNTIME_ENV_JSON: rescue on the path, the reward hook's settings of the arm, the game data.
 rescue_agent_runtime_env() {
-  local -a env=(
-    "PYTHONPATH=$RESCUE_DIR:$MILES_DIR:$MEGATRON_DIR${PYTHONPATH:+:$PYTHONPATH}"
-    PYTHONUNBUFFERED=1
-    CUDA_DEVICE_MAX_CONNECTIONS=1
-    "RESCUE_SEED=$SEED"
-    "WANDB_TAGS=$WANDB_TAGS"
-    "RESCUE_ESTIMATOR=$ESTIMATOR"
-  )
-  rescue_budget_env
-  env+=("${BUDGET_ENV[@]}")
+  rescue_sync_env
+  local -a env=("${SYNC_ENV[@]}")
   [[ -n $DRGRPO_DIVISOR ]] && env+=("RESCUE_DRGRPO_DIVISOR=$DRGRPO_DIVISOR")
   [[ $ENV == alfworld ]] && env+=("ALFWORLD_DATA=$ALFWORLD_DATA")
   rescue_env_json "${env[@]}"
@@ -136,8 +98,5 @@ rescue_agent_submit_cmd() {
   rescue_agent_names
   rescue_agent_flags
   rescue_agent_runtime_env
-  SUBMIT=(ray job submit --address "http://127.0.0.1:$RAY_DASHBOARD_PORT"
-    --submission-id "$SUBMISSION_ID" --entrypoint-num-cpus 1
-    --entrypoint-resources "{\"$RESCUE_RUN_SLOT\": 1}" --runtime-env-json "$RUNTIME_ENV_JSON"
-    -- "$JOB_PYTHON" "$MILES_DIR/train.py" "${AGENT_FLAGS[@]}")
+  rescue_sync_submit "" "${AGENT_FLAGS[@]}"
 }

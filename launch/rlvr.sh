@@ -119,24 +119,25 @@ rescue_rlvr_check_cluster() {
     rescue_die "the Ray cluster has no $RESCUE_RUN_SLOT resource (it was not started by rlvr-arm or rlvr-sweep): restart it with RAY_START=1"
 }
 
-# RLVR_FLAGS: train.py's flags of the arm; identical in every arm except the arm's own
-# (the mask filter, Dr. GRPO's two flags, the matched control) and the names.
-rescue_rlvr_flags() {
+# ── What the single-turn and text-game runs share: Miles' synchronous colocated trainer ──
+
+# SYNC_MODEL_FLAGS: the model (Miles' model script) and its checkpoints, a run's first flags.
+rescue_sync_model_flags() {
   local model_args
   model_args=$(rescue_model_args)
   local -a model=()
   read -ra model <<<"$model_args"
-  RLVR_FLAGS=(
+  SYNC_MODEL_FLAGS=(
     "${model[@]}"
     --hf-checkpoint "$HF_CHECKPOINT" --ref-load "$REF_LOAD"
     --load "$SAVE_DIR" --save "$SAVE_DIR" --save-interval "$SAVE_INTERVAL"
-    # data: chat prompts, the grader, n responses per prompt, ROLLOUT_BATCH_SIZE prompts a step
-    --prompt-data "$PROMPT_DATA" --input-key prompt --label-key label --metadata-key metadata
-    --apply-chat-template --rm-type "$RM_TYPE"
-    --rollout-shuffle --rollout-seed "$SEED" --seed "$SEED"
-    --num-rollout "$NUM_ROLLOUT" --rollout-batch-size "$ROLLOUT_BATCH_SIZE"
-    --n-samples-per-prompt "$N_SAMPLES" --global-batch-size "$GLOBAL_BATCH_SIZE"
-    --rollout-temperature "$TEMPERATURE" --rollout-max-response-len "$CAP"
+  )
+}
+
+# SYNC_RUN_FLAGS: the optimizer, the census and its wandb run, and one run's layout, after
+# the launcher's data flags.
+rescue_sync_run_flags() {
+  SYNC_RUN_FLAGS=(
     --optimizer adam --lr "$LR" --lr-decay-style constant --weight-decay 0.1
     --adam-beta1 0.9 --adam-beta2 0.98
     # the census
@@ -154,28 +155,33 @@ rescue_rlvr_flags() {
     --attention-dropout 0.0 --hidden-dropout 0.0 --accumulate-allreduce-grads-in-fp32
     --attention-softmax-in-fp32 --attention-backend flash
   )
-  # GRPO, the estimator, Dr. GRPO, the off-policy correction (OFFPOLICY, none by default:
-  # on-policy) and the train-side logging contract, as in the SWE arms. The reward hook
-  # scores truncated responses 0 in every arm (under ESTIMATOR=turn the loss flags carry it).
-  rescue_loss_flags "$OFFPOLICY"
-  RLVR_FLAGS+=("${LOSS_FLAGS[@]}")
-  [[ $OFFPOLICY != tis-sc ]] ||
-    RLVR_FLAGS+=(--custom-generate-function-path rescue.miles.topk.generate)
+}
+
+# SYNC_ARM_FLAGS: the flags that follow: GRPO, the estimator, Dr. GRPO, the off-policy
+# correction ($1: none, tis or tis-sc) and the train-side logging contract, as in the SWE
+# arms; the reward hook (under ESTIMATOR=turn the loss flags carry it), which scores a
+# capped response 0 in every arm; the budget arm's own flags; the dumps; EXTRA_ARGS.
+rescue_sync_arm_flags() {
+  rescue_loss_flags "$1"
+  SYNC_ARM_FLAGS=("${LOSS_FLAGS[@]}")
+  [[ $1 != tis-sc ]] ||
+    SYNC_ARM_FLAGS+=(--custom-generate-function-path rescue.miles.topk.generate)
   [[ $ESTIMATOR == turn ]] ||
-    RLVR_FLAGS+=(--custom-reward-post-process-path rescue.miles.reward.post_process_rewards)
+    SYNC_ARM_FLAGS+=(--custom-reward-post-process-path rescue.miles.reward.post_process_rewards)
   rescue_budget_flags
-  RLVR_FLAGS+=("${BUDGET_FLAGS[@]}")
+  SYNC_ARM_FLAGS+=("${BUDGET_FLAGS[@]}")
   if [[ $DUMP_STEPS != 0 ]]; then
-    RLVR_FLAGS+=(--save-debug-rollout-data "$DUMP_DIR/rollout_data/{rollout_id}.pt")
+    SYNC_ARM_FLAGS+=(--save-debug-rollout-data "$DUMP_DIR/rollout_data/{rollout_id}.pt")
   fi
   local -a extra=()
   read -ra extra <<<"$EXTRA_ARGS"
-  RLVR_FLAGS+=("${extra[@]}")
+  SYNC_ARM_FLAGS+=("${extra[@]}")
 }
 
-# RUNTIME_ENV_JSON: rescue on the path and the reward hook's settings of the arm.
-rescue_rlvr_runtime_env() {
-  local -a env=(
+# SYNC_ENV: the runtime-env settings every synchronous run has: rescue on the path, the
+# coins' seed, the tags, the estimator and the reward hook's settings of the budget arm.
+rescue_sync_env() {
+  SYNC_ENV=(
     "PYTHONPATH=$RESCUE_DIR:$MILES_DIR:$MEGATRON_DIR${PYTHONPATH:+:$PYTHONPATH}"
     PYTHONUNBUFFERED=1
     CUDA_DEVICE_MAX_CONNECTIONS=1
@@ -184,15 +190,38 @@ rescue_rlvr_runtime_env() {
     "RESCUE_ESTIMATOR=$ESTIMATOR"
   )
   rescue_budget_env
-  env+=("${BUDGET_ENV[@]}")
+  SYNC_ENV+=("${BUDGET_ENV[@]}")
+}
+
+# RLVR_FLAGS: train.py's flags of the arm; identical in every arm except the arm's own
+# (the mask filter, Dr. GRPO's two flags, the matched control) and the names.
+rescue_rlvr_flags() {
+  rescue_sync_model_flags
+  rescue_sync_run_flags
+  rescue_sync_arm_flags "$OFFPOLICY"
+  RLVR_FLAGS=(
+    "${SYNC_MODEL_FLAGS[@]}"
+    # data: chat prompts, the grader, n responses per prompt, ROLLOUT_BATCH_SIZE prompts a step
+    --prompt-data "$PROMPT_DATA" --input-key prompt --label-key label --metadata-key metadata
+    --apply-chat-template --rm-type "$RM_TYPE"
+    --rollout-shuffle --rollout-seed "$SEED" --seed "$SEED"
+    --num-rollout "$NUM_ROLLOUT" --rollout-batch-size "$ROLLOUT_BATCH_SIZE"
+    --n-samples-per-prompt "$N_SAMPLES" --global-batch-size "$GLOBAL_BATCH_SIZE"
+    --rollout-temperature "$TEMPERATURE" --rollout-max-response-len "$CAP"
+    "${SYNC_RUN_FLAGS[@]}"
+    "${SYNC_ARM_FLAGS[@]}"
+  )
+}
+
+# RUNTIME_ENV_JSON: rescue on the path and the reward hook's settings of the arm.
+rescue_rlvr_runtime_env() {
+  rescue_sync_env
+  local -a env=("${SYNC_ENV[@]}")
   [[ $ARM == turn ]] && env+=("RESCUE_TURN_TOKENS=$TURN_TOKENS")
   [[ -n $DRGRPO_DIVISOR ]] && env+=("RESCUE_DRGRPO_DIVISOR=$DRGRPO_DIVISOR")
   rescue_offpolicy_env
   env+=("${OFFPOLICY_ENV[@]}")
-  RUNTIME_ENV_JSON=$("$JOB_PYTHON" -c '
-import json, sys
-print(json.dumps({"env_vars": dict(kv.split("=", 1) for kv in sys.argv[1:])}, separators=(",", ":")))
-' "${env[@]}") || rescue_die "JOB_PYTHON=$JOB_PYTHON cannot run: set JOB_PYTHON to a Python 3 interpreter"
+  rescue_env_json "${env[@]}"
 }
 
 # SUBMIT: the `ray job submit` of the run ARM, SEED (names derived); $1 = --no-wait or empty.
@@ -200,9 +229,17 @@ rescue_rlvr_submit_cmd() {
   rescue_rlvr_names
   rescue_rlvr_flags
   rescue_rlvr_runtime_env
+  rescue_sync_submit "${1:-}" "${RLVR_FLAGS[@]}"
+}
+
+# SUBMIT: the `ray job submit` of a synchronous run on one run slot, with RUNTIME_ENV_JSON;
+# $1 = --no-wait or empty, the rest train.py's flags.
+rescue_sync_submit() {
+  local wait=$1
+  shift
   SUBMIT=(ray job submit --address "http://127.0.0.1:$RAY_DASHBOARD_PORT"
     --submission-id "$SUBMISSION_ID" --entrypoint-num-cpus 1
     --entrypoint-resources "{\"$RESCUE_RUN_SLOT\": 1}" --runtime-env-json "$RUNTIME_ENV_JSON")
-  [[ -n ${1:-} ]] && SUBMIT+=("$1")
-  SUBMIT+=(-- "$JOB_PYTHON" "$MILES_DIR/train.py" "${RLVR_FLAGS[@]}")
+  [[ -n $wait ]] && SUBMIT+=("$wait")
+  SUBMIT+=(-- "$JOB_PYTHON" "$MILES_DIR/train.py" "$@")
 }

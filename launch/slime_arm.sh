@@ -78,7 +78,7 @@ rescue_slime_flags() {
     --custom-generate-function-path rescue.slime.generate.generate
   )
   if [[ $ARM == protect || $ESTIMATOR == turn ]]; then
-    FLAGS+=(--custom-reward-post-process-path rescue.miles.reward.post_process_rewards)
+    FLAGS+=(--custom-reward-post-process-path rescue.reward.post_process_rewards)
   fi
   if [[ $ESTIMATOR == turn ]]; then
     FLAGS+=(--custom-advantage-function-path rescue.slime.advantages.turn_advantages)

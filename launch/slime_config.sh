@@ -28,7 +28,7 @@
 #                drop:       a stale group is discarded (the next finished one takes its place)
 #                never-drop: every group is trained with weight 1 (K labels stale groups)
 #                protect:    a stale group is kept with probability A, weight 1/A (the
-#                            reward hook rescue.miles.reward.post_process_rewards)
+#                            reward hook rescue.reward.post_process_rewards)
 #                pace:       no group is trained staler than K and none is dropped: the
 #                            rollout function waits for stragglers (rescue.slime.pace)
 #                The budget-regime arms and DRGRPO=1 run on Miles only (make swe-arm,

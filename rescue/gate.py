@@ -29,12 +29,11 @@ from __future__ import annotations
 
 import hashlib
 import math
-import os
 from collections.abc import Mapping
 from dataclasses import dataclass
 from enum import Enum
 
-from rescue import arms
+from rescue import arms, flags
 from rescue.errors import InputError
 
 
@@ -140,13 +139,8 @@ class Gate:
         cls, env: Mapping[str, str] | None = None, *, max_staleness: int | None = None
     ) -> Gate:
         """A gate from ``RESCUE_ARM`` (default drop), ``RESCUE_A`` and ``RESCUE_SEED``."""
-        env = os.environ if env is None else env
-        a = env.get(ENV_A) or None
         return cls(
-            arm=env.get(ENV_ARM) or Arm.DROP.value,
-            a=_parse_float(a, ENV_A) if a is not None else None,
-            seed=seed_from_env(env),
-            max_staleness=max_staleness,
+            arm=ARM.read(env), a=A.read(env), seed=SEED.read(env), max_staleness=max_staleness
         )
 
     @property
@@ -195,16 +189,6 @@ class Gate:
         return " ".join(parts)
 
 
-def seed_from_env(env: Mapping[str, str] | None = None) -> int:
-    """``RESCUE_SEED`` (default 0), validated: the seed of every coin rescue flips."""
-    env = os.environ if env is None else env
-    text = env.get(ENV_SEED) or "0"
-    try:
-        return int(text)
-    except ValueError:
-        raise InputError(f"{ENV_SEED}={text!r} is not an integer") from None
-
-
 def _parse_float(value: object, setting: str) -> float:
     try:
         x = float(value)  # type: ignore[arg-type]
@@ -213,3 +197,27 @@ def _parse_float(value: object, setting: str) -> float:
     if not math.isfinite(x):
         raise InputError(f"{setting}={value!r} is not finite; allowed: 0 < a <= 1")
     return x
+
+
+def _seed(text: str) -> int:
+    try:
+        return int(text)
+    except ValueError:
+        raise InputError(f"{ENV_SEED}={text!r} is not an integer") from None
+
+
+#: ``RESCUE_ARM`` (default ``drop``): the gate's arm.
+ARM = flags.setting(
+    ENV_ARM, Arm.DROP, lambda t: Arm.parse(t, setting=ENV_ARM), "an arm", shown="`drop`"
+)
+#: ``RESCUE_A``: protect's keep probability (no default: protect requires it).
+A = flags.setting(
+    ENV_A,
+    None,
+    lambda t: _parse_float(t, ENV_A),
+    "0 < a <= 1",
+    shown="— (required for `protect`)",
+)
+#: ``RESCUE_SEED`` (default 0): the seed of every coin rescue flips.
+SEED = flags.setting(ENV_SEED, 0, _seed, "an integer")
+seed_from_env = SEED.read

@@ -26,9 +26,8 @@ Settings (environment variables, read by ``rho_from_env`` / ``rescue.gate.seed_f
 from __future__ import annotations
 
 import math
-import os
-from collections.abc import Mapping
 
+from rescue import flags
 from rescue.errors import InputError
 from rescue.gate import coin
 from rescue.outcomes import Classification, is_capped
@@ -68,11 +67,9 @@ def parse_rho(value: object, *, setting: str = ENV_MASK_RHO) -> float:
     return rho
 
 
-def rho_from_env(env: Mapping[str, str] | None = None) -> float:
-    """``RESCUE_MASK_RHO`` (default ``DEFAULT_MASK_RHO`` = 0.5), validated."""
-    env = os.environ if env is None else env
-    text = env.get(ENV_MASK_RHO) or ""
-    return DEFAULT_MASK_RHO if not text.strip() else parse_rho(text)
+#: ``RESCUE_MASK_RHO`` (default ``DEFAULT_MASK_RHO`` = 0.5), validated by ``parse_rho``.
+MASK_RHO = flags.setting(ENV_MASK_RHO, DEFAULT_MASK_RHO, parse_rho, "0 <= rho <= 1")
+rho_from_env = MASK_RHO.read
 
 
 def matched_scale(reference_norm: float, mask_norm: float) -> float:

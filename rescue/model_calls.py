@@ -82,10 +82,16 @@ def calls(sample: Any) -> list[ModelCall] | None:
     """The sample's model calls from its record; ``None`` when it has no consistent one."""
     metadata = _field(sample, "metadata") or {}
     record = metadata.get(CALLS_KEY) if isinstance(metadata, dict) else None
+    versions = _field(sample, "weight_versions") or ()
+    return calls_of(record, versions, int(_field(sample, "response_length", 0) or 0))
+
+
+def calls_of(record: Any, versions: Sequence[Any], n: int) -> list[ModelCall] | None:
+    """The model calls of a record (``metadata["rescue_calls"]``) of a sample with these
+    weight versions and ``n`` response tokens; ``None`` when the record is not consistent."""
     if not isinstance(record, list) or not record:
         return None
-    versions = list(_field(sample, "weight_versions") or ())
-    n = int(_field(sample, "response_length", 0) or 0)
+    versions = list(versions)
     out: list[ModelCall] = []
     last_start = 0
     for entry in record:
@@ -110,28 +116,43 @@ def _trained(mask: Sequence[int] | None, start: int, stop: int) -> bool:
     return any(mask[start:stop])
 
 
-def _mask(sample: Any) -> Sequence[int] | None:
-    mask = _field(sample, "loss_mask")
-    n = int(_field(sample, "response_length", 0) or 0)
-    return mask if mask is not None and len(mask) == n else None
+def trained_mask(loss_mask: Sequence[int] | None, n: int) -> Sequence[int] | None:
+    """The loss mask that says which tokens are trained: ``None`` (every token) when there
+    is none or its length is not the response length ``n``."""
+    return loss_mask if loss_mask is not None and len(loss_mask) == n else None
 
 
 def counted_weight_versions(sample: Any) -> list[Any]:
     """The versions that count for staleness: those of model calls that produced trained
     tokens (every version without a consistent record)."""
-    found = calls(sample)
+    n = int(_field(sample, "response_length", 0) or 0)
+    return counted_of(
+        calls(sample),
+        _field(sample, "weight_versions") or (),
+        trained_mask(_field(sample, "loss_mask"), n),
+    )
+
+
+def counted_of(
+    found: list[ModelCall] | None, versions: Sequence[Any], mask: Sequence[int] | None
+) -> list[Any]:
+    """``counted_weight_versions`` from a sample's calls (``calls_of``), its versions and
+    its ``trained_mask``."""
     if found is None:
-        return list(_field(sample, "weight_versions") or ())
-    mask = _mask(sample)
+        return list(versions)
     return [c.version for c in found if _trained(mask, c.start, c.stop)]
 
 
 def turn_count(sample: Any) -> int:
     """Model calls that produced tokens, a resumed call joined to the call it resumes
     (``len(weight_versions)`` without a consistent record)."""
-    found = calls(sample)
+    return turns_of(calls(sample), len(_field(sample, "weight_versions") or ()))
+
+
+def turns_of(found: list[ModelCall] | None, n_versions: int) -> int:
+    """``turn_count`` from a sample's calls (``calls_of``) and its number of versions."""
     if found is None:
-        return len(_field(sample, "weight_versions") or ())
+        return n_versions
     turns = 0
     produced = None  # whether the current turn produced tokens; None before the first
     for c in found:

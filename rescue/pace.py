@@ -58,20 +58,48 @@ fully-async rollout (``--rollout-function-path rescue.miles.pace.PaceRolloutFn``
 
 from __future__ import annotations
 
-import os
-from collections.abc import Hashable, Mapping
+from collections.abc import Callable, Hashable, Mapping
 from dataclasses import dataclass
 from itertools import count
 
+from rescue import flags
+from rescue.census import PREFIX
 from rescue.errors import InputError
 
 #: Environment variable of the admission window ``W`` (groups); unset = ``(K + 1)·B``.
 ENV_WINDOW = "RESCUE_PACE_WINDOW"
 #: Environment variable of the straggler deadline (seconds after admission; 0 = off).
 ENV_STRAGGLER = "RESCUE_PACE_STRAGGLER_S"
+#: The census keys of pace's waits, logged by the Miles pace rollout and the slime drain.
+WAIT_S_KEY = f"{PREFIX}pace_wait_s"
+WAIT_CAUSES = ("straggler", "window")
+WAIT_GROUPS_KEY = f"{PREFIX}pace_wait_groups"
+ABANDONED_KEY = f"{PREFIX}pace_abandoned_groups"
 #: The straggler deadline when ``RESCUE_PACE_STRAGGLER_S`` is unset: the SWE agent's
 #: default limit on one sample (``RESCUE_SWE_OUTER_TIMEOUT``), past its trial timeout.
 DEFAULT_STRAGGLER_S = 7200.0
+
+
+def _or_text(kind: type) -> Callable[[str], float | str]:
+    """``kind(text)``, or the text itself, which ``PaceSettings`` refuses with its range."""
+
+    def convert(text: str) -> float | str:
+        try:
+            return kind(text)
+        except ValueError:
+            return text
+
+    return convert
+
+
+#: ``RESCUE_PACE_WINDOW`` (unset: (K + 1)·B) and ``RESCUE_PACE_STRAGGLER_S`` (default 7200);
+#: ``PaceSettings`` checks their ranges.
+WINDOW = flags.setting(
+    ENV_WINDOW, None, _or_text(int), "B to (K + 1)·B groups", shown="(K + 1)·B groups"
+)
+STRAGGLER = flags.setting(
+    ENV_STRAGGLER, DEFAULT_STRAGGLER_S, _or_text(float), "seconds >= 0 (0: never abandon)"
+)
 
 
 @dataclass(frozen=True)
@@ -126,26 +154,11 @@ class PaceSettings:
     ) -> PaceSettings:
         """Settings with ``W`` from ``RESCUE_PACE_WINDOW`` (unset or empty: ``(K + 1)·B``) and
         the straggler deadline from ``RESCUE_PACE_STRAGGLER_S`` (unset or empty: 7200 s)."""
-        env = os.environ if env is None else env
-        text = (env.get(ENV_WINDOW) or "").strip()
-        window: int | str | None = None
-        if text:
-            try:
-                window = int(text)
-            except ValueError:
-                window = text  # refused by __post_init__ with the allowed range
-        text = (env.get(ENV_STRAGGLER) or "").strip()
-        straggler: float | str = DEFAULT_STRAGGLER_S
-        if text:
-            try:
-                straggler = float(text)
-            except ValueError:
-                straggler = text  # refused by __post_init__
         return cls(
             max_staleness=max_staleness,
             batch=batch,
-            window=window,  # type: ignore[arg-type]
-            straggler_s=straggler,  # type: ignore[arg-type]
+            window=WINDOW.read(env),
+            straggler_s=STRAGGLER.read(env),
         )
 
 

@@ -13,6 +13,14 @@ framework: it reads fields by name, so it accepts
   (Miles' multi-sample generate functions, e.g. one ``Sample`` per turn),
 - a *group*: a list of trajectories (Miles' ``Group = list[Sample | list[Sample]]``).
 
+**One reading.** A sample is read once, into its ``SampleView`` (``view``, ``views``):
+its fields, and on first use what rescue derives from them (its model calls and counted
+weight versions, its turns, its oldest weight version, its turn spans, recorded or read
+from the loss mask). The reward hook reads its batch into views and hands the views to the
+R = 0 rule, the normalizer and the turn estimator; a census record is built from views
+(``rollout_record``), through ``rescue.outcomes.classify``. A view has the sample's field
+names, so every function here takes a view where it takes a sample.
+
 Rules (each equal to Miles' own where Miles has one):
 
 - group id: the first sample's ``group_index`` (stable across retries; Miles' data source
@@ -41,19 +49,8 @@ Rules (each equal to Miles' own where Miles has one):
   trains). The outcome comes from ``rescue.outcomes.classify``.
 - loss weight: ``metadata["rescue_weight"]`` (``WEIGHT_KEY``) on every sample of a
   protected group; absent means 1.
-- gating (``gate_group``, shared by the Miles buffer and the slime drain): the gate
-  decides on the group id and staleness; a dropped group's bucket is ``dropped_stale``;
-  a kept group is tagged with its loss weight (``1/a`` when protected, any leftover key
-  removed otherwise) and its bucket is ``trained_protected``, ``trained_stale`` or
-  ``trained_fresh``. ``GatedGroup.settle`` closes its census entry with the records of
-  its trajectories as they are at that moment.
-- recording (also ``gate_group``, every arm): every sample of every group that reaches
-  the gate carries ``metadata["rescue_staleness"]`` (``STALENESS_KEY``; ``None`` when
-  unknown), ``metadata["rescue_would_drop"]`` (``WOULD_DROP_KEY``: the group is stale,
-  so the drop arm drops it) and ``metadata["rescue_coin"]`` (``COIN_KEY``: the protect
-  coin ``u(seed, group id)`` of the gate's seed, which protect compares with ``a``). A
-  never-drop run's dump therefore holds the cohort and every arm's selection of it
-  (``rescue.oracle``); the selection is recomputed with ``Gate.decide_drawn``.
+- gating and recording: ``rescue.gating`` writes the gate's inputs and a kept group's loss
+  weight on its samples.
 """
 
 from __future__ import annotations
@@ -61,14 +58,15 @@ from __future__ import annotations
 import functools
 import hashlib
 from collections.abc import Iterable, Iterator, Mapping, Sequence
-from dataclasses import dataclass
 from typing import Any
 
-from rescue.census import Bucket, Census, RolloutRecord
+import numpy as np
+
+from rescue.census import RolloutRecord
 from rescue.errors import InputError
-from rescue.gate import Gate
-from rescue.model_calls import counted_weight_versions, turn_count
+from rescue.model_calls import CALLS_KEY, ModelCall, calls_of, counted_of, trained_mask, turns_of
 from rescue.outcomes import status_value
+from rescue.turns import TurnSpans, mask_turn_spans, recorded_turn_spans
 
 #: Metadata key carrying a sample's loss weight (1/a for a protected stale group).
 WEIGHT_KEY = "rescue_weight"
@@ -83,14 +81,157 @@ _MISSING = object()
 
 
 def field(sample: Any, name: str, default: Any = None) -> Any:
-    """A field of a ``Sample`` or of a Sample dict (``default`` when absent)."""
+    """A field of a ``Sample``, of a Sample dict or of a ``SampleView`` (``default`` when
+    absent)."""
     if isinstance(sample, dict):
         return sample.get(name, default)
     return getattr(sample, name, default)
 
 
-def _sample_status(sample: Any) -> str | None:
-    return status_value(field(sample, "status"))
+class SampleView:
+    """One trainer sample read once: its fields, and what rescue derives from them.
+
+    ``view(sample)`` reads every field rescue uses, once; the derived parts are computed on
+    first use and kept: the model calls and the counted weight versions
+    (``rescue.model_calls``), the turns, the oldest weight version, the turn spans
+    (recorded, else read from the loss mask: ``rescue.turns``) and the loss weight. The
+    view has the sample's field names, so every function of this module takes a view where
+    it takes a sample. The metadata dict and the loss mask are the sample's own objects,
+    not copies.
+    """
+
+    __slots__ = (
+        "_derived",
+        "group_index",
+        "index",
+        "loss_mask",
+        "metadata",
+        "prompt",
+        "remove_sample",
+        "response_length",
+        "reward",
+        "rollout_id",
+        "status",
+        "weight_versions",
+    )  # fmt: skip
+
+    def __init__(self, sample: Any) -> None:
+        if isinstance(sample, dict):
+            sample = _DictFields(sample)
+        self.group_index = getattr(sample, "group_index", None)
+        self.index = getattr(sample, "index", None)
+        self.rollout_id = getattr(sample, "rollout_id", None)
+        self.prompt = getattr(sample, "prompt", "")
+        self.status = status_value(getattr(sample, "status", None))
+        self.reward = getattr(sample, "reward", None)
+        self.metadata = getattr(sample, "metadata", None)
+        self.remove_sample = bool(getattr(sample, "remove_sample", False))
+        versions = getattr(sample, "weight_versions", None)
+        self.weight_versions = tuple(versions) if versions else ()
+        self.response_length = int(getattr(sample, "response_length", 0) or 0)
+        self.loss_mask = getattr(sample, "loss_mask", None)
+        self._derived: dict[str, Any] | None = None
+
+    def _once(self, name: str, compute: Any) -> Any:
+        derived = self._derived
+        if derived is None:
+            derived = self._derived = {}
+        if name not in derived:
+            derived[name] = compute()
+        return derived[name]
+
+    def describe(self) -> str:
+        """``group_index=.., index=.., rollout_id=..`` for error messages."""
+        return f"group_index={self.group_index}, index={self.index}, rollout_id={self.rollout_id}"
+
+    @property
+    def calls(self) -> list[ModelCall] | None:
+        """Its model calls (``rescue.model_calls.calls_of``; None without a consistent record)."""
+        record = self.metadata.get(CALLS_KEY) if isinstance(self.metadata, dict) else None
+        return self._once(
+            "calls", lambda: calls_of(record, self.weight_versions, self.response_length)
+        )
+
+    @property
+    def counted_weight_versions(self) -> list[Any]:
+        """The versions of model calls that produced trained tokens (``rescue.model_calls``)."""
+        return self._once(
+            "counted",
+            lambda: counted_of(
+                self.calls,
+                self.weight_versions,
+                trained_mask(self.loss_mask, self.response_length),
+            ),
+        )
+
+    @property
+    def turn_count(self) -> int:
+        """Model calls that produced tokens, a resumed call joined to the one it resumes."""
+        return self._once("turns", lambda: turns_of(self.calls, len(self.weight_versions)))
+
+    @property
+    def oldest_weight_version(self) -> int | None:
+        """Minimum numeric counted weight version (module docstring)."""
+
+        def oldest() -> int | None:
+            best = None
+            for v in self.counted_weight_versions:
+                text = v if v.__class__ is str else str(v)
+                if text.isdigit() and (best is None or int(text) < best):
+                    best = int(text)
+            return best
+
+        return self._once("oldest", oldest)
+
+    @property
+    def turn_spans(self) -> TurnSpans:
+        """Its turns as response-token spans: the spans recorded in its metadata for its
+        response length, else the runs of 1s of its loss mask (all of the response when it
+        has none). ``InputError`` when neither can be read (the caller names the sample)."""
+
+        def spans() -> TurnSpans:
+            n = self.response_length
+            recorded = recorded_turn_spans(self.metadata, n)
+            if recorded is not None:  # recorded where the mask was built: no pass over it
+                return recorded
+            if self.loss_mask is None:
+                one = np.zeros(1 if n else 0, dtype=np.int64)
+                return TurnSpans(one, one + n, n)
+            if len(self.loss_mask) != n:
+                raise InputError(
+                    f"loss_mask has {len(self.loss_mask)} entries, response_length is {n}"
+                )
+            try:
+                return mask_turn_spans(self.loss_mask)
+            except ValueError as e:
+                raise InputError(str(e)) from None
+
+        return self._once("spans", spans)
+
+
+class _DictFields:
+    """A Sample dict's keys as attributes (what ``SampleView`` reads a dict through)."""
+
+    __slots__ = ("_d",)
+
+    def __init__(self, d: dict) -> None:
+        self._d = d
+
+    def __getattr__(self, name: str) -> Any:
+        try:
+            return self._d[name]
+        except KeyError:
+            raise AttributeError(name) from None
+
+
+def view(sample: Any) -> SampleView:
+    """The view of a sample (a ``Sample``, a Sample dict, or already a view)."""
+    return sample if sample.__class__ is SampleView else SampleView(sample)
+
+
+def views(samples: Iterable[Any]) -> list[SampleView]:
+    """One view per sample, in order: what an adapter reads a batch into once."""
+    return [view(s) for s in samples]
 
 
 def trajectory_samples(trajectory: Any) -> list[Any]:
@@ -131,12 +272,7 @@ def group_id(group: Sequence[Any]) -> int | str:
 def oldest_weight_version(sample: Any) -> int | None:
     """Minimum numeric weight version over the sample's counted model calls (those that
     produced trained tokens; ``rescue.model_calls``)."""
-    best = None
-    for v in counted_weight_versions(sample):
-        text = v if v.__class__ is str else str(v)
-        if text.isdigit() and (best is None or int(text) < best):
-            best = int(text)
-    return best
+    return view(sample).oldest_weight_version
 
 
 def group_oldest_weight_version(group: Iterable[Any]) -> int | None:
@@ -192,35 +328,33 @@ def reward_value(sample: Any, reward_key: str | None = None) -> float | None:
 
 
 def rollout_record(trajectory: Any, *, reward_key: str | None = None) -> RolloutRecord:
-    """The census record of one trajectory (a sample, a Sample dict or a list of them)."""
-    samples = trajectory_samples(trajectory)
-    if not samples:
+    """The census record of one trajectory (a sample, a Sample dict, a view or a list of
+    them), read through the samples' views."""
+    read = [view(s) for s in trajectory_samples(trajectory)]
+    if not read:
         raise InputError("trajectory is empty: a trajectory needs at least one sample")
-    if len(samples) == 1 and not field(samples[0], "metadata"):
-        s = samples[0]
+    if len(read) == 1 and not read[0].metadata:
+        s = read[0]
         return _plain_record(
-            _sample_status(s),
-            reward_value(s, reward_key),
-            bool(field(s, "remove_sample", False)),
-            len(field(s, "weight_versions") or ()) or None,
+            s.status, reward_value(s, reward_key), s.remove_sample, len(s.weight_versions) or None
         )
-    statuses = [_sample_status(s) for s in samples]
+    statuses = [s.status for s in read]
     status = "aborted" if "aborted" in statuses else statuses[-1]
     reward = None
-    for s in reversed(samples):
+    for s in reversed(read):
         if (reward := reward_value(s, reward_key)) is not None:
             break
     metadata: dict[str, Any] = {}
-    for s in samples:
-        metadata.update(field(s, "metadata") or {})
+    for s in read:
+        metadata.update(s.metadata or {})
     turns = None
     if "turns" not in metadata and "turns" not in (metadata.get("agent_metrics") or {}):
-        turns = sum(turn_count(s) for s in samples) or None
+        turns = sum(s.turn_count for s in read) or None
     return RolloutRecord.from_sample_fields(
         status=status,
         reward=reward,
         metadata=metadata,
-        remove_sample=all(bool(field(s, "remove_sample", False)) for s in samples),
+        remove_sample=all(s.remove_sample for s in read),
         turns=turns,
     )
 
@@ -275,69 +409,3 @@ def weight_of(sample: Any) -> float:
     """A sample's loss weight: ``metadata["rescue_weight"]``, 1 when absent."""
     metadata = field(sample, "metadata") or {}
     return float(metadata.get(WEIGHT_KEY, 1.0))
-
-
-def sample_metadata(sample: Any) -> dict:
-    """The sample's metadata dict, created (and attached) when it has none."""
-    is_dict = isinstance(sample, dict)
-    metadata = sample.get("metadata") if is_dict else getattr(sample, "metadata", None)
-    if metadata is None:
-        metadata = {}
-        if is_dict:
-            sample["metadata"] = metadata
-        else:
-            sample.metadata = metadata
-    return metadata
-
-
-def set_group_weight(group: Iterable[Any], weight: float | None) -> None:
-    """Write ``weight`` into every sample's metadata, or remove the key when ``None``."""
-    for s in iter_samples(group):
-        if weight is None:
-            if metadata := field(s, "metadata"):
-                metadata.pop(WEIGHT_KEY, None)
-            continue
-        sample_metadata(s)[WEIGHT_KEY] = float(weight)
-
-
-def tag_group(group: Iterable[Any], staleness: int | None, would_drop: bool, u: float) -> None:
-    """Record the gate's inputs on every sample: staleness, would-drop and the coin."""
-    for s in iter_samples(group):
-        metadata = sample_metadata(s)
-        metadata[STALENESS_KEY] = staleness
-        metadata[WOULD_DROP_KEY] = bool(would_drop)
-        metadata[COIN_KEY] = float(u)
-
-
-@dataclass
-class GatedGroup:
-    """A group after the gate: its id, staleness, census bucket and loss weight."""
-
-    gid: int | str
-    group: Any
-    staleness: int | None
-    bucket: Bucket
-    weight: float
-
-    @property
-    def kept(self) -> bool:
-        """Whether the gate kept the group for training."""
-        return self.bucket.trained
-
-    def settle(self, census: Census, *, reward_key: str | None = None) -> None:
-        """Close the group's census entry into its bucket, with its trajectories' records."""
-        records = group_records(self.group, reward_key=reward_key)
-        census.settle(self.gid, self.bucket, records, staleness=self.staleness, weight=self.weight)
-
-
-def gate_group(gate: Gate, group: Sequence[Any], current_version: int | None) -> GatedGroup:
-    """Pass one group through the gate, recording its inputs on every sample; a kept group
-    is tagged with its loss weight."""
-    gid = group_id(group)
-    staleness = group_staleness(group, current_version)
-    u = gate.coin(gid)
-    decision = gate.decide_drawn(gate.is_stale(staleness), u)
-    tag_group(group, staleness, decision.stale, u)
-    if decision.keep:
-        set_group_weight(group, decision.weight if decision.protected else None)
-    return GatedGroup(gid, group, staleness, Bucket.after_gate(decision), decision.weight)

@@ -38,12 +38,12 @@ drain call the same code, each with its own ``flush``.
 
 from __future__ import annotations
 
-import os
 import time
 from collections import Counter, deque
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 
+from rescue import flags
 from rescue.errors import InputError
 
 ENV_WINDOW = "RESCUE_WATCHDOG_WINDOW"
@@ -51,6 +51,26 @@ ENV_MAX_NO_RESULT = "RESCUE_WATCHDOG_MAX_NO_RESULT"
 ENV_IDLE_S = "RESCUE_WATCHDOG_IDLE_S"
 #: Characters of one error kept in the stop line.
 ERROR_CHARS = 200
+
+
+def _typed(kind: type, var: str) -> Callable[[str], float]:
+    """``kind(text)``, refused as ``VAR='text' is not a number (int)``."""
+
+    def convert(text: str) -> float:
+        try:
+            return kind(text)
+        except ValueError:
+            raise InputError(f"{var}={text!r} is not a number ({kind.__name__})") from None
+
+    return convert
+
+
+#: The watchdog's settings (``WatchdogSettings`` checks their ranges).
+WINDOW = flags.setting(ENV_WINDOW, 64, _typed(int, ENV_WINDOW), "an integer >= 0 (0: off)")
+MAX_NO_RESULT = flags.setting(
+    ENV_MAX_NO_RESULT, 0.5, _typed(float, ENV_MAX_NO_RESULT), "a fraction in [0, 1]"
+)
+IDLE_S = flags.setting(ENV_IDLE_S, 10800.0, _typed(float, ENV_IDLE_S), "seconds >= 0 (0: off)")
 
 
 @dataclass(frozen=True)
@@ -68,9 +88,9 @@ class WatchdogSettings:
         errors_kept: distinct errors named in the stop line (default 3).
     """
 
-    window: int = 64
-    max_no_result: float = 0.5
-    idle_s: float = 10800.0
+    window: int = WINDOW.default
+    max_no_result: float = MAX_NO_RESULT.default
+    idle_s: float = IDLE_S.default
     errors_kept: int = 3
 
     def __post_init__(self) -> None:
@@ -88,21 +108,9 @@ class WatchdogSettings:
     @classmethod
     def from_env(cls, env: Mapping[str, str] | None = None) -> WatchdogSettings:
         """Settings from ``RESCUE_WATCHDOG_*`` (unset or empty: the defaults)."""
-        env = os.environ if env is None else env
-        values: dict[str, float | int] = {}
-        for field, var, kind in (
-            ("window", ENV_WINDOW, int),
-            ("max_no_result", ENV_MAX_NO_RESULT, float),
-            ("idle_s", ENV_IDLE_S, float),
-        ):
-            text = (env.get(var) or "").strip()
-            if not text:
-                continue
-            try:
-                values[field] = kind(text)
-            except ValueError:
-                raise InputError(f"{var}={text!r} is not a number ({kind.__name__})") from None
-        return cls(**values)  # type: ignore[arg-type]
+        return cls(
+            window=WINDOW.read(env), max_no_result=MAX_NO_RESULT.read(env), idle_s=IDLE_S.read(env)
+        )
 
     def describe(self) -> str:
         """One line: what trips the watchdog."""

@@ -46,7 +46,6 @@ from typing import Any
 
 from rescue.errors import InputError
 from rescue.rows import read_rows
-from swe_smith_tasks.validate import reference_path
 
 #: Default Hugging Face dataset (swesmith.constants.HF_DATASET).
 HF_DATASET = "SWE-bench/SWE-smith"
@@ -117,6 +116,12 @@ def normalize_image(name: str, namespace: str = IMAGE_NAMESPACE) -> str:
     if sep and ns.lower() in KNOWN_IMAGE_NAMESPACES and rest.lower().startswith("swesmith."):
         return f"{namespace.rstrip('/')}/{rest.lower()}"
     return image
+
+
+def reference_path(tasks_path: str | os.PathLike[str]) -> Path:
+    """Where ``prepare`` keeps the references of a prompt file: ``x.jsonl`` → ``x.reference.jsonl``."""
+    p = Path(tasks_path)
+    return p.with_name(p.name.removesuffix(".jsonl") + ".reference.jsonl")
 
 
 def read_subset(path: str | os.PathLike[str]) -> list[str]:

@@ -40,6 +40,7 @@ from rescue.errors import InputError
 from rescue.output import write_text
 from swe_smith_tasks.agent_settings import AgentSettings
 from swe_smith_tasks.images import task_image
+from swe_smith_tasks.prepare import read_subset, reference_path
 
 RESULTS, SUBSET, SUMMARY = "validate.jsonl", "subset.txt", "summary.md"
 
@@ -54,12 +55,6 @@ class Validation:
     reason: str
     seconds: float
     error: str = ""
-
-
-def reference_path(tasks_path: str | os.PathLike[str]) -> Path:
-    """Where ``prepare`` keeps the references of a prompt file: ``x.jsonl`` → ``x.reference.jsonl``."""
-    p = Path(tasks_path)
-    return p.with_name(p.name.removesuffix(".jsonl") + ".reference.jsonl")
 
 
 def load_references(path: str | os.PathLike[str]) -> dict[str, str]:
@@ -221,7 +216,6 @@ def main(args: Any) -> int:
     """``rescue swe validate`` (``swe_smith_tasks.cli``): the subset of ``--tasks`` validated,
     the outputs written and the excluded tasks printed; 1 when no reference resolves."""
     from swe_smith_tasks import pilot
-    from swe_smith_tasks.prepare import read_subset
 
     tasks = pilot.load_tasks(args.tasks)
     if args.subset is not None:

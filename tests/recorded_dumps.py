@@ -2,15 +2,15 @@
 
 ``recorded_step`` draws one step (``rescue.replay.synthetic.synthetic_step``), makes the
 groups in ``stale`` older than ``--max-weight-staleness`` (their weight versions lag the
-current one by ``K + 1``) and passes every group through ``rescue.samples.gate_group`` with
+current one by ``K + 1``) and passes every group through ``rescue.gating.gate_group`` with
 a never-drop gate, as rescue's buffer does in a recording run.
 """
 
 from __future__ import annotations
 
 from rescue.gate import Gate
+from rescue.gating import gate_group
 from rescue.replay.synthetic import synthetic_step
-from rescue.samples import gate_group
 
 K = 1  # --max-weight-staleness of the recording run
 SEED = 7  # RESCUE_SEED of the recording run

@@ -51,7 +51,7 @@ def install() -> None:
             "ChatCompletionRequest", **{name: (Any, None) for name in FIELDS}
         )
     # Miles' agentic generate function took the name at import: an earlier test may have
-    # imported it with an empty stand-in (tests/miles_args.py)
+    # imported it with an empty stand-in (tests/framework_args.py)
     agentic = sys.modules.get("miles.rollout.generate_hub.agentic_tool_call")
     if agentic is not None:
         agentic.ChatCompletionRequest = protocol.ChatCompletionRequest

@@ -47,13 +47,13 @@ def _bash_definition(name: str) -> dict[str, str] | None:
 @pytest.mark.parametrize("name", NAMES)
 def test_every_consumer_accepts_every_registered_arm(name):
     from rescue.judge.power import arm_label
-    from rescue.sim.power_cli import question_arms
     from rescue.judge.runs import ARM_NAMES, identify, parse_name
     from rescue.questions import chains
     from rescue.rehearsal import checks
     from rescue.rehearsal.miles.launchers import LAUNCHERS
     from rescue.sim.arms import ARMS as SIM_ARMS
     from rescue.sim.arms import ArmSpec
+    from rescue.sim.power_cli import question_arms
 
     arm = arms.ARMS[name]
     # the gate

@@ -1,4 +1,6 @@
-"""No import circles: the project's modules import each other along a graph without cycles.
+"""The import graph: no circles, and every import goes down the house's layers.
+
+No import circles: the project's modules import each other along a graph without cycles.
 
 Every import statement of every module of ``rescue`` is read from its source with ``ast``, those inside functions included
 (a lazy import is still a circle: the two modules cannot be understood, tested or moved
@@ -6,6 +8,11 @@ apart), except under ``if TYPE_CHECKING:`` (never executed). An import names the
 loads: ``from a.b import c`` is an edge to ``a.b.c`` when that is a module, else to ``a.b``;
 ``import a.b`` is an edge to ``a.b``. A cycle fails the test with its modules in order and
 the line of each import that closes it.
+
+Layers (``LAYERS``, lowest first): a module imports modules of its own package, or of a
+lower layer; never of a higher layer, and never of another package of its own layer (so the
+Miles and slime adapters share only what lives below them, in the core). The core is every
+module directly under ``rescue/`` but the command (``rescue.cli``) and what runs it.
 """
 
 from __future__ import annotations
@@ -18,7 +25,7 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
-PACKAGES = ("rescue",)
+PACKAGES = ("rescue", "filters", "swe_smith_tasks")
 
 #: module -> {imported module -> first line that imports it}
 Graph = Mapping[str, Mapping[str, int]]
@@ -222,3 +229,58 @@ def test_relative_imports_and_package_attributes_resolve(tmp_path):
     assert graph["pkg.sub"] == {"pkg.sub.x": 1}
     assert graph["pkg.sub.x"] == {"pkg": 1}
     assert cycles(graph) == [["pkg", "pkg.sub.x", "pkg"]]
+
+
+#: The house's layers, lowest first (module docstring).
+LAYERS: tuple[tuple[str, ...], ...] = (
+    ("rescue",),
+    ("rescue.judge",),
+    ("rescue.sim", "rescue.replay", "rescue.rlvr"),
+    ("rescue.envs", "rescue.oracle"),
+    ("rescue.miles", "rescue.slime", "filters", "swe_smith_tasks"),
+    ("rescue.rehearsal",),
+    ("rescue.questions", "rescue.rehearsal.miles"),
+    ("rescue.cli",),
+    # what runs the command: ``python -m rescue``, and the questions' rehearsal stages
+    ("rescue.__main__", "rescue.questions.rehearsal"),
+)
+
+
+def unit(module: str) -> str:
+    """The package of ``LAYERS`` a module belongs to: the longest that contains it."""
+    named = [p for layer in LAYERS for p in layer if module == p or module.startswith(p + ".")]
+    return max(named, key=len)
+
+
+def layer(module: str) -> int:
+    u = unit(module)
+    return next(i for i, names in enumerate(LAYERS) if u in names)
+
+
+def wrong_way(graph: Graph) -> list[str]:
+    """Every import from a module to a higher layer, or to another package of its layer."""
+    out = []
+    for a, targets in sorted(graph.items()):
+        for b, line in sorted(targets.items()):
+            if unit(a) == unit(b) or layer(b) < layer(a):
+                continue
+            out.append(f"{a} (layer {layer(a)}) imports {b} (layer {layer(b)}) at line {line}")
+    return out
+
+
+def test_every_import_goes_down_the_layers():
+    found = wrong_way(import_graph())
+    assert not found, "imports against the layers:\n  " + "\n  ".join(found)
+
+
+def test_the_layers_name_every_package_and_refuse_a_planted_upward_import():
+    graph = import_graph()
+    assert {unit(m) for m in graph} == {p for names in LAYERS for p in names}
+    planted = {**graph, "rescue.judge.runs": {**graph["rescue.judge.runs"], "rescue.sim.config": 7}}
+    assert wrong_way(planted) == [
+        "rescue.judge.runs (layer 1) imports rescue.sim.config (layer 2) at line 7"
+    ]
+    sideways = {**graph, "rescue.slime.checks": {"rescue.miles.reward": 3}}
+    assert wrong_way(sideways) == [
+        "rescue.slime.checks (layer 4) imports rescue.miles.reward (layer 4) at line 3"
+    ]

@@ -16,10 +16,10 @@ import math
 from types import SimpleNamespace
 
 import pytest
-from miles_env import require_miles
+from megatron_step import megatron as megatron  # a fixture
 
 from rescue.miles.matched import CONVERT_PATH, STEP_CONVERT_PATH
-from rescue.miles.train_step import ENV_UPDATE_NORM, MOMENTS, before_train_step
+from rescue.miles.train_step import before_train_step
 
 N_ROLLOUTS = 16  # rollouts per step (the scheduler's increment)
 ARGS = SimpleNamespace(
@@ -29,28 +29,6 @@ ARGS = SimpleNamespace(
     num_steps_per_rollout=None,
     custom_convert_samples_to_train_data_path=CONVERT_PATH,
 )
-
-
-@pytest.fixture
-def megatron(monkeypatch):
-    require_miles()
-    from megatron.core import mpu
-    from megatron_cpu import cpu_patch, gloo_world, miles_parallel_state
-    from miles.utils.tracking_utils import tracking
-
-    logged = []
-    monkeypatch.setattr(
-        tracking, "log", lambda args, metrics, step_key: logged.append((metrics, step_key))
-    )
-    monkeypatch.delenv(ENV_UPDATE_NORM, raising=False)
-    with gloo_world(), cpu_patch():
-        mpu.initialize_model_parallel(1, 1)
-        try:
-            with miles_parallel_state():
-                MOMENTS.reset()
-                yield logged
-        finally:
-            mpu.destroy_model_parallel()
 
 
 def build(optimizer, *, weight_decay, clip, distributed=False, lr=None):

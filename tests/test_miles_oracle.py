@@ -20,10 +20,11 @@ from miles_env import require_miles
 from recorded_dumps import SEED, recorded_step
 
 from rescue.gate import Gate, coin
+from rescue.gating import gate_group
 from rescue.oracle.build import build
 from rescue.oracle.compare import compare
 from rescue.oracle.manifest import Manifest
-from rescue.samples import WEIGHT_KEY, gate_group
+from rescue.samples import WEIGHT_KEY
 
 torch = pytest.importorskip("torch")
 

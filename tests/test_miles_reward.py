@@ -10,7 +10,8 @@ import pytest
 from fake_sample import Sample
 from miles_env import require_miles
 
-from rescue.miles.reward import ENV_BASELINE, post_process_rewards
+from rescue.miles.reward import post_process_rewards
+from rescue.reward import ENV_BASELINE
 
 
 def make_args(**overrides):

@@ -36,7 +36,7 @@ def _stub_rollout_imports() -> None:
     except ImportError:
         sglang_router = sys.modules.setdefault("sglang_router", types.ModuleType("sglang_router"))
         sglang_router.__path__ = []
-    if not hasattr(sglang_router, "__version__"):  # (miles_args' import-only stand-in)
+    if not hasattr(sglang_router, "__version__"):  # (framework_args' import-only stand-in)
         sglang_router.__version__ = "0.3.2"
     name = "sglang.srt.debug_utils.dumper"
     try:
@@ -70,7 +70,7 @@ def miles_args(tmp_path, cooking_games):
     """Miles' own parser's defaults for a train.py run of the cooking arm, then the stand-ins."""
     require_miles()
     pytest.importorskip("textworld")
-    from miles_args import parse_with_miles
+    from framework_args import parse_with_miles
 
     rows = tmp_path / "rows.jsonl"
     rows.write_text("".join(json.dumps(r) + "\n" for r in cooking_games))
@@ -85,7 +85,7 @@ def miles_args(tmp_path, cooking_games):
     ]  # fmt: skip
     args, _ = parse_with_miles(words)
     args.over_sampling_batch_size = args.rollout_batch_size  # Miles' validation default
-    # SGLang's and the router's own flags (not in the parser here: miles_args): their defaults
+    # SGLang's and the router's own flags (not in the parser here: framework_args): their defaults
     args.sglang_speculative_algorithm = None
     args.sglang_router_policy = "cache_aware"
     args.sglang_router_ip = "127.0.0.1"

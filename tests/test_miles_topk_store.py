@@ -8,13 +8,7 @@ The Ray test starts its own head on a free port and stops exactly that process g
 from __future__ import annotations
 
 import os
-import shutil
-import signal
-import socket
-import subprocess
 import sys
-import tempfile
-import time
 import types
 from pathlib import Path
 from types import SimpleNamespace
@@ -22,6 +16,7 @@ from types import SimpleNamespace
 import numpy as np
 import pytest
 from fake_sample import Sample
+from ray_head import RAY_ENV, local_ray_head
 
 from rescue.errors import InputError
 from rescue.miles import topk_store
@@ -147,49 +142,11 @@ def test_log_rollout_publishes_under_score_centering_only(fake_miles_tracking, m
 # ── with Ray: the rollout manager publishes, a train rank elsewhere fetches ──────────────
 
 
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-#: Ray >= 2.5x turns token authentication on for ``ray start``; a local test cluster goes
-#: without it (the head and this driver both), as the Ray docs say for local development.
-RAY_ENV = {"RAY_USAGE_STATS_ENABLED": "0", "RAY_AUTH_MODE": "disabled"}
-
-
 @pytest.fixture(scope="module")
 def ray_head():
     pytest.importorskip("ray")
-    port = free_port()
-    tmp = tempfile.mkdtemp(prefix="rtopk", dir="/tmp")  # short: Ray's socket paths are bounded
-    ray_bin = Path(sys.executable).with_name("ray")
-    proc = subprocess.Popen(
-        [str(ray_bin), "start", "--head", f"--port={port}", "--num-cpus=1",
-         "--include-dashboard=false", f"--temp-dir={tmp}", "--node-ip-address=127.0.0.1",
-         "--disable-usage-stats", "--block"],
-        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True,
-        env={**os.environ, **RAY_ENV},
-    )  # fmt: skip
-    try:
-        deadline = time.monotonic() + 120
-        while True:
-            try:
-                socket.create_connection(("127.0.0.1", port), timeout=0.5).close()
-                break
-            except OSError:
-                if proc.poll() is not None or time.monotonic() > deadline:
-                    pytest.fail(f"the test's Ray head did not start (exit {proc.poll()})")
-                time.sleep(0.5)
-        yield f"127.0.0.1:{port}"
-    finally:
-        os.killpg(proc.pid, signal.SIGINT)  # the head and the workers it started, nothing else
-        try:
-            proc.wait(timeout=60)
-        except subprocess.TimeoutExpired:
-            os.killpg(proc.pid, signal.SIGKILL)
-            proc.wait(timeout=30)
-        shutil.rmtree(tmp, ignore_errors=True)
+    with local_ray_head(num_cpus=1, prefix="rtopk") as address:
+        yield address
 
 
 def fetch_as_a_train_rank(rollout_id: int, digest: str):

@@ -9,33 +9,11 @@ from types import SimpleNamespace
 
 import numpy as np
 import pytest
+from megatron_step import megatron as megatron  # a fixture
 from miles_env import require_miles
 
 from rescue.miles.loss import LOSS_PATH, STEP_HOOK_PATH, check_loss_flags
 from rescue.miles.train_step import ENV_UPDATE_NORM, MOMENTS, before_train_step
-
-
-@pytest.fixture
-def megatron(monkeypatch):
-    """megatron-core's model-parallel state, Miles' ParallelState and a tracking recorder."""
-    require_miles()
-    from megatron.core import mpu
-    from megatron_cpu import cpu_patch, gloo_world, miles_parallel_state
-    from miles.utils.tracking_utils import tracking
-
-    logged = []
-    monkeypatch.setattr(
-        tracking, "log", lambda args, metrics, step_key: logged.append((metrics, step_key))
-    )
-    monkeypatch.delenv(ENV_UPDATE_NORM, raising=False)
-    with gloo_world(), cpu_patch():
-        mpu.initialize_model_parallel(1, 1)
-        try:
-            with miles_parallel_state():
-                MOMENTS.reset()
-                yield logged
-        finally:
-            mpu.destroy_model_parallel()
 
 
 def build(optimizer="adam", distributed=False, lr=0.05):

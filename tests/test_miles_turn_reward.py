@@ -13,9 +13,9 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from rescue.advantages import per_token_advantages
-from rescue.miles.budget import ENV_TRUNCATED_REWARD, zero_budget_failures
 from rescue.miles.reward import post_process_rewards
-from rescue.miles.turn_reward import (
+from rescue.reward import ENV_TRUNCATED_REWARD, zero_budget_failures
+from rescue.turn_reward import (
     ENV_ESTIMATOR,
     ENV_KAPPA,
     ENV_TURN_TOKENS,

@@ -765,7 +765,7 @@ def _miles_launched_flags(miles_src: Path) -> set[str]:
 def _check_with_miles_parser(words: list[str], miles_src: Path):
     """Every flag Miles defines parses with its real type and choices; every other one is a
     flag Miles' own launchers pass (Megatron's, SGLang's)."""
-    from miles_args import parse_with_miles
+    from framework_args import parse_with_miles
 
     args, rest = parse_with_miles(words)
     leftover = {w for w in rest if w.startswith("--")}

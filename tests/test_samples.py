@@ -1,4 +1,5 @@
-"""The core's sample model (``rescue.samples``) on the tests' ``Sample`` and on Sample dicts."""
+"""The core's sample model (``rescue.samples``, and ``rescue.gating``'s group through the gate)
+on the tests' ``Sample`` and on Sample dicts."""
 
 from __future__ import annotations
 
@@ -9,13 +10,13 @@ from fake_sample import Sample
 
 from rescue.census import Bucket, RolloutRecord, no_result
 from rescue.gate import Gate, coin
+from rescue.gating import gate_group
 from rescue.outcomes import Outcome
 from rescue.samples import (
     COIN_KEY,
     STALENESS_KEY,
     WEIGHT_KEY,
     WOULD_DROP_KEY,
-    gate_group,
     group_id,
     group_newest_weight_version,
     group_oldest_weight_version,

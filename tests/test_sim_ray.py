@@ -6,17 +6,11 @@ nor stops, a Ray it did not start.
 """
 
 import json
-import os
-import shutil
-import signal
-import socket
-import subprocess
 import sys
-import tempfile
-import time
 from pathlib import Path
 
 import pytest
+from ray_head import local_ray_head
 
 from rescue import cli
 
@@ -26,51 +20,10 @@ ARGS = ["--arms", "drop,pace,protect:0.5,mask", "--steps", "5", "--seeds", "2", 
         "--no-plots", "--no-progress", "--groups-per-step", "4", "--concurrency", "8"]  # fmt: skip
 
 
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 @pytest.fixture(scope="module")
 def ray_head():
-    port = free_port()
-    tmp = tempfile.mkdtemp(prefix="rsim", dir="/tmp")  # short: Ray's socket paths are bounded
-    ray_bin = Path(sys.executable).with_name("ray")
-    proc = subprocess.Popen(
-        [str(ray_bin), "start", "--head", f"--port={port}", "--num-cpus=2",
-         "--include-dashboard=false", f"--temp-dir={tmp}", "--node-ip-address=127.0.0.1",
-         "--disable-usage-stats", "--block"],
-        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True,
-        env={**os.environ, "RAY_USAGE_STATS_ENABLED": "0", "RAY_AUTH_MODE": "disabled"},
-    )  # fmt: skip
-    # Ray >= 2.5x turns token authentication on for `ray start`; the head and this driver
-    # run without it (the head is local to the test)
-    auth = os.environ.get("RAY_AUTH_MODE")
-    os.environ["RAY_AUTH_MODE"] = "disabled"
-    try:
-        deadline = time.monotonic() + 120
-        while True:
-            try:
-                socket.create_connection(("127.0.0.1", port), timeout=0.5).close()
-                break
-            except OSError:
-                if proc.poll() is not None or time.monotonic() > deadline:
-                    pytest.fail(f"the test's Ray head did not start (exit {proc.poll()})")
-                time.sleep(0.5)
-        yield f"127.0.0.1:{port}"
-    finally:
-        os.killpg(proc.pid, signal.SIGINT)  # the head and the workers it started, nothing else
-        try:
-            proc.wait(timeout=60)
-        except subprocess.TimeoutExpired:
-            os.killpg(proc.pid, signal.SIGKILL)
-            proc.wait(timeout=30)
-        shutil.rmtree(tmp, ignore_errors=True)
-        if auth is None:
-            os.environ.pop("RAY_AUTH_MODE", None)
-        else:
-            os.environ["RAY_AUTH_MODE"] = auth
+    with local_ray_head(num_cpus=2, prefix="rsim") as address:
+        yield address
 
 
 def files(out: Path) -> dict[str, bytes]:

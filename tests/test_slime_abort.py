@@ -72,10 +72,10 @@ def slime_run(monkeypatch):
     """slime's modules, args from slime's own parser, a fresh GenerateState and HTTP client;
     everything rescue or slime started is stopped after the test."""
     slime_rollout_modules()
+    from framework_args import slime_defaults
     from slime.rollout import sglang_rollout
     from slime.utils import http_utils
     from slime.utils.misc import SingletonMeta
-    from slime_args import slime_defaults
 
     from rescue.slime import rollout
 
@@ -210,7 +210,7 @@ def test_an_abort_at_a_weight_update_counts_only_what_produced_trained_tokens(
     assert all(m[f"{P}version_fallback"] == 0.0 and m[f"{P}current_version"] == 1 for m in metrics)
     assert {r.turns for g in groups for r in group_records(g)} == {1}
     # the turn estimator takes each resumed reply as one model call
-    from rescue.miles.reward import post_process_rewards
+    from rescue.reward import post_process_rewards
 
     monkeypatch.setenv("RESCUE_ESTIMATOR", "turn")
     flat = [s for g in groups for s in iter_samples(g)]
@@ -228,7 +228,7 @@ def test_without_the_wrapper_the_same_run_overstates_staleness_turns_and_stops_t
         assert [truth(engine, s) for s in group0] == [[1], [1]]  # no token of version 0
     assert {s.metadata[STALENESS_KEY] for s in group0} == {1}  # yet one version staler
     assert [r.turns for r in group_records(group0)] == [2, 2]  # and two turns
-    from rescue.miles.reward import post_process_rewards
+    from rescue.reward import post_process_rewards
 
     monkeypatch.setenv("RESCUE_ESTIMATOR", "turn")
     with pytest.raises(ValueError, match="1 runs of 1s but 2 model calls"):

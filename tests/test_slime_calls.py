@@ -237,7 +237,7 @@ def _turn_batch(with_record):
 def test_the_turn_estimator_treats_a_resumed_reply_as_one_model_call(monkeypatch):
     pytest.importorskip("torch")
     from rescue.advantages import per_token_advantages
-    from rescue.miles.reward import post_process_rewards
+    from rescue.reward import post_process_rewards
 
     monkeypatch.setenv("RESCUE_ESTIMATOR", "turn")
     monkeypatch.setenv("RESCUE_TURN_TOKENS", "2")

@@ -26,7 +26,7 @@ SLIME_ARMS = "drop, never-drop, protect or pace"
 ARM_FLAGS = {
     "drop": {},
     "never-drop": {},
-    "protect": {"--custom-reward-post-process-path": ["rescue.miles.reward.post_process_rewards"]},
+    "protect": {"--custom-reward-post-process-path": ["rescue.reward.post_process_rewards"]},
     "pace": {},
 }
 ARM_ENV = {
@@ -94,9 +94,7 @@ def test_each_arm_submits_exactly_its_own_flags_and_settings(arm, bin_dir, slime
 def test_the_turn_estimator_adds_the_hooks_and_its_names(bin_dir, slime_dir):
     for arm in ARMS:
         flags, env, _ = submitted(dry_run(arm, bin_dir, slime_dir, ESTIMATOR="turn").stdout)
-        assert flags["--custom-reward-post-process-path"] == [
-            "rescue.miles.reward.post_process_rewards"
-        ]
+        assert flags["--custom-reward-post-process-path"] == ["rescue.reward.post_process_rewards"]
         assert flags["--custom-advantage-function-path"] == [
             "rescue.slime.advantages.turn_advantages"
         ]
@@ -326,7 +324,7 @@ def _launched_by_slime(slime_src: Path) -> set[str] | None:
 def test_every_arms_dry_run_parses_with_slimes_parser_and_passes_the_checks(
     arm, estimator, slime_src, bin_dir, monkeypatch
 ):
-    from slime_args import parse_with_slime
+    from framework_args import parse_with_slime
 
     from rescue.gate import Gate
     from rescue.slime.checks import check_slime_run, start_warnings
@@ -358,7 +356,7 @@ def test_every_arms_dry_run_parses_with_slimes_parser_and_passes_the_checks(
         "rescue.slime.advantages.turn_advantages" if turn else None
     )
     assert args.custom_reward_post_process_path == (
-        "rescue.miles.reward.post_process_rewards" if turn or arm == "protect" else None
+        "rescue.reward.post_process_rewards" if turn or arm == "protect" else None
     )
     # what the rollout function checks at start, with the job's environment: it starts
     for name, value in env.items():
@@ -381,7 +379,7 @@ def test_every_arms_dry_run_parses_with_slimes_parser_and_passes_the_checks(
 def test_slimes_own_model_script_when_the_checkout_has_it(slime_src, bin_dir):
     """A git checkout of slime has scripts/models/*.sh (its package archive has not: the dry
     runs above give MODEL_ARGS); its Qwen3-8B array reaches Megatron's parser whole."""
-    from slime_args import parse_with_slime
+    from framework_args import parse_with_slime
 
     script = slime_src / "scripts" / "models" / "qwen3-8B.sh"
     flags, _, _ = submitted(

@@ -1,6 +1,6 @@
 """rescue's hooks through slime's own trainer path on a CPU (``SLIME_SRC``).
 
-slime ``Sample``s -> ``rescue.miles.reward.post_process_rewards`` as slime's reward hook ->
+slime ``Sample``s -> ``rescue.reward.post_process_rewards`` as slime's reward hook ->
 slime's ``RolloutManager._convert_samples_to_train_data`` and ``_split_train_data_by_dp``
 (its DP schedule, ``tensorize_rollout_data_for_training``, ``ray.put`` into a local Ray) ->
 slime's ``MegatronTrainRayActor._get_rollout_data`` on every DP x CP rank (``ray.get``, the
@@ -35,7 +35,7 @@ from rescue.model_calls import CALLS_KEY
 KAPPA = 2.0
 CHUNK = 5  # RESCUE_TURN_TOKENS of the single-turn group
 PROMPT = 3
-REWARD_PATH = "rescue.miles.reward.post_process_rewards"
+REWARD_PATH = "rescue.reward.post_process_rewards"
 TURN_PATH = "rescue.slime.advantages.turn_advantages"
 
 
@@ -80,7 +80,7 @@ def megatron_world():
 
 
 def make_args(**overrides):
-    from slime_args import slime_defaults
+    from framework_args import slime_defaults
 
     base = dict(
         advantage_estimator="grpo",

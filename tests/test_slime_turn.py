@@ -74,7 +74,7 @@ def slime_advantages(args, samples):
     from slime.backends.megatron_utils.cp_utils import slice_log_prob_with_cp
     from slime.backends.megatron_utils.loss import compute_advantages_and_returns
 
-    from rescue.miles.reward import post_process_rewards
+    from rescue.reward import post_process_rewards
 
     _, rewards = post_process_rewards(args, samples)
     channel = [s.teacher_log_probs for s in samples]  # slime's conversion

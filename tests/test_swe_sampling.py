@@ -66,7 +66,7 @@ def sent_body(request_kwargs: dict) -> dict:
 
 def miles_training_body(flags: dict[str, list[str]]) -> dict:
     """What SGLang receives in training for these train_async.py flags (module docstring)."""
-    from miles_args import miles_parser
+    from framework_args import miles_parser
 
     words = [w for flag, values in flags.items() for w in (flag, *values)]
     parser = miles_parser(words)

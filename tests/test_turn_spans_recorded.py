@@ -18,7 +18,7 @@ from test_miles_turn_reward import MilesSample, make_args, ms, multi_turn
 
 from rescue.errors import InputError
 from rescue.miles.reward import post_process_rewards
-from rescue.miles.turn_reward import ENV_ESTIMATOR
+from rescue.turn_reward import ENV_ESTIMATOR
 from rescue.turns import (
     TURN_SPANS_KEY,
     TurnSpans,

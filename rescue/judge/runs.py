@@ -28,7 +28,8 @@ and k (``drop-k2``, ``protect-a0.5-k2``). A cohort is one family, cap and *setti
 estimator and Dr. GRPO named above, so an arm is never compared with another trained under
 a different estimator), one *scenario* (the simulator's ``scenario`` field, or a tag
 ``scenario:<name>``) and one value of every *compared setting* on which its runs differ:
-the simulator's settings (every ``SimConfig`` field) for ``sim`` runs, ``REAL_SETTINGS``
+the simulator's settings for ``sim`` runs (every key of the run's config but its identity,
+``SIM_IDENTITY``: the simulator writes its whole ``SimConfig`` there), ``REAL_SETTINGS``
 for the cluster's, read from the run's config (``cohorts``). Runs of different scenarios
 or settings are never pooled; two runs of the same arm and seed in one cohort are a
 *collision*: the first read is kept and the report says so at its top.
@@ -342,12 +343,17 @@ def config_value(run: Run, key: str) -> Any:
     return v
 
 
+#: What a simulator run's config holds beside its settings: the run's identity (the
+#: simulator writes ``SimConfig`` plus these; wandb adds keys starting with ``_``).
+SIM_IDENTITY = frozenset({"arm", "seed", "scenario"})
+
+
 def compared_settings(run: Run) -> dict[str, str]:
     """The run's values of the settings its cohort must agree on (present ones only)."""
     if run.condition.family == "sim":
-        from rescue.sim.config import settings
-
-        keys: tuple[str, ...] = tuple(st.name for st in settings())
+        keys: tuple[str, ...] = tuple(
+            k for k in run.config if k not in SIM_IDENTITY and not k.startswith("_")
+        )
     else:
         keys = REAL_SETTINGS
     out = {}

@@ -72,7 +72,7 @@ groups the gate dropped) plus ``Census.step_metrics()`` under ``rollout/census/*
 checks conservation against the queue: open entries = queued groups + blocked puts. The
 census's baseline population (for ``rollout/census/b_paid/masked``, the baseline paid to
 loss-masked rollouts) is ``RESCUE_BASELINE`` (``all``, default, or ``survivors``), the
-setting the reward hook normalizes with (``rescue.miles.reward.baseline_from_env``).
+setting the reward hook normalizes with (``rescue.reward.baseline_from_env``).
 """
 
 from __future__ import annotations
@@ -88,9 +88,10 @@ from typing import Any
 from rescue.census import Bucket, Census, no_result
 from rescue.errors import InputError
 from rescue.gate import Arm, Gate
-from rescue.miles.reward import baseline_from_env
+from rescue.gating import GatedGroup, gate_group
 from rescue.miles.targets import PACE_ROLLOUT_FUNCTION, QUEUE_SIZE_KEY
-from rescue.samples import GatedGroup, gate_group, group_id, group_records
+from rescue.reward import baseline_from_env
+from rescue.samples import group_id, group_records
 from rescue.watchdog import Watchdog, WatchdogSettings
 
 logger = logging.getLogger(__name__)

@@ -30,17 +30,25 @@ arguments (the reducer receives no ``args``). Refused: ``--calculate-per-token-l
 
 from __future__ import annotations
 
-import math
-import os
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
+from rescue import flags
 from rescue.errors import InputError
 
 #: This function's dotted path for ``--custom-pg-loss-reducer-function-path``.
 REDUCER_PATH = "rescue.miles.drgrpo.pg_loss_reducer"
 #: Environment variable overriding the constant divisor D.
 ENV_DIVISOR = "RESCUE_DRGRPO_DIVISOR"
+#: ``RESCUE_DRGRPO_DIVISOR``: the constant D (unset: ``--rollout-max-response-len``).
+DIVISOR = flags.amount(
+    ENV_DIVISOR,
+    None,
+    0,
+    low_open=True,
+    allowed="a number > 0",
+    shown="`--rollout-max-response-len`",
+)
 
 
 def megatron_args() -> Any:
@@ -55,16 +63,9 @@ def megatron_args() -> Any:
 
 def divisor(args: Any, env: Mapping[str, str] | None = None) -> float:
     """The constant D (module docstring)."""
-    env = os.environ if env is None else env
-    text = (env.get(ENV_DIVISOR) or "").strip()
-    if text:
-        try:
-            value = float(text)
-        except ValueError:
-            value = math.nan
-        if not (math.isfinite(value) and value > 0):
-            raise InputError(f"{ENV_DIVISOR}={text!r}; allowed: a number > 0")
-        return value
+    given = DIVISOR.read(env)
+    if given is not None:
+        return given
     value = getattr(args, "rollout_max_response_len", None)
     if not value or value <= 0:
         raise InputError(

@@ -25,7 +25,7 @@ not zeroed yet). This function:
    ``rescue.census.Census``, the group census' own code, on this batch;
 4. under ``RESCUE_TRUNCATED_REWARD=zero``, adds ``rollout/census/samples/truncated_reward_zeroed``:
    the rollouts whose nonzero reward the reward hook scores 0 because they are budget
-   failures (``rescue.miles.budget.zero_budget_failures``, the function the hook calls);
+   failures (``rescue.reward.zero_budget_failures``, the function the hook calls);
 5. adds the gradient share by difficulty bucket (``rescue.share``) under
    ``rollout/census/samples/``: each trajectory's scalar weight is what the reward hook
    gives it (``rescue.miles.reward.post_process_rewards``, the same call; 0 when it is
@@ -86,8 +86,7 @@ def sample_census(samples: Sequence[Any], *, reward_key: str | None = None) -> d
 def paid_baseline(args: Any, samples: Sequence[Any]) -> dict[str, float]:
     """Step 3 above: the census' ``b_paid/masked`` of this batch, under ``PREFIX``."""
     from rescue.census import Bucket, Census
-    from rescue.miles.budget import rollouts
-    from rescue.miles.reward import baseline_from_env, group_ids
+    from rescue.reward import baseline_from_env, group_ids, rollouts
 
     reward_key = getattr(args, "reward_key", None)
     groups: dict[Any, list] = {}
@@ -106,8 +105,7 @@ def paid_baseline(args: Any, samples: Sequence[Any]) -> dict[str, float]:
 
 def truncated_reward_census(args: Any, samples: Sequence[Any]) -> dict[str, float]:
     """Step 4 above: ``{}`` unless ``RESCUE_TRUNCATED_REWARD=zero``."""
-    from rescue.miles.budget import truncated_reward_from_env, zero_budget_failures
-    from rescue.miles.reward import group_ids
+    from rescue.reward import group_ids, truncated_reward_from_env, zero_budget_failures
 
     if truncated_reward_from_env() != "zero":
         return {}
@@ -121,18 +119,18 @@ def truncated_reward_census(args: Any, samples: Sequence[Any]) -> dict[str, floa
 
 def gradient_share(args: Any, samples: Sequence[Any]) -> dict[str, float]:
     """Step 5 above: ``rescue.share.difficulty_share`` of this batch, under ``PREFIX``."""
-    from rescue.miles.budget import rollouts
-    from rescue.miles.reward import (
+    from rescue.outcomes import Outcome
+    from rescue.reward import (
         STD_ESTIMATORS,
         baseline_from_env,
         group_ids,
         normalize_rewards,
         post_process_rewards,
+        rollouts,
         sample_weights,
     )
-    from rescue.miles.turn_reward import estimator_from_env
-    from rescue.outcomes import Outcome
     from rescue.share import difficulty_share
+    from rescue.turn_reward import estimator_from_env
 
     reward_key = getattr(args, "reward_key", None)
     groups = group_ids(args, samples)
@@ -147,7 +145,7 @@ def gradient_share(args: Any, samples: Sequence[Any]) -> dict[str, float]:
     ):
         return {}
     if estimator_from_env() == "turn":
-        from rescue.miles.budget import zero_budget_failures
+        from rescue.reward import zero_budget_failures
 
         raw = [reward_value(s, reward_key) for s in samples]
         raw, _ = zero_budget_failures(groups, samples, raw, reward_key=reward_key)

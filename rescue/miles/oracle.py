@@ -35,9 +35,10 @@ from __future__ import annotations
 
 import json
 import os
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterator
 from typing import Any
 
+from rescue import flags
 from rescue.errors import InputError
 from rescue.oracle.manifest import Entry, Manifest, gradient_dir, stats_path
 
@@ -51,19 +52,12 @@ ATTRIBUTE = "_rescue_oracle_original"
 BLOCK = 1 << 24
 
 
-def oracle_dir_from_env(env: Mapping[str, str] | None = None) -> str | None:
-    """``RESCUE_ORACLE_DIR`` (default unset: no capture)."""
-    env = os.environ if env is None else env
-    return env.get(ENV_ORACLE_DIR) or None
-
-
-def stream_from_env(env: Mapping[str, str] | None = None) -> bool:
-    """``RESCUE_ORACLE_STREAM`` (default ``0``): ``0`` or ``1``."""
-    env = os.environ if env is None else env
-    value = (env.get(ENV_ORACLE_STREAM) or "0").strip()
-    if value not in ("0", "1"):
-        raise InputError(f"{ENV_ORACLE_STREAM}={value!r}; allowed: 0 (default), 1")
-    return value == "1"
+#: ``RESCUE_ORACLE_DIR`` (default unset: no capture).
+ORACLE_DIR = flags.text(ENV_ORACLE_DIR, None, shown="unset (off)")
+oracle_dir_from_env = ORACLE_DIR.read
+#: ``RESCUE_ORACLE_STREAM`` (default ``0``): ``0`` or ``1``.
+ORACLE_STREAM = flags.switch(ENV_ORACLE_STREAM, False)
+stream_from_env = ORACLE_STREAM.read
 
 
 def counted_gradients(model: Any) -> list[tuple[str, Any]]:

@@ -63,23 +63,24 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import os
 from collections.abc import Mapping
 from typing import Any
 
-from rescue.census import PREFIX
 from rescue.errors import InputError
-from rescue.gate import ENV_ARM, Arm
+from rescue.gate import ARM, ENV_ARM, Arm
 from rescue.miles.targets import BUFFER_PATH, PACE_ROLLOUT_FUNCTION, QUEUE_SIZE_KEY
-from rescue.pace import PaceSchedule, PaceSettings
+from rescue.pace import (
+    ABANDONED_KEY,
+    WAIT_CAUSES,
+    WAIT_GROUPS_KEY,
+    WAIT_S_KEY,
+    PaceSchedule,
+    PaceSettings,
+)
 from rescue.samples import group_staleness
 
 logger = logging.getLogger(__name__)
 
-WAIT_S_KEY = f"{PREFIX}pace_wait_s"
-WAIT_CAUSES = ("straggler", "window")
-WAIT_GROUPS_KEY = f"{PREFIX}pace_wait_groups"
-ABANDONED_KEY = f"{PREFIX}pace_abandoned_groups"
 #: Seconds between the lines a waiting step logs.
 LOG_EVERY_S = 30.0
 _AVG_STALENESS_KEY = "rollout/fully_async/avg_staleness"
@@ -111,7 +112,6 @@ def pace_settings(args: Any, env: Mapping[str, str] | None = None) -> PaceSettin
 
 def check_pace_run(args: Any, env: Mapping[str, str] | None = None) -> PaceSettings:
     """Every refusal of the module docstring, before anything starts; the settings."""
-    env = os.environ if env is None else env
     prefix = f"--rollout-function-path {PACE_ROLLOUT_FUNCTION} cannot run with"
     buffer = getattr(args, "custom_async_data_buffer_path", None)
     if buffer != BUFFER_PATH:
@@ -119,7 +119,7 @@ def check_pace_run(args: Any, env: Mapping[str, str] | None = None) -> PaceSetti
             f"{prefix} --custom-async-data-buffer-path {buffer}; allowed: {BUFFER_PATH} "
             "(Miles' default buffer drops groups staler than --max-weight-staleness)"
         )
-    arm = Arm.parse(env.get(ENV_ARM) or Arm.DROP.value, setting=ENV_ARM)
+    arm = ARM.read(env)
     if arm is not Arm.PACE:
         raise InputError(f"{prefix} {ENV_ARM}={arm.value}; allowed: {ENV_ARM}=pace")
     for name, refused, line in _MILES_REFUSALS:

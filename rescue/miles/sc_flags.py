@@ -41,11 +41,11 @@ Settings (environment variables, in every process of the job):
 
 from __future__ import annotations
 
-import math
 import os
 from collections.abc import Mapping
 from typing import Any
 
+from rescue import flags
 from rescue.errors import InputError
 from rescue.score_centering import DEFAULT_CAP
 
@@ -97,30 +97,12 @@ REQUIRED: tuple[tuple[str, str, tuple[str, ...], str], ...] = (
 )  # fmt: skip
 
 
-def top_k_from_env(env: Mapping[str, str] | None = None) -> int:
-    """``RESCUE_SC_TOP_K`` (default 20), an integer >= 1."""
-    env = os.environ if env is None else env
-    text = (env.get(ENV_TOP_K) or "").strip()
-    if not text:
-        return DEFAULT_TOP_K
-    if not text.isdigit() or int(text) < 1:
-        raise InputError(f"{ENV_TOP_K}={text!r}; allowed: an integer >= 1 (default 20)")
-    return int(text)
-
-
-def cap_from_env(env: Mapping[str, str] | None = None) -> float:
-    """``RESCUE_SC_CAP`` (default 2), a number > 0."""
-    env = os.environ if env is None else env
-    text = (env.get(ENV_CAP) or "").strip()
-    if not text:
-        return DEFAULT_CAP
-    try:
-        cap = float(text)
-    except ValueError:
-        cap = math.nan
-    if not (math.isfinite(cap) and cap > 0):
-        raise InputError(f"{ENV_CAP}={text!r}; allowed: a number > 0 (default 2)")
-    return cap
+#: ``RESCUE_SC_TOP_K`` (default 20), an integer >= 1.
+TOP_K = flags.count(ENV_TOP_K, DEFAULT_TOP_K, 1)
+top_k_from_env = TOP_K.read
+#: ``RESCUE_SC_CAP`` (default 2), a number > 0.
+CAP = flags.amount(ENV_CAP, DEFAULT_CAP, 0, low_open=True, shown="2.0")
+cap_from_env = CAP.read
 
 
 def sc_enabled(args: Any) -> bool:

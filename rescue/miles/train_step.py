@@ -50,10 +50,10 @@ Settings: ``RESCUE_UPDATE_NORM`` = ``1`` (default) | ``0`` (no parameter copy, n
 
 from __future__ import annotations
 
-import os
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from typing import Any
 
+from rescue import flags
 from rescue.errors import InputError
 from rescue.miles.matched import MatchedUpdate, ReferenceStepHold, matched_enabled
 from rescue.miles.sc_flags import sc_enabled
@@ -67,13 +67,9 @@ STEP_KEY = "train/step"
 ENV_UPDATE_NORM = "RESCUE_UPDATE_NORM"
 
 
-def update_norm_from_env(env: Mapping[str, str] | None = None) -> bool:
-    """``RESCUE_UPDATE_NORM`` (default ``1``): ``1`` or ``0``."""
-    env = os.environ if env is None else env
-    value = (env.get(ENV_UPDATE_NORM) or "1").strip()
-    if value not in ("0", "1"):
-        raise InputError(f"{ENV_UPDATE_NORM}={value!r}; allowed: 1 (default), 0")
-    return value == "1"
+#: ``RESCUE_UPDATE_NORM`` (default ``1``): ``1`` or ``0``.
+UPDATE_NORM = flags.switch(ENV_UPDATE_NORM, True)
+update_norm_from_env = UPDATE_NORM.read
 
 
 class AdvantageMoments:

@@ -9,7 +9,8 @@ checks at start in ``rescue.slime.checks``; the engines' version in
 (``--custom-generate-function-path``) records which tokens each model call produced, so
 a reply slime aborts at a weight update and resumes is one turn and counts for staleness
 only where it produced trained tokens. The reward hook
-``rescue.miles.reward.post_process_rewards`` works for slime unchanged (same signature);
+``rescue.reward.post_process_rewards`` (the core's, which Miles runs too) works for slime
+unchanged (same signature);
 ``rescue.slime.advantages.turn_advantages`` (``--custom-advantage-function-path``) trains
 its per-token advantages under ``RESCUE_ESTIMATOR=turn``.
 

@@ -23,7 +23,7 @@ from __future__ import annotations
 from typing import Any
 
 from rescue.errors import InputError
-from rescue.miles.turn_reward import estimator_from_env
+from rescue.turn_reward import estimator_from_env
 
 #: This function's dotted path.
 ADVANTAGE_PATH = "rescue.slime.advantages.turn_advantages"

@@ -14,14 +14,14 @@ setting for each of:
 - an unknown ``RESCUE_ESTIMATOR``, ``RESCUE_BASELINE``, ``RESCUE_KAPPA`` or
   ``RESCUE_TURN_TOKENS`` (the reward hook would stop at the first step);
 - ``protect`` or ``RESCUE_ESTIMATOR=turn`` without ``--custom-reward-post-process-path
-  rescue.miles.reward.post_process_rewards`` (the weights would silently be 1; the
+  rescue.reward.post_process_rewards`` (the weights would silently be 1; the
   per-token advantages would never be computed);
 - ``protect`` or ``turn`` with ``--normalize-advantages`` (it re-centers and rescales the
   advantages across the batch, undoing the weights and the per-token baseline), or with
   an ``--advantage-estimator`` other than grpo/gspo;
 - ``turn`` without ``--custom-advantage-function-path
   rescue.slime.advantages.turn_advantages``, or with ``--use-opd``
-  (``rescue.miles.turn_reward.check_turn_supported``);
+  (``rescue.turn_reward.check_turn_supported``);
 - ``turn`` with ``--custom-convert-samples-to-train-data-path``: slime's own conversion
   carries the per-token channel (``teacher_log_probs``) to the trainer, a custom one may
   not, and then every advantage would be 0;
@@ -43,19 +43,21 @@ from typing import Any
 
 from rescue.errors import InputError
 from rescue.gate import ENV_ARM, Arm, Gate
-from rescue.miles.reward import WEIGHTED_ESTIMATORS, baseline_from_env
-from rescue.miles.turn_reward import (
+from rescue.pace import PaceSettings
+from rescue.reward import WEIGHTED_ESTIMATORS, baseline_from_env
+from rescue.slime.generate import GENERATE_PATH, generate_path_from_env
+from rescue.turn_reward import (
     ENV_ESTIMATOR,
     check_turn_supported,
     estimator_from_env,
     kappa_from_env,
     turn_tokens_from_env,
 )
-from rescue.pace import PaceSettings
-from rescue.slime.generate import GENERATE_PATH, generate_path_from_env
 
-#: The reward hook protect and the turn estimator need.
-REWARD_PATH = "rescue.miles.reward.post_process_rewards"
+#: The reward hook protect and the turn estimator need (the core's; Miles' path to the same
+#: function, which slime runs started before it had one recorded, is accepted too).
+REWARD_PATH = "rescue.reward.post_process_rewards"
+REWARD_PATHS = (REWARD_PATH, "rescue.miles.reward.post_process_rewards")
 #: Environment variable holding the staleness limit K (slime has no flag for it).
 ENV_MAX_STALENESS = "RESCUE_MAX_STALENESS"
 
@@ -87,7 +89,7 @@ def check_slime_run(
     what = f"{ENV_ARM}=protect" if weighted else f"{ENV_ESTIMATOR}=turn"
     if weighted or turn:
         path = getattr(args, "custom_reward_post_process_path", None)
-        if path != REWARD_PATH:
+        if path not in REWARD_PATHS:
             raise InputError(
                 f"{what} needs --custom-reward-post-process-path {REWARD_PATH} (got {path}): "
                 + (

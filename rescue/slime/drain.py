@@ -62,10 +62,9 @@ from typing import Any, Protocol
 from rescue.census import PREFIX, Bucket, Census, no_result
 from rescue.errors import InputError
 from rescue.gate import Arm, Gate
-from rescue.miles.pace import WAIT_GROUPS_KEY, WAIT_S_KEY
+from rescue.gating import GatedGroup, gate_group
+from rescue.pace import WAIT_GROUPS_KEY, WAIT_S_KEY
 from rescue.samples import (
-    GatedGroup,
-    gate_group,
     group_id,
     group_newest_weight_version,
     group_records,

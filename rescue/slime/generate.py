@@ -33,10 +33,9 @@ from __future__ import annotations
 
 import functools
 import inspect
-import os
-from collections.abc import Mapping
 from typing import Any
 
+from rescue import flags
 from rescue.errors import InputError
 from rescue.model_calls import CALLS_KEY, record_entry
 from rescue.outcomes import status_value
@@ -49,17 +48,25 @@ DEFAULT_GENERATE = "slime.rollout.sglang_rollout.generate"
 GENERATE_PATH = "rescue.slime.generate.generate"
 
 
-def generate_path_from_env(env: Mapping[str, str] | None = None) -> str:
-    """``RESCUE_GENERATE_FUNCTION`` (default slime's ``generate``); the wrapper itself is
-    refused (it would call itself)."""
-    env = os.environ if env is None else env
-    path = (env.get(ENV_GENERATE) or DEFAULT_GENERATE).strip()
+def _wrapped(path: str) -> str:
     if path == GENERATE_PATH:
         raise InputError(
             f"{ENV_GENERATE}={path}: the wrapper cannot wrap itself; allowed: the generate "
             f"function to record (default {DEFAULT_GENERATE})"
         )
     return path
+
+
+#: ``RESCUE_GENERATE_FUNCTION`` (default slime's ``generate``); the wrapper itself is
+#: refused (it would call itself).
+GENERATE_FUNCTION = flags.setting(
+    ENV_GENERATE,
+    DEFAULT_GENERATE,
+    _wrapped,
+    f"the generate function to record (default {DEFAULT_GENERATE})",
+    shown=f"slime's `{DEFAULT_GENERATE}`",
+)
+generate_path_from_env = GENERATE_FUNCTION.read
 
 
 @functools.lru_cache(maxsize=8)

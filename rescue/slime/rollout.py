@@ -46,15 +46,14 @@ from __future__ import annotations
 
 import atexit
 import logging
-import os
 import threading
-from collections.abc import Mapping
 from typing import Any
 
+from rescue import flags
 from rescue.census import Census
 from rescue.errors import InputError
 from rescue.gate import Arm, Gate
-from rescue.miles.reward import baseline_from_env
+from rescue.reward import baseline_from_env
 from rescue.slime.checks import ENV_MAX_STALENESS, check_slime_run, start_warnings
 from rescue.slime.drain import Drain
 from rescue.slime.versions import EngineVersions, engine_version
@@ -74,19 +73,15 @@ __all__ = [
 logger = logging.getLogger(__name__)
 
 
-def max_staleness_from_env(env: Mapping[str, str] | None = None) -> int | None:
-    """``RESCUE_MAX_STALENESS`` as a non-negative integer; unset or empty means no limit."""
-    env = os.environ if env is None else env
-    text = (env.get(ENV_MAX_STALENESS) or "").strip()
-    if not text:
-        return None
-    try:
-        k = int(text)
-    except ValueError:
-        k = -1
-    if k < 0:
-        raise InputError(f"{ENV_MAX_STALENESS}={text!r}; allowed: a non-negative integer, or unset")
-    return k
+#: ``RESCUE_MAX_STALENESS`` as a non-negative integer; unset or empty means no limit.
+MAX_STALENESS = flags.count(
+    ENV_MAX_STALENESS,
+    None,
+    0,
+    allowed="a non-negative integer, or unset",
+    shown="unset: nothing is stale, which only never-drop allows",
+)
+max_staleness_from_env = MAX_STALENESS.read
 
 
 _DRAIN: Drain | None = None

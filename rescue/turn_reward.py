@@ -58,16 +58,15 @@ consumer above configured. Siblings must share one reward.
 
 from __future__ import annotations
 
-import math
-import os
 from collections.abc import Mapping, Sequence
 from typing import Any
 
 import numpy as np
 
+from rescue import flags
 from rescue.errors import InputError
-from rescue.model_calls import turn_count
-from rescue.turns import TurnSpans, mask_turn_spans, recorded_turn_spans
+from rescue.samples import SampleView, views
+from rescue.turns import TurnSpans
 
 #: Environment variable choosing the estimator of the reward hook.
 ENV_ESTIMATOR = "RESCUE_ESTIMATOR"
@@ -92,39 +91,15 @@ SLIME_CHANNEL = "teacher_log_probs"
 TURN_ESTIMATORS = frozenset({"grpo", "gspo"})
 
 
-def estimator_from_env(env: Mapping[str, str] | None = None) -> str:
-    """``RESCUE_ESTIMATOR`` (default ``group``), validated."""
-    env = os.environ if env is None else env
-    value = (env.get(ENV_ESTIMATOR) or ESTIMATORS[0]).strip().lower()
-    if value not in ESTIMATORS:
-        raise InputError(f"{ENV_ESTIMATOR}={value!r}; allowed: {', '.join(ESTIMATORS)}")
-    return value
-
-
-def kappa_from_env(env: Mapping[str, str] | None = None) -> float:
-    """``RESCUE_KAPPA`` (default 2), a number >= 0 (``inf`` is the plain leave-one-out mean)."""
-    env = os.environ if env is None else env
-    text = (env.get(ENV_KAPPA) or "").strip()
-    if not text:
-        return DEFAULT_KAPPA
-    try:
-        kappa = float(text)
-    except ValueError:
-        kappa = math.nan
-    if not kappa >= 0:
-        raise InputError(f"{ENV_KAPPA}={text!r}; allowed: a number >= 0 (default 2)")
-    return kappa
-
-
-def turn_tokens_from_env(env: Mapping[str, str] | None = None) -> int:
-    """``RESCUE_TURN_TOKENS`` (default 512), an integer >= 1."""
-    env = os.environ if env is None else env
-    text = (env.get(ENV_TURN_TOKENS) or "").strip()
-    if not text:
-        return DEFAULT_TURN_TOKENS
-    if not text.isdigit() or int(text) < 1:
-        raise InputError(f"{ENV_TURN_TOKENS}={text!r}; allowed: an integer >= 1 (default 512)")
-    return int(text)
+#: ``RESCUE_ESTIMATOR`` (default ``group``).
+ESTIMATOR = flags.choice(ENV_ESTIMATOR, ESTIMATORS)
+estimator_from_env = ESTIMATOR.read
+#: ``RESCUE_KAPPA`` (default 2), a number >= 0 (``inf`` is the plain leave-one-out mean).
+KAPPA = flags.amount(ENV_KAPPA, DEFAULT_KAPPA, 0, finite=False)
+kappa_from_env = KAPPA.read
+#: ``RESCUE_TURN_TOKENS`` (default 512), an integer >= 1.
+TURN_TOKENS = flags.count(ENV_TURN_TOKENS, DEFAULT_TURN_TOKENS, 1)
+turn_tokens_from_env = TURN_TOKENS.read
 
 
 def is_slime_sample(sample: Any) -> bool:
@@ -174,47 +149,20 @@ def check_turn_supported(args: Any, *, slime: bool = False) -> None:
         )
 
 
-def _describe(samples: Sequence[Any], i: int) -> str:
-    s = samples[i]
-    return (
-        f"sample {i} (group_index={getattr(s, 'group_index', None)}, "
-        f"index={getattr(s, 'index', None)}, rollout_id={getattr(s, 'rollout_id', None)})"
-    )
-
-
-def _sample_spans(samples: Sequence[Any], i: int) -> TurnSpans:
-    s = samples[i]
-    n = int(getattr(s, "response_length", 0) or 0)
-    try:
-        recorded = recorded_turn_spans(getattr(s, "metadata", None), n)
-    except InputError as e:
-        raise InputError(f"{_describe(samples, i)}: {e}") from None
-    if recorded is not None:  # recorded where the mask was built: no pass over the mask
-        return recorded
-    mask = getattr(s, "loss_mask", None)
-    if mask is None:
-        one = np.zeros(1 if n else 0, dtype=np.int64)
-        return TurnSpans(one, one + n, n)
-    if len(mask) != n:
-        raise InputError(
-            f"{_describe(samples, i)}: loss_mask has {len(mask)} entries, response_length is {n}"
-        )
-    try:
-        return mask_turn_spans(mask)
-    except ValueError as e:
-        raise InputError(f"{_describe(samples, i)}: {e}") from None
+def _describe(read: Sequence[SampleView], i: int) -> str:
+    return f"sample {i} ({read[i].describe()})"
 
 
 def _rollout_spans(
-    samples: Sequence[Any], rows: list[int], multi_turn: bool, chunk: int
+    read: Sequence[SampleView], rows: list[int], multi_turn: bool, chunk: int
 ) -> tuple[TurnSpans, int]:
     """The spans of one rollout over its samples' responses laid end to end, and its length."""
-    lengths = [int(getattr(samples[i], "response_length", 0) or 0) for i in rows]
+    lengths = [read[i].response_length for i in rows]
     n = sum(lengths)
     if not multi_turn:
         starts = np.arange(0, n, chunk, dtype=np.int64)
         return TurnSpans(starts, np.minimum(starts + chunk, n), n), int(starts.size)
-    parts = [_sample_spans(samples, i) for i in rows]
+    parts = [_spans(read, i) for i in rows]
     if len(parts) == 1:
         span = parts[0]
     else:
@@ -223,10 +171,10 @@ def _rollout_spans(
         stops = np.concatenate([p.stops + o for p, o in zip(parts, offsets, strict=True)])
         span = TurnSpans(starts, stops, n)
     runs = int(span.starts.size)
-    calls = sum(turn_count(samples[i]) for i in rows)
+    calls = sum(read[i].turn_count for i in rows)
     if calls and runs != calls:
         raise InputError(
-            f"{_describe(samples, rows[0])}: its rollout's loss mask has {runs} runs of 1s but "
+            f"{_describe(read, rows[0])}: its rollout's loss mask has {runs} runs of 1s but "
             f"{calls} model calls (weight_versions); turns cannot be assigned (a turn without "
             "output tokens, a tool response without tokens, a masked partial-rollout segment, "
             "or a partial rollout resumed within one turn: on slime, set "
@@ -236,11 +184,19 @@ def _rollout_spans(
     return span, runs
 
 
-def _calls_or_runs(samples: Sequence[Any], rows: list[int]) -> int:
-    calls = sum(turn_count(samples[i]) for i in rows)
+def _spans(read: Sequence[SampleView], i: int) -> TurnSpans:
+    """The view's turn spans, an error naming the sample's position in the batch."""
+    try:
+        return read[i].turn_spans
+    except InputError as e:
+        raise InputError(f"{_describe(read, i)}: {e}") from None
+
+
+def _calls_or_runs(read: Sequence[SampleView], rows: list[int]) -> int:
+    calls = sum(read[i].turn_count for i in rows)
     if calls:
         return calls
-    return sum(int(_sample_spans(samples, i).starts.size) for i in rows)
+    return sum(int(_spans(read, i).starts.size) for i in rows)
 
 
 def turn_advantages(
@@ -253,6 +209,7 @@ def turn_advantages(
     population: str = "all",
     std_normalize: bool = True,
     eps: float = 1e-6,
+    read: Sequence[SampleView] | None = None,
 ) -> list[float]:
     """Write each sample's per-token advantages into the channel; return scalar rewards 0.
 
@@ -261,11 +218,12 @@ def turn_advantages(
         samples: the flat list of samples of one step.
         rewards: ``[N]`` finite scalar rewards (siblings must agree).
         rollout_rows: sample positions of each rollout keyed ``(group, rollout key)``
-            (``rescue.miles.budget.rollouts``).
+            (``rescue.reward.rollouts``).
         weights: ``[N]`` loss weights (``metadata["rescue_weight"]``, 1 when absent).
         population: ``all`` or ``survivors``.
         std_normalize: divide by the group's ``σ + eps`` (GRPO).
         eps: the std guard.
+        read: the samples' views (``rescue.samples.views``; default: read here).
 
     Returns:
         ``[0.0] * N``: the scalar part of each sample's advantage.
@@ -276,6 +234,7 @@ def turn_advantages(
         return []
     slime = is_slime_sample(samples[0])
     check_turn_supported(args, slime=slime)
+    read = views(samples) if read is None else read
     kappa, chunk = kappa_from_env(), turn_tokens_from_env()
 
     groups: dict[Any, list[list[int]]] = {}
@@ -289,17 +248,17 @@ def turn_advantages(
     spans: list[TurnSpans] = [TurnSpans(np.zeros(0, np.int64), np.zeros(0, np.int64), 0)] * (B * G)
     members: list[list[int] | None] = [None] * (B * G)
     for b, rollouts in enumerate(groups.values()):
-        multi_turn = any(_calls_or_runs(samples, rows) > 1 for rows in rollouts)
+        multi_turn = any(_calls_or_runs(read, rows) > 1 for rows in rollouts)
         for k, rows in enumerate(rollouts):
             first = rows[0]
             for i in rows[1:]:
                 if rewards[i] != rewards[first]:
                     raise InputError(
-                        f"all samples of a rollout must share one reward; {_describe(samples, i)} "
-                        f"has {rewards[i]!r}, {_describe(samples, first)} has {rewards[first]!r}"
+                        f"all samples of a rollout must share one reward; {_describe(read, i)} "
+                        f"has {rewards[i]!r}, {_describe(read, first)} has {rewards[first]!r}"
                     )
-            kept = any(not getattr(samples[i], "remove_sample", False) for i in rows)
-            span, turns = _rollout_spans(samples, rows, multi_turn, chunk)
+            kept = any(not read[i].remove_sample for i in rows)
+            span, turns = _rollout_spans(read, rows, multi_turn, chunk)
             R[b, k], W[b, k] = rewards[first], weights[first]
             P[b, k] = population == "all" or kept
             L[b, k] = turns
@@ -320,7 +279,7 @@ def turn_advantages(
             continue
         start = 0
         for i in rows:
-            n = int(getattr(samples[i], "response_length", 0) or 0)
+            n = read[i].response_length
             part = values[start : start + n]
             start += n
             setattr(samples[i], channel, part.tolist() if as_lists else torch.from_numpy(part))
