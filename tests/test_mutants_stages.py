@@ -1,0 +1,185 @@
+"""``rescue.stages``: the runner's promises where they can break, each from outside the
+runner: a stage that wrote its outputs and then exited non-zero, a stage's standard output
+file after a failure, the fingerprint recomputed by hand from its definition, an interrupt
+recorded with its signal, what the runner says at each step, and the refusals' words.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import io
+import json
+import os
+import sys
+from pathlib import Path
+
+import pytest
+
+from rescue import interrupts, stages
+from rescue.errors import InputError
+from rescue.stages import Runner, Stage, fingerprint, read_state, write_progress
+
+PY = sys.executable
+
+
+def run(root: Path, stage_list, **kw) -> tuple[int, str]:
+    out = io.StringIO()
+    code = Runner(root / "run", stage_list, question="qx", cwd=root, out=out, **kw).run()
+    return code, out.getvalue()
+
+
+def py(code: str) -> tuple[str, ...]:
+    return (PY, "-c", code)
+
+
+def test_a_stage_that_wrote_its_outputs_then_exited_non_zero_failed_and_reruns(tmp_path):
+    stage = Stage(
+        "a",
+        py("open('a.txt','w').write('x'); import sys; sys.exit(3)"),
+        outputs=("a.txt",),
+        job="make a",
+    )
+    code, text = run(tmp_path, [stage])
+    log = tmp_path / "run" / "logs" / "a.log"
+    assert code == 1 and (tmp_path / "a.txt").exists()
+    assert f"[1/1] a: FAILED (exit 3): job make a; log {log}" in text
+    record = read_state(tmp_path / "run")["stages"][0]
+    assert (record["status"], record["exit_code"]) == ("failed", 3)
+    code, text = run(tmp_path, [stage])  # its outputs exist, yet it runs again
+    assert "[1/1] a: failed last time: restarting it" in text and code == 1
+
+
+def test_a_stage_s_stdout_file_is_replaced_only_when_it_succeeded(tmp_path):
+    ok = Stage(
+        "r",
+        py("print('new report'); import sys; print('to the log', file=sys.stderr)"),
+        stdout="out/report.json",
+    )
+    assert run(tmp_path, [ok])[0] == 0
+    report = tmp_path / "out" / "report.json"
+    assert report.read_text() == "new report\n"
+    assert "to the log" in (tmp_path / "run" / "logs" / "r.log").read_text()
+    bad = Stage(
+        "r", py("print('half a report'); import sys; sys.exit(2)"), stdout="out/report.json"
+    )
+    assert run(tmp_path, [bad])[0] == 1
+    assert report.read_text() == "new report\n"
+    assert sorted(os.listdir(report.parent)) == ["report.json"]  # no partial file left
+
+
+def test_a_stage_s_note_env_and_progress_reach_its_command_and_its_record(tmp_path):
+    code = (
+        "import os; open('env.txt','w').write(os.environ['SETTING'] + ' ' + "
+        "os.environ['RESCUE_STAGE_PROGRESS'])"
+    )
+    stage = Stage(
+        "s",
+        py(code),
+        note="simulated here",
+        env={"SETTING": "v1"},
+        progress="p/s.json",
+        outputs=("env.txt",),
+    )
+    rc, text = run(tmp_path, [stage])
+    assert rc == 0
+    assert (tmp_path / "env.txt").read_text() == f"v1 {tmp_path / 'p' / 's.json'}"
+    assert "[1/1] s: NOTE: simulated here\n" in text
+    assert f"[1/1] s: {PY} (log: {tmp_path / 'run' / 'logs' / 's.log'})\n" in text
+    assert "[1/1] s: done\n" in text and text.endswith(
+        f"qx: every stage done ({tmp_path / 'run'})\n"
+    )
+    record = read_state(tmp_path / "run")["stages"][0]
+    assert record["note"] == "simulated here" and record["progress"] == "p/s.json"
+    assert record["signal"] is None and record["recorded_command"] == list(stage.command)
+    _, again = run(tmp_path, [stage])
+    assert "[1/1] s: done, inputs unchanged: skipped\n" in again
+
+
+def test_a_command_that_cannot_start_fails_with_127(tmp_path):
+    stage = Stage("x", (str(tmp_path / "no-such-program"),))
+    code, text = run(tmp_path, [stage])
+    assert code == 1 and "FAILED (exit 127)" in text
+    assert "cannot start the command" in (tmp_path / "run" / "logs" / "x.log").read_text()
+
+
+def test_only_the_log_s_last_lines_are_printed(tmp_path):
+    stage = Stage("t", py("import sys\nfor i in range(30): print(f'line {i}')\nsys.exit(1)"))
+    _, text = run(tmp_path, [stage])
+    shown = [line.strip() for line in text.splitlines() if line.startswith("    ")]
+    assert shown == [f"line {i}" for i in range(10, 30)]  # the last TAIL_LINES = 20
+
+
+@pytest.mark.parametrize(
+    ("raised", "name", "status"),
+    [(KeyboardInterrupt(), "SIGINT", 130), (interrupts.Interrupted(15), "SIGTERM", 143)],
+)
+def test_an_interrupt_during_a_stage_is_recorded_with_its_signal(
+    tmp_path, monkeypatch, raised, name, status
+):
+    def interrupted(*a, **k):
+        raise raised
+
+    monkeypatch.setattr(stages.subprocess, "call", interrupted)
+    stage = Stage("i", py("pass"))
+    code, text = run(tmp_path, [stage, Stage("j", py("pass"))])
+    assert code == status
+    record = read_state(tmp_path / "run")["stages"][0]
+    assert (record["status"], record["signal"], record["exit_code"]) == ("interrupted", name, None)
+    assert record["ended"] is not None
+    assert f"[1/2] i: interrupted by {name}; recorded in {tmp_path / 'run' / 'stages.json'}" in text
+    monkeypatch.undo()
+    code, text = run(tmp_path, [stage, Stage("j", py("pass"))])
+    assert code == 0 and "[1/2] i: interrupted last time: restarting it" in text
+
+
+def test_the_fingerprint_is_sizes_and_bytes_under_sorted_names(tmp_path):
+    f = tmp_path / "f.bin"
+    f.write_bytes(b"abc")
+    assert fingerprint(f) == hashlib.sha256(b"\x003\x00abc").hexdigest()
+    d = tmp_path / "d"
+    (d / "z").mkdir(parents=True)
+    (d / "b.txt").write_text("12")
+    (d / "z" / "a.txt").write_text("3")
+    want = hashlib.sha256(b"b.txt\x002\x0012" + b"z/a.txt\x001\x003").hexdigest()
+    assert fingerprint(d) == want
+    (d / "z" / "a.txt").rename(d / "z" / "c.txt")  # a renamed file changes it
+    assert fingerprint(d) != want
+
+
+def test_bad_records_and_stage_names_are_refused_naming_them(tmp_path):
+    (tmp_path / "stages.json").write_text("{not json")
+    with pytest.raises(InputError, match=r"stages.json: not JSON \("):
+        read_state(tmp_path)
+    (tmp_path / "stages.json").write_text('{"stages": {}}')
+    with pytest.raises(
+        InputError, match=r"stages.json: not a record of stages \(no 'stages' list\)"
+    ):
+        read_state(tmp_path)
+    (tmp_path / "stages.json").write_text("[]")
+    with pytest.raises(InputError, match="not a record of stages"):
+        read_state(tmp_path)
+    for name in ("", "a/b", ".hidden"):
+        with pytest.raises(InputError, match=f"stage name {name!r}: allowed a plain file name"):
+            Stage(name, ("true",))
+
+
+def test_progress_is_written_only_inside_a_runner(tmp_path, monkeypatch):
+    monkeypatch.delenv("RESCUE_STAGE_PROGRESS", raising=False)
+    monkeypatch.chdir(tmp_path)
+    write_progress(1, 2, "runs")
+    assert os.listdir(tmp_path) == []
+    target = tmp_path / "deep" / "p.json"
+    monkeypatch.setenv("RESCUE_STAGE_PROGRESS", str(target))
+    write_progress(1, 2, "runs")
+    assert json.loads(target.read_text()) == {"done": 1, "total": 2, "unit": "runs", "detail": ""}
+    assert os.listdir(target.parent) == ["p.json"]
+
+
+def test_the_runner_runs_in_the_current_folder_by_default(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    out = io.StringIO()
+    stage = Stage("w", py("open('here.txt','w').write('1')"), outputs=("here.txt",))
+    assert Runner("run", [stage], out=out).run() == 0
+    assert (tmp_path / "here.txt").exists()
+    assert out.getvalue().endswith("run: every stage done (run)\n")
+    assert json.loads((tmp_path / "run" / "stages.json").read_text())["question"] == ""
