@@ -7,8 +7,9 @@ extra, pinned: this file reads its result files) on each module in turn:
 
 1. **The tests that cover a module** are the test files of ``tests/`` that import it
    (``import rescue.sim.grid``, ``from rescue.sim import grid``, ``from rescue.sim.grid
-   import ...``), plus those ``tests/mutation.toml`` lists for it under ``[tests]``. Among
-   them mutmut runs, for each mutant, the tests that called the mutated function.
+   import ...``), or those ``tests/mutation.toml`` lists for it under ``[tests]`` (a module
+   that long end-to-end tests import names its focused ones). Among them mutmut runs, for
+   each mutant, the tests that called the mutated function.
 2. **A work folder** ``build/mutate/<module>/`` holds a link to every top-level entry of the
    repository and a ``pyproject.toml`` that names the module to mutate; mutmut copies it all
    into ``mutants/`` there and runs the tests from that copy (``PYTHONPATH`` points a test's
@@ -39,6 +40,8 @@ import sys
 import time
 from dataclasses import dataclass
 from pathlib import Path
+
+from rescue import interrupts
 
 try:
     import tomllib
@@ -164,15 +167,20 @@ def load_list(path: Path = LIST) -> tuple[dict[str, list[str]], list[Equivalent]
     return extra, eqs
 
 
-def covering_tests(module: str, root: Path = ROOT, extra: list[str] = ()) -> list[str]:
-    """The test files (``tests/...``) that import ``module``, and ``extra``."""
+def covering_tests(module: str, root: Path = ROOT, listed: list[str] = ()) -> list[str]:
+    """The test files (``tests/...``) that import ``module``, or ``listed`` when given;
+    ``Refused`` naming a listed file that does not exist."""
+    for t in listed:
+        if not (root / t).is_file():
+            raise Refused(f"tests/mutation.toml: [tests] {module}: {t}: no such test file")
+    if listed:
+        return sorted(listed)
     name = dotted(module)
-    found = {
+    return sorted(
         f"tests/{p.name}"
-        for p in sorted((root / "tests").glob("test_*.py"))
+        for p in (root / "tests").glob("test_*.py")
         if name in imported(p.read_text())
-    }
-    return sorted(found | set(extra))
+    )
 
 
 # ── the run ─────────────────────────────────────────────────────────────────────────────
@@ -430,6 +438,18 @@ def main(argv: list[str] | None = None) -> int:
     except Refused as e:
         print(f"make mutate: error: {e}", file=sys.stderr)
         return 2
+    try:
+        with interrupts.handled():
+            return run_all(plan, equivalents, root, jobs)
+    except KeyboardInterrupt as e:  # mutmut's processes were ended first
+        print(f"make mutate: interrupted by {interrupts.signal_name(e)}", file=sys.stderr)
+        return interrupts.exit_status(e)
+
+
+def run_all(
+    plan: dict[str, list[str]], equivalents: list[Equivalent], root: Path, jobs: int
+) -> int:
+    """Each module of ``plan`` in turn (module docstring); the exit status."""
     scores, errors = [], []
     for module, tests in plan.items():
         print(f"== {module}: mutants run against {', '.join(tests)}", flush=True)

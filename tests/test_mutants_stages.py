@@ -10,6 +10,7 @@ import hashlib
 import io
 import json
 import os
+import re
 import sys
 from pathlib import Path
 
@@ -89,6 +90,9 @@ def test_a_stage_s_note_env_and_progress_reach_its_command_and_its_record(tmp_pa
         f"qx: every stage done ({tmp_path / 'run'})\n"
     )
     record = read_state(tmp_path / "run")["stages"][0]
+    for when in (record["started"], record["ended"]):  # local time, ISO 8601 with its offset
+        assert re.fullmatch(r"20[0-9]{2}-[01][0-9]-[0-3][0-9]T[0-2][0-9]:[0-5][0-9]:[0-5][0-9]"
+                            r"[+-][0-9]{4}", when), when  # fmt: skip
     assert record["note"] == "simulated here" and record["progress"] == "p/s.json"
     assert record["signal"] is None and record["recorded_command"] == list(stage.command)
     _, again = run(tmp_path, [stage])
@@ -168,10 +172,12 @@ def test_progress_is_written_only_inside_a_runner(tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)
     write_progress(1, 2, "runs")
     assert os.listdir(tmp_path) == []
-    target = tmp_path / "deep" / "p.json"
+    target = tmp_path / "run" / "progress" / "p.json"  # two folders to make
     monkeypatch.setenv("RESCUE_STAGE_PROGRESS", str(target))
     write_progress(1, 2, "runs")
-    assert json.loads(target.read_text()) == {"done": 1, "total": 2, "unit": "runs", "detail": ""}
+    write_progress(2, 2, "runs", "last")  # the folders exist now
+    assert json.loads(target.read_text()) == {"done": 2, "total": 2, "unit": "runs",
+                                              "detail": "last"}  # fmt: skip
     assert os.listdir(target.parent) == ["p.json"]
 
 

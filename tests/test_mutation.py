@@ -189,9 +189,12 @@ def test_the_covering_tests_are_those_that_import_the_module(tmp_path):
         "tests/test_b.py",
         "tests/test_c.py",
     ]
-    assert mutation.covering_tests("rescue/sim/grid.py", tmp_path, ["tests/test_e.py"])[-1] == (
+    # a module's list in tests/mutation.toml replaces them; a name there must exist
+    assert mutation.covering_tests("rescue/sim/grid.py", tmp_path, ["tests/test_e.py"]) == [
         "tests/test_e.py"
-    )
+    ]
+    with pytest.raises(mutation.Refused, match="tests/test_f.py: no such test file"):
+        mutation.covering_tests("rescue/sim/grid.py", tmp_path, ["tests/test_f.py"])
     assert mutation.dotted("rescue/sim/__init__.py") == "rescue.sim"
 
 
