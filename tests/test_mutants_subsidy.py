@@ -69,9 +69,9 @@ def test_the_terms_are_the_weighted_sum_over_the_tasks_of_each_task_alone():
     j = np.array([v[0] for v, _ in per_task])
     cap = np.array([v[1] for v, _ in per_task])
     c_j, c_b = (np.array([coefficients(np.array([x]), cfg)[i][0] for x in j]) for i in (0, 1))
-    g_cap = sum(wk * g[1] for wk, (_, g) in zip(w, per_task))
-    g_task = sum(wk * cj * g[0] for wk, cj, (_, g) in zip(w, c_j, per_task))
-    g_sub = sum(wk * cb * g[1] for wk, cb, (_, g) in zip(w, c_b, per_task))
+    g_cap = sum(wk * g[1] for wk, (_, g) in zip(w, per_task, strict=True))
+    g_task = sum(wk * cj * g[0] for wk, cj, (_, g) in zip(w, c_j, per_task, strict=True))
+    g_sub = sum(wk * cb * g[1] for wk, cb, (_, g) in zip(w, c_b, per_task, strict=True))
     u = g_cap / np.linalg.norm(g_cap)
     got = {k: v[0] for k, v in terms(th[None], cfg).items()}
     assert got["p_cap"] == pytest.approx(float(w @ cap), rel=1e-12)
@@ -94,7 +94,7 @@ def test_parameter_sets_are_swept_in_chunks_that_give_the_same_tables(monkeypatc
     per = len(ks) * 2 * 6 * (cfg.max_turns + 1) * 2 * cfg.max_turns
     monkeypatch.setattr(subsidy, "CHUNK_FLOATS", 2 * per)  # two parameter sets a chunk
     chunked = outcome_tables(th, cfg, ks)
-    for a, b in zip(whole, chunked):
+    for a, b in zip(whole, chunked, strict=True):
         np.testing.assert_allclose(a, b, rtol=0, atol=0)
         assert a.shape[0] == 5
 
@@ -121,7 +121,7 @@ def test_what_has_no_terms_says_why_and_logs_nothing():
     moved[1, 0] += 0.5  # a step that changed the policy
     rows = step_metrics([th, moved], BUDGET)
     assert [sorted(r) for r in rows] == [sorted(PREFIX + k for k in KEYS)] * 2
-    for row, t in zip(rows, (th, moved)):
+    for row, t in zip(rows, (th, moved), strict=True):
         want = terms(t[None], BUDGET)
         assert row == {PREFIX + k: pytest.approx(float(want[k][0])) for k in KEYS}
     assert rows[1][PREFIX + "term"] != rows[0][PREFIX + "term"]

@@ -193,7 +193,7 @@ def test_the_covering_tests_are_those_that_import_the_module(tmp_path):
     assert mutation.covering_tests("rescue/sim/grid.py", tmp_path, ["tests/test_e.py"]) == [
         "tests/test_e.py"
     ]
-    with pytest.raises(mutation.Refused, match="tests/test_f.py: no such test file"):
+    with pytest.raises(mutation.Refused, match=r"tests/test_f\.py: no such test file"):
         mutation.covering_tests("rescue/sim/grid.py", tmp_path, ["tests/test_f.py"])
     assert mutation.dotted("rescue/sim/__init__.py") == "rescue.sim"
 
