@@ -203,14 +203,17 @@ def top_level(root: Path) -> list[str]:
     )
 
 
-def prepare(work: Path, module: str, tests: list[str], root: Path = ROOT) -> None:
-    """The work folder of one module (module docstring, 2.)."""
-    if work.exists():
+def prepare(
+    work: Path, module: str, tests: list[str], root: Path = ROOT, fresh: bool = True
+) -> None:
+    """The work folder of one module (module docstring, 2.); ``fresh=False`` keeps mutmut's
+    copy and results (``--survivors``)."""
+    if fresh and work.exists():
         shutil.rmtree(work)
-    work.mkdir(parents=True)
+    work.mkdir(parents=True, exist_ok=True)
     entries = top_level(root)
     for name in entries:
-        if name != "pyproject.toml":
+        if name != "pyproject.toml" and not (work / name).is_symlink():
             (work / name).symlink_to(root / name)
     package = Path(module).parts[0]
     config = {
@@ -239,15 +242,27 @@ if os.environ.get("MUTANT_UNDER_TEST") in ("stats", "list_all_tests", "mutant_ge
 """
 
 
-def run_mutmut(work: Path, jobs: int) -> int:
-    """mutmut's run in ``work`` (its progress on this terminal); its exit status."""
+def survivors_of(work: Path, module: str) -> list[str]:
+    """The mutants of ``module`` that survived the last run in ``work`` (none: no run)."""
+    meta = work / "mutants" / f"{module}.meta"
+    if not meta.is_file():
+        return []
+    codes = json.loads(meta.read_text())["exit_code_by_key"]
+    return sorted(k for k, v in codes.items() if v is None or v in SURVIVED_CODES)
+
+
+def run_mutmut(work: Path, jobs: int, names: list[str] = ()) -> int:
+    """mutmut's run in ``work`` (its progress on this terminal), of every mutant or of
+    ``names``; its exit status."""
     # the folder exists before Python starts: a path entry missing at start is never searched
     (work / "mutants").mkdir(exist_ok=True)
     (work / "mutants" / "sitecustomize.py").write_text(SITECUSTOMIZE)
     env = {**os.environ, "PYTHONPATH": str(work / "mutants")}
     env.pop("MUTANT_UNDER_TEST", None)
     return subprocess.call(
-        [sys.executable, "-m", "mutmut", "run", "--max-children", str(jobs)], cwd=work, env=env
+        [sys.executable, "-m", "mutmut", "run", "--max-children", str(jobs), *names],
+        cwd=work,
+        env=env,
     )
 
 
@@ -418,6 +433,12 @@ def main(argv: list[str] | None = None) -> int:
         default=str(ROOT),
         help="the repository (default this one; the tests run a fixture's)",
     )
+    parser.add_argument(
+        "--survivors",
+        action="store_true",
+        help="run again only the mutants that survived the module's last run, keeping the "
+        "other verdicts (while writing the tests that kill them; default off: every mutant)",
+    )
     args = parser.parse_args(argv)
     root = Path(args.root).resolve()
     try:
@@ -440,14 +461,18 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     try:
         with interrupts.handled():
-            return run_all(plan, equivalents, root, jobs)
+            return run_all(plan, equivalents, root, jobs, args.survivors)
     except KeyboardInterrupt as e:  # mutmut's processes were ended first
         print(f"make mutate: interrupted by {interrupts.signal_name(e)}", file=sys.stderr)
         return interrupts.exit_status(e)
 
 
 def run_all(
-    plan: dict[str, list[str]], equivalents: list[Equivalent], root: Path, jobs: int
+    plan: dict[str, list[str]],
+    equivalents: list[Equivalent],
+    root: Path,
+    jobs: int,
+    survivors: bool = False,
 ) -> int:
     """Each module of ``plan`` in turn (module docstring); the exit status."""
     scores, errors = [], []
@@ -455,8 +480,9 @@ def run_all(
         print(f"== {module}: mutants run against {', '.join(tests)}", flush=True)
         work = root / "build" / "mutate" / dotted(module)
         start = time.monotonic()
-        prepare(work, module, tests, root)
-        rc = run_mutmut(work, jobs)
+        again = survivors_of(work, module) if survivors else []
+        prepare(work, module, tests, root, fresh=not again)
+        rc = run_mutmut(work, jobs, again)
         if rc != 0 or not (work / "mutants" / f"{module}.meta").is_file():
             errors.append(f"{module}: mutmut exited {rc} (its output above)")
             continue

@@ -11,7 +11,9 @@ import io
 import json
 import os
 import re
+import subprocess
 import sys
+import threading
 from pathlib import Path
 
 import pytest
@@ -185,7 +187,81 @@ def test_the_runner_runs_in_the_current_folder_by_default(tmp_path, monkeypatch)
     monkeypatch.chdir(tmp_path)
     out = io.StringIO()
     stage = Stage("w", py("open('here.txt','w').write('1')"), outputs=("here.txt",))
-    assert Runner("run", [stage], out=out).run() == 0
+    assert Runner("runs/q/run", [stage], out=out).run() == 0  # its parents made too
     assert (tmp_path / "here.txt").exists()
-    assert out.getvalue().endswith("run: every stage done (run)\n")
-    assert json.loads((tmp_path / "run" / "stages.json").read_text())["question"] == ""
+    assert out.getvalue().endswith("run: every stage done (runs/q/run)\n")
+    assert json.loads((tmp_path / "runs/q/run/stages.json").read_text())["question"] == ""
+
+
+def test_a_skipped_stage_keeps_its_record_and_one_not_reached_keeps_its_interrupt(
+    tmp_path, monkeypatch
+):
+    a = Stage("a", py("open('a.txt','w').write('1')"), outputs=("a.txt",))
+    b = Stage("b", py("pass"))
+    assert run(tmp_path, [a, b])[0] == 0
+    keys = ("status", "started", "ended", "exit_code", "signal")
+    first = [{k: r[k] for k in keys} for r in read_state(tmp_path / "run")["stages"]]
+    assert first[1]["exit_code"] == 0 and first[1]["ended"] is not None
+    _, text = run(tmp_path, [a, b])  # both skipped: their records as they were
+    assert text.count("done, inputs unchanged: skipped") == 2
+    assert [{k: r[k] for k in keys} for r in read_state(tmp_path / "run")["stages"]] == first
+
+    real = stages.subprocess.call
+
+    def interrupted_b(argv, **kw):
+        if "b-again" in argv[-1]:
+            raise interrupts.Interrupted(15)
+        return real(argv, **kw)
+
+    b2 = Stage("b", py("'b-again'"))
+    monkeypatch.setattr(stages.subprocess, "call", interrupted_b)
+    assert run(tmp_path, [a, b2])[0] == 143
+    monkeypatch.undo()
+    b_record = read_state(tmp_path / "run")["stages"][1]
+    assert (b_record["status"], b_record["signal"]) == ("interrupted", "SIGTERM")
+    # a fails now: b is not reached, and its record still says how it ended last time
+    a_fails = Stage("a", py("import sys; sys.exit(5)"), outputs=("a.txt",))
+    assert run(tmp_path, [a_fails, b2])[0] == 1
+    after = read_state(tmp_path / "run")["stages"][1]
+    assert {k: after[k] for k in keys} == {k: b_record[k] for k in keys}
+
+
+def test_the_runner_s_lines_are_out_as_soon_as_said(tmp_path):
+    """Read through a pipe while the stage still runs (the stage waits for the test): a
+    line left in a buffer would not arrive until the runner exits."""
+    go = tmp_path / "go"
+    stage_code = f"import os, time\nwhile not os.path.exists({str(go)!r}): time.sleep(0.05)\n"
+    runner_code = (
+        "import sys\nfrom rescue.stages import Runner, Stage\n"
+        f"sys.exit(Runner({str(tmp_path / 'run')!r}, [Stage('w', (sys.executable, '-c', "
+        f"{stage_code!r}))], question='qx').run())\n"
+    )
+    proc = subprocess.Popen([PY, "-c", runner_code], stdout=subprocess.PIPE, text=True,
+                            cwd=tmp_path)  # fmt: skip
+    got: list[str] = []
+    reader = threading.Thread(target=lambda: got.append(proc.stdout.readline()))
+    reader.start()
+    reader.join(timeout=30)
+    early = list(got)  # what arrived while the stage was still running
+    go.write_text("")
+    proc.communicate(timeout=60)
+    reader.join()
+    assert early and early[0].startswith("[1/1] w: "), (early, got)
+
+
+def test_an_interrupt_before_a_restarted_stage_began_records_no_exit_code(tmp_path, monkeypatch):
+    stage = Stage("f", py("import sys; sys.exit(4)"))
+    run(tmp_path, [stage])
+    assert read_state(tmp_path / "run")["stages"][0]["exit_code"] == 4
+
+    def interrupted_at_once(self, *a):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(Runner, "_run_stage", interrupted_at_once)
+    assert run(tmp_path, [stage])[0] == 130
+    record = read_state(tmp_path / "run")["stages"][0]
+    assert (record["status"], record["exit_code"], record["signal"]) == (
+        "interrupted",
+        None,
+        "SIGINT",
+    )
