@@ -242,25 +242,32 @@ if os.environ.get("MUTANT_UNDER_TEST") in ("stats", "list_all_tests", "mutant_ge
 """
 
 
-def survivors_of(work: Path, module: str) -> list[str]:
-    """The mutants of ``module`` that survived the last run in ``work`` (none: no run)."""
+def forget_survivors(work: Path, module: str) -> int:
+    """Mark the mutants of ``module`` that survived the last run in ``work`` as not run, so
+    that mutmut runs them again and keeps the other verdicts; how many (0: no earlier run).
+    mutmut itself runs every mutant again when the covering test files changed."""
     meta = work / "mutants" / f"{module}.meta"
     if not meta.is_file():
-        return []
-    codes = json.loads(meta.read_text())["exit_code_by_key"]
-    return sorted(k for k, v in codes.items() if v is None or v in SURVIVED_CODES)
+        return 0
+    data = json.loads(meta.read_text())
+    codes = data["exit_code_by_key"]
+    again = [k for k, v in codes.items() if v is None or v in SURVIVED_CODES]
+    for k in again:
+        codes[k] = None
+    meta.write_text(json.dumps(data, indent=4))
+    return len(again)
 
 
-def run_mutmut(work: Path, jobs: int, names: list[str] = ()) -> int:
-    """mutmut's run in ``work`` (its progress on this terminal), of every mutant or of
-    ``names``; its exit status."""
+def run_mutmut(work: Path, jobs: int) -> int:
+    """mutmut's run in ``work`` (its progress on this terminal) of every mutant not yet run
+    there; its exit status."""
     # the folder exists before Python starts: a path entry missing at start is never searched
     (work / "mutants").mkdir(exist_ok=True)
     (work / "mutants" / "sitecustomize.py").write_text(SITECUSTOMIZE)
     env = {**os.environ, "PYTHONPATH": str(work / "mutants")}
     env.pop("MUTANT_UNDER_TEST", None)
     return subprocess.call(
-        [sys.executable, "-m", "mutmut", "run", "--max-children", str(jobs), *names],
+        [sys.executable, "-m", "mutmut", "run", "--max-children", str(jobs)],
         cwd=work,
         env=env,
     )
@@ -480,9 +487,11 @@ def run_all(
         print(f"== {module}: mutants run against {', '.join(tests)}", flush=True)
         work = root / "build" / "mutate" / dotted(module)
         start = time.monotonic()
-        again = survivors_of(work, module) if survivors else []
+        again = forget_survivors(work, module) if survivors else 0
         prepare(work, module, tests, root, fresh=not again)
-        rc = run_mutmut(work, jobs, again)
+        if again:
+            print(f"== {module}: the {again} survivors of its last run, again", flush=True)
+        rc = run_mutmut(work, jobs)
         if rc != 0 or not (work / "mutants" / f"{module}.meta").is_file():
             errors.append(f"{module}: mutmut exited {rc} (its output above)")
             continue

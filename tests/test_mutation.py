@@ -142,6 +142,38 @@ def test_a_module_s_mutants_are_run_and_scored_with_each_survivor_at_its_line(ra
     )
 
 
+def test_survivors_run_again_with_the_tests_written_since(ran):
+    root, first = ran
+    row = next(x for x in first.stdout.splitlines() if x.startswith("| `toy/bounds.py` |"))
+    mutants, killed = (int(x) for x in row.split("|")[2:4])
+    # a test added to a covering file (a new file would change the selection: all again)
+    (root / "tests" / "test_bounds.py").write_text(
+        TEST.replace(
+            "from toy.bounds import clamp, scale", "from toy.bounds import clamp, scale, sign"
+        )
+        + "\n\ndef test_sign():\n    assert [sign(-2), sign(0), sign(1), sign(2)] == [-1, -1, 1, 1]\n"
+    )
+    try:
+        r = subprocess.run(
+            [sys.executable, mutation.__file__, "toy/bounds.py", "--root", str(root),
+             "--jobs", "2", "--survivors"],
+            capture_output=True, text=True, timeout=240,
+        )  # fmt: skip
+    finally:
+        (root / "tests" / "test_bounds.py").write_text(TEST)
+    out = r.stdout.replace("\r", "\n")
+    # the survivors and the equivalent one (a survivor to mutmut) run again
+    assert f"== toy/bounds.py: the {mutants - killed} survivors of its last run, again" in out
+    survivors = [line for line in out.splitlines() if "survived: " in line]
+    # every mutant of sign is killed now; clamp's `>` -> `>=` still survives
+    assert [s.split("survived: ")[1].split("  [")[0] for s in survivors] == [
+        "toy/bounds.py:7: clamp: 'if x > high:' -> 'if x >= high:'"
+    ]
+    row = next(x for x in out.splitlines() if x.startswith("| `toy/bounds.py` |"))
+    assert [int(x) for x in row.split("|")[2:6]] == [mutants, mutants - 2, 1, 1]
+    assert killed < mutants - 2
+
+
 def test_the_repository_is_not_written(ran):
     root, _ = ran
     assert (root / "toy" / "bounds.py").read_text() == BOUNDS
