@@ -239,6 +239,36 @@ def test_a_file_write_that_fails_leaves_the_old_text_and_no_temporary(tmp_path, 
     assert path.read_text() == "the old text" and os.listdir(tmp_path) == ["report.json"]
 
 
+def test_a_live_run_s_sibling_is_kept_and_the_run_left_running(tmp_path):
+    """The liveness probe sends no signal: the process whose pid names the sibling runs on."""
+    live = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
+    try:
+        sibling = tmp_path / f".out.partial-{live.pid}"
+        sibling.mkdir()
+        output.remove_stale(tmp_path / "out")
+        assert sibling.is_dir()
+        with pytest.raises(subprocess.TimeoutExpired):
+            live.wait(timeout=1.0)  # still running: a signal 1 (SIGHUP) would have ended it
+    finally:
+        live.kill()
+        live.wait()
+
+
+def test_a_process_of_another_user_counts_as_alive(monkeypatch):
+    def not_permitted(pid, sig):
+        raise PermissionError(1, "Operation not permitted")
+
+    monkeypatch.setattr(os, "kill", not_permitted)
+    assert output._alive(12345) is True
+
+
+def test_a_file_is_written_with_every_folder_above_it(tmp_path):
+    path = tmp_path / "a" / "b" / "report.json"
+    output.write_text(path, "one")
+    output.write_text(path, "two")  # the folders exist by now
+    assert path.read_text() == "two"
+
+
 def test_the_record_of_folders_left_as_they_were_is_a_copy_and_forget_clears_it(tmp_path):
     out = tmp_path / "out"
     output.forget()

@@ -55,19 +55,24 @@ def test_a_stage_that_wrote_its_outputs_then_exited_non_zero_failed_and_reruns(t
 def test_a_stage_s_stdout_file_is_replaced_only_when_it_succeeded(tmp_path):
     ok = Stage(
         "r",
-        py("print('new report'); import sys; print('to the log', file=sys.stderr)"),
-        stdout="out/report.json",
+        py("import sys; print('new ' + 'report'); print('to ' + 'the log', file=sys.stderr)"),
+        stdout="out/a/report.json",  # two folders to make
     )
     assert run(tmp_path, [ok])[0] == 0
-    report = tmp_path / "out" / "report.json"
+    report = tmp_path / "out" / "a" / "report.json"
     assert report.read_text() == "new report\n"
-    assert "to the log" in (tmp_path / "run" / "logs" / "r.log").read_text()
+    log = (tmp_path / "run" / "logs" / "r.log").read_text().splitlines()
+    assert log == [f"$ {' '.join(ok.command)}", "to the log"]  # the command, then stderr
     bad = Stage(
-        "r", py("print('half a report'); import sys; sys.exit(2)"), stdout="out/report.json"
+        "r", py("print('half a ' + 'report'); import sys; sys.exit(2)"), stdout="out/a/report.json"
     )
     assert run(tmp_path, [bad])[0] == 1
     assert report.read_text() == "new report\n"
     assert sorted(os.listdir(report.parent)) == ["report.json"]  # no partial file left
+    # without a stdout file, both streams go to the log, in order
+    both = Stage("b", py("import sys; print('one', flush=True); print('two', file=sys.stderr)"))
+    run(tmp_path, [both])
+    assert (tmp_path / "run" / "logs" / "b.log").read_text().splitlines()[1:] == ["one", "two"]
 
 
 def test_a_stage_s_note_env_and_progress_reach_its_command_and_its_record(tmp_path):
@@ -132,7 +137,10 @@ def test_an_interrupt_during_a_stage_is_recorded_with_its_signal(
     record = read_state(tmp_path / "run")["stages"][0]
     assert (record["status"], record["signal"], record["exit_code"]) == ("interrupted", name, None)
     assert record["ended"] is not None
-    assert f"[1/2] i: interrupted by {name}; recorded in {tmp_path / 'run' / 'stages.json'}" in text
+    assert (
+        f"[1/2] i: interrupted by {name}; recorded in {tmp_path / 'run' / 'stages.json'}; "
+        "the same command resumes here\n"
+    ) in text
     monkeypatch.undo()
     code, text = run(tmp_path, [stage, Stage("j", py("pass"))])
     assert code == 0 and "[1/2] i: interrupted last time: restarting it" in text
@@ -265,3 +273,37 @@ def test_an_interrupt_before_a_restarted_stage_began_records_no_exit_code(tmp_pa
         None,
         "SIGINT",
     )
+
+
+def test_a_restarted_stage_s_record_says_running_with_nothing_of_its_last_end(tmp_path):
+    """While it runs again, the record of a stage that failed last time has no end time,
+    exit code or signal (``rescue status`` reads the record during the run)."""
+    seen = tmp_path / "seen.json"
+    code = (
+        "import json, os, sys\n"
+        f"rec = json.load(open({str(tmp_path / 'run' / 'stages.json')!r}))['stages'][0]\n"
+        f"json.dump(rec, open({str(seen)!r}, 'w'))\n"
+        "sys.exit(0 if os.path.exists('second') else 4)\n"
+    )
+    stage = Stage("s", py(code))
+    assert run(tmp_path, [stage])[0] == 1
+    (tmp_path / "second").write_text("")
+    assert run(tmp_path, [stage])[0] == 0
+    rec = json.loads(seen.read_text())
+    assert (rec["status"], rec["ended"], rec["exit_code"], rec["signal"]) == (
+        "running", None, None, None)  # fmt: skip
+
+
+def test_a_stage_that_exits_0_without_two_outputs_names_both_and_exits_1(tmp_path):
+    stage = Stage("m", py("pass"), outputs=("a.txt", "b/c.txt"), job="make m")
+    code, text = run(tmp_path, [stage])
+    log = (tmp_path / "run" / "logs" / "m.log").read_text().splitlines()
+    assert code == 1 and log[-1] == "the stage exited 0 without writing a.txt, b/c.txt"
+    assert f"[1/1] m: FAILED (exit 1, missing a.txt, b/c.txt): job make m; log " in text
+    assert read_state(tmp_path / "run")["stages"][0]["exit_code"] == 1
+
+
+def test_a_log_that_is_not_utf_8_is_still_shown(tmp_path):
+    stage = Stage("u", py("import sys; sys.stdout.buffer.write(b'bad \\xff byte\\n'); sys.exit(3)"))
+    code, text = run(tmp_path, [stage])
+    assert code == 1 and "    bad \ufffd byte" in text
