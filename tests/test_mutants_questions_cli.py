@@ -255,3 +255,29 @@ def test_the_default_miles_checkout_is_the_launchers():
         "\nMILES_DIR=${MILES_DIR:-/root/miles}\n"
         in (Path(qcli.__file__).parents[2] / "launch" / "config.sh").read_text()
     )
+
+
+def test_a_hung_or_failing_nvidia_smi_counts_no_gpu_and_cannot_hang_the_command(monkeypatch):
+    import subprocess
+
+    asked: list[object] = []
+
+    def hung(argv, **kw):
+        asked.append(kw.get("timeout"))
+        raise subprocess.TimeoutExpired(argv, kw.get("timeout") or 0)
+
+    monkeypatch.setattr(qcli.shutil, "which", lambda name: "/usr/bin/nvidia-smi")
+    monkeypatch.setattr(qcli.subprocess, "run", hung)
+    assert qcli.gpu_count() == 0
+    assert isinstance(asked[0], (int, float)) and 0 < asked[0] <= 60  # a limit, not forever
+
+    def broken(argv, **kw):
+        raise OSError(8, "Exec format error")
+
+    monkeypatch.setattr(qcli.subprocess, "run", broken)
+    assert qcli.gpu_count() == 0
+
+
+def test_p6_lines_of_a_report_without_results_or_checks():
+    assert qcli.p6_costs({"cohorts": [{}]}) == []
+    assert qcli.p6_costs({"cohorts": [{"results": [{"id": "P6"}]}]}) == []
