@@ -18,7 +18,7 @@ from rescue.sim import grid as gd
 GRID = """title = "two by three"
 base = "two-outcome"
 arms = ["zero", "mask"]
-seeds = 2
+seeds = 3
 first-seed = 4
 rule = "a rule in words"
 [placement]
@@ -53,7 +53,7 @@ def test_a_grid_records_its_file_its_hash_and_its_settings():
     assert g.text == GRID and g.source == "g.toml"
     assert g.sha256 == hashlib.sha256(GRID.encode()).hexdigest()
     assert (g.title, g.base, g.rule) == ("two by three", "two-outcome", "a rule in words")
-    assert [a.label for a in g.arms] == ["zero", "mask"] and g.seeds == (4, 5)
+    assert [a.label for a in g.arms] == ["zero", "mask"] and g.seeds == (4, 5, 6)
     assert g.placement == gd.Placement(6, 1.5, 0.25)
     assert type(g.placement.steps) is int and type(g.placement.min_ratio) is float
     assert g.config == {"groups_per_step": 4}
@@ -86,14 +86,14 @@ def test_a_steps_axis_simulates_each_cell_at_its_longest_value():
     assert said[:2] == ["- lr (the step size): 0.1, 0.2", "- max_turns: short, mid, long"]
     assert said[2] == "- steps: 3, 9, 5"
     assert said[3] == (
-        "- 18 cells × 2 arms (zero, mask) × 2 seeds (4-5); 24 runs simulated (a shorter run "
+        "- 18 cells × 2 arms (zero, mask) × 3 seeds (4-6); 36 runs simulated (a shorter run "
         "length is the first steps of the longest)"
     )
 
 
 def test_describe_without_a_steps_axis_simulates_every_cell():
     said = gd.describe(grid())
-    assert said[-1].startswith("- 6 cells × 2 arms (zero, mask) × 2 seeds (4-5); 24 runs")
+    assert said[-1].startswith("- 6 cells × 2 arms (zero, mask) × 3 seeds (4-6); 36 runs")
 
 
 def test_a_value_s_label_is_its_shortest_form():
@@ -117,11 +117,11 @@ def test_a_value_s_label_is_its_shortest_form():
         ('arms = ["zero", "mask"]', 'arms = ["zero", "nothing"]', "g.toml: arms: "),
         ('arms = ["zero", "mask"]', 'arms = ["zero", "matched"]',
          "g.toml: arms must include mask (P3 compares them)"),
-        ("seeds = 2", "seeds = 0",
+        ("seeds = 3", "seeds = 0",
          "g.toml: seeds=0, first-seed=4; allowed: seeds >= 1, first-seed >= 0"),
         ("first-seed = 4", "first-seed = -1",
-         "g.toml: seeds=2, first-seed=-1; allowed: seeds >= 1, first-seed >= 0"),
-        ("seeds = 2", 'seeds = "2"', "g.toml: seeds='2', first-seed=4; allowed"),
+         "g.toml: seeds=3, first-seed=-1; allowed: seeds >= 1, first-seed >= 0"),
+        ("seeds = 3", 'seeds = "3"', "g.toml: seeds='3', first-seed=4; allowed"),
         ("groups-per-step = 4", "colour = 4", "g.toml: [config]: 'colour' is not a setting; allowed: "),
         ("groups-per-step = 4", "groups-per-step = true",
          "g.toml: [config]: --groups-per-step=True; allowed: "),
@@ -193,3 +193,12 @@ def test_a_grid_file_is_loaded_with_its_path_named_in_errors(tmp_path):
     shipped = gd.load(None)
     assert shipped.source == "the default grid (p3-drift.toml)"
     assert shipped.sha256 == hashlib.sha256(shipped.text.encode()).hexdigest()
+
+
+def test_an_unknown_setting_is_refused_listing_every_setting_by_its_flag_s_name():
+    from rescue.sim.config import settings
+
+    said = refusal(GRID.replace("groups-per-step = 4", "colour = 4"))
+    names = [s.flag.removeprefix("--") for s in settings()]
+    assert said == "g.toml: [config]: 'colour' is not a setting; allowed: " + ", ".join(names)
+    assert "max-turns" in names and "groups-per-step" in names

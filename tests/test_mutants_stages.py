@@ -299,7 +299,7 @@ def test_a_stage_that_exits_0_without_two_outputs_names_both_and_exits_1(tmp_pat
     code, text = run(tmp_path, [stage])
     log = (tmp_path / "run" / "logs" / "m.log").read_text().splitlines()
     assert code == 1 and log[-1] == "the stage exited 0 without writing a.txt, b/c.txt"
-    assert f"[1/1] m: FAILED (exit 1, missing a.txt, b/c.txt): job make m; log " in text
+    assert "[1/1] m: FAILED (exit 1, missing a.txt, b/c.txt): job make m; log " in text
     assert read_state(tmp_path / "run")["stages"][0]["exit_code"] == 1
 
 
