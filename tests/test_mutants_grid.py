@@ -202,3 +202,28 @@ def test_an_unknown_setting_is_refused_listing_every_setting_by_its_flag_s_name(
     names = [s.flag.removeprefix("--") for s in settings()]
     assert said == "g.toml: [config]: 'colour' is not a setting; allowed: " + ", ".join(names)
     assert "max-turns" in names and "groups-per-step" in names
+
+
+def test_lists_in_a_refusal_are_comma_separated_and_the_file_is_named():
+    from rescue.sim import scenario as sc
+    from rescue.sim.config import settings
+
+    flags = ", ".join(s.flag.removeprefix("--") for s in settings())
+    two_unknown = GRID.replace('title = "two by three"', 'colour = "red"\nsize = 2')
+    assert refusal(two_unknown).startswith("g.toml: unknown key(s) colour, size; allowed: ")
+    assert refusal(GRID.replace('base = "two-outcome"', 'base = "x"')) == (
+        "g.toml: base='x'; allowed: " + ", ".join(sc.names()))  # fmt: skip
+    assert refusal(GRID.replace('arms = ["zero", "mask"]', 'arms = ["matched"]')) == (
+        "g.toml: arms must include zero, mask (P3 compares them)")  # fmt: skip
+    axis_keys = GRID.replace('setting = "lr"\n', 'setting = "lr"\ncolour = 1\nsize = 2\n')
+    assert refusal(axis_keys) == (
+        "g.toml: [[axis]] 1: unknown key(s) colour, size; allowed: setting, what, labels, values")  # fmt: skip
+    assert refusal(GRID.replace('setting = "lr"\n', 'setting = "speed"\n')) == (
+        f"g.toml: [[axis]] 1: 'speed' is not a setting; allowed: {flags}")  # fmt: skip
+    assert refusal(GRID.replace('setting = "lr"\n', "")) == (
+        f"g.toml: [[axis]] 1: '' is not a setting; allowed: {flags}")  # fmt: skip
+    assert refusal("title = [unclosed\n").startswith("g.toml: not valid TOML")
+
+
+def test_one_seed_is_a_grid():
+    assert grid(GRID.replace("seeds = 3", "seeds = 1")).seeds == (4,)
