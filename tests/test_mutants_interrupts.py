@@ -193,3 +193,46 @@ def test_a_worker_ignores_sigint_takes_sigterm_and_dies_with_its_parent():
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
     assert out.stdout.split() == ["True", "True", str(int(signal.SIGKILL))], out.stderr
+
+
+def test_a_worker_s_settings_made_in_this_process_then_undone():
+    import ctypes
+
+    libc = ctypes.CDLL(None, use_errno=True)
+    saved = {s: signal.getsignal(s) for s in (signal.SIGINT, signal.SIGTERM)}
+    signal.signal(signal.SIGTERM, signal.SIG_IGN)
+    try:
+        interrupts.worker_initializer()
+        sig = ctypes.c_int(0)
+        libc.prctl(2, ctypes.byref(sig))  # PR_GET_PDEATHSIG
+        assert signal.getsignal(signal.SIGINT) is signal.SIG_IGN
+        assert signal.getsignal(signal.SIGTERM) is signal.SIG_DFL
+        assert sig.value == int(signal.SIGKILL)
+    finally:
+        libc.prctl(1, 0)  # PR_SET_PDEATHSIG: none again
+        for s, h in saved.items():
+            signal.signal(s, h)
+
+
+def test_the_ps_listing_is_read_line_by_line_and_cannot_hang(monkeypatch, tmp_path):
+    asked = []
+
+    class Listing:
+        stdout = "PID PPID\n 101 1\n102 101\n  7\nx 101\n103 y\n104 102 extra\n105 101\n"
+
+    def ps(argv, **kw):
+        asked.append((argv, kw.get("timeout")))
+        return Listing()
+
+    real = Path
+    monkeypatch.setattr(interrupts, "Path", lambda p: real(tmp_path) if p == "/proc" else real(p))
+    monkeypatch.setattr(interrupts.subprocess, "run", ps)
+    assert interrupts._children_table() == {1: [101], 101: [102, 105]}
+    assert asked[0][0] == ["ps", "-A", "-o", "pid=,ppid="]
+    assert isinstance(asked[0][1], (int, float)) and 0 < asked[0][1] <= 60
+
+    def hung(argv, **kw):
+        raise subprocess.TimeoutExpired(argv, kw.get("timeout") or 0)
+
+    monkeypatch.setattr(interrupts.subprocess, "run", hung)
+    assert interrupts._children_table() == {}
