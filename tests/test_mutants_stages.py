@@ -307,3 +307,68 @@ def test_a_log_that_is_not_utf_8_is_still_shown(tmp_path):
     stage = Stage("u", py("import sys; sys.stdout.buffer.write(b'bad \\xff byte\\n'); sys.exit(3)"))
     code, text = run(tmp_path, [stage])
     assert code == 1 and "    bad \ufffd byte" in text
+
+
+class Recorder:
+    """A stream that records what was written and when it was flushed."""
+
+    def __init__(self) -> None:
+        self.events: list[str] = []
+
+    def write(self, s: str) -> int:
+        self.events.append(s)
+        return len(s)
+
+    def flush(self) -> None:
+        self.events.append("<flush>")
+
+
+def test_every_line_the_runner_says_is_flushed_at_once(tmp_path):
+    out = Recorder()
+    Runner(tmp_path / "run", [Stage("a", py("pass"))], question="qx", cwd=tmp_path, out=out).run()
+    lines = [e for e in out.events if e not in ("\n", "<flush>")]
+    assert len(lines) == 3  # the start, done, and every stage done
+    for i, e in enumerate(out.events):
+        if e == "\n":
+            assert out.events[i + 1] == "<flush>"
+
+
+def test_a_folder_of_no_question_is_taken_and_another_question_s_refused(tmp_path):
+    run_dir = tmp_path / "run"
+    run_dir.mkdir()
+    (run_dir / "stages.json").write_text(json.dumps({"question": "", "stages": []}))
+    assert Runner(run_dir, [Stage("a", py("pass"))], question="qx", cwd=tmp_path,
+                  out=io.StringIO()).run() == 0  # fmt: skip
+    with pytest.raises(InputError) as e:
+        Runner(run_dir, [Stage("a", py("pass"))], question="qy", cwd=tmp_path).run()
+    assert str(e.value) == f"{run_dir}: a run folder of qx, not qy: choose another RUN_DIR"
+
+
+def test_a_stage_not_reached_keeps_its_failure_and_a_rerun_clears_its_signal(tmp_path, monkeypatch):
+    a = Stage("a", py("pass"), job="make a")
+    b = Stage("b", py("import sys; sys.exit(4)"))
+    run(tmp_path, [a, b])
+    a_fails = Stage("a", py("import sys; sys.exit(5)"), job="make a")
+    run(tmp_path, [a_fails, b])
+    records = read_state(tmp_path / "run")["stages"]
+    assert records[0]["job"] == "make a"
+    assert (records[1]["status"], records[1]["exit_code"]) == ("failed", 4)  # as it ended
+    # interrupted (signal recorded), then run again: while it runs, no signal in its record
+    seen = tmp_path / "seen.json"
+    code = (
+        "import json\n"
+        f"rec = json.load(open({str(tmp_path / 'run' / 'stages.json')!r}))['stages'][0]\n"
+        f"json.dump(rec, open({str(seen)!r}, 'w'))\n"
+    )
+    c = Stage("c", py(code))
+
+    def interrupted(*args, **kw):
+        raise interrupts.Interrupted(15)
+
+    with monkeypatch.context() as m:
+        m.setattr(stages.subprocess, "call", interrupted)
+        (tmp_path / "x").mkdir()
+        run(tmp_path / "x", [c])
+    assert read_state(tmp_path / "x" / "run")["stages"][0]["signal"] == "SIGTERM"
+    assert run(tmp_path / "x", [c])[0] == 0
+    assert json.loads(seen.read_text())["signal"] is None
