@@ -281,3 +281,29 @@ def test_a_hung_or_failing_nvidia_smi_counts_no_gpu_and_cannot_hang_the_command(
 def test_p6_lines_of_a_report_without_results_or_checks():
     assert qcli.p6_costs({"cohorts": [{}]}) == []
     assert qcli.p6_costs({"cohorts": [{"results": [{"id": "P6"}]}]}) == []
+
+
+def test_the_chain_is_built_from_the_settings_the_command_was_given(tmp_path, monkeypatch):
+    from rescue.questions import chains
+
+    built = []
+    for q in ("q1", "q2", "q3"):
+        monkeypatch.setitem(chains.QUESTIONS, q, lambda s: built.append(s) or [])
+    monkeypatch.setattr(qcli, "power_first", lambda q, seeds, args: False)
+    monkeypatch.setattr(Runner, "run", lambda self: 1)
+    monkeypatch.chdir(tmp_path)
+    src = fake_sources(tmp_path)
+    rescue_main(["question", "q3", "--run-dir", "r", "--rehearsal", "--force", "--seeds", "4",
+                 "--steps", "6", "--rehearsal-python", "/py", "--model", "m", *src])  # fmt: skip
+    s = built[-1]
+    assert (s.rehearsal, s.seeds, s.steps, s.force) == (True, 4, 6, True)
+    assert s.q2_dir == tmp_path / "runs" / "q2"  # the default, resolved
+    assert (s.rehearsal_python, s.model) == ("/py", "m")
+    assert s.miles_src == str((tmp_path / "miles").resolve())
+    assert s.megatron_src == str((tmp_path / "meg").resolve())
+    # a rehearsal of q1 makes its own dumps: a DUMPS that is not there is not refused
+    rescue_main(["question", "q1", "--run-dir", "r1", "--rehearsal", "--dumps", "absent", *src])
+    assert built[-1].dumps == "absent" and built[-1].miles_src
+    with cluster_machine(tmp_path):
+        rescue_main(["question", "q2", "--run-dir", "r2"])
+    assert (built[-1].miles_src, built[-1].megatron_src, built[-1].force) == ("", "", False)
