@@ -236,3 +236,53 @@ def test_the_ps_listing_is_read_line_by_line_and_cannot_hang(monkeypatch, tmp_pa
 
     monkeypatch.setattr(interrupts.subprocess, "run", hung)
     assert interrupts._children_table() == {}
+
+
+def _dead_pid() -> int:
+    p = subprocess.Popen([sys.executable, "-c", "pass"])
+    p.wait()  # reaped: the pid names no process
+    return p.pid
+
+
+def test_gone_and_alive_as_the_process_table_says(monkeypatch):
+    assert interrupts._gone(_dead_pid())
+    # a zombie that is not this process's child (its parent does not reap it): gone
+    code = ("import os, sys, time\npid = os.fork()\nif pid == 0:\n    os._exit(0)\n"
+            "print(pid, flush=True)\ntime.sleep(60)\n")  # fmt: skip
+    parent = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, text=True)
+    try:
+        zombie = int(parent.stdout.readline())
+        wait_for(lambda: Path(f"/proc/{zombie}/stat").read_text().split(")")[-1].split()[0] == "Z")
+        assert interrupts._gone(zombie)
+    finally:
+        parent.kill()
+        parent.wait()
+
+    def not_permitted(pid, sig):
+        raise PermissionError(1, "Operation not permitted")
+
+    monkeypatch.setattr(os, "kill", not_permitted)
+    assert not interrupts._gone(1)  # another user's live process
+
+
+def test_ending_processes_that_are_already_gone_is_no_error():
+    dead = _dead_pid()
+    assert end_tree([dead], grace_s=0) == [dead]  # SIGTERM and SIGKILL to no process
+    assert end_tree([dead], grace_s=1) == [dead]
+
+
+def test_the_grace_ends_as_soon_as_every_process_is_gone(monkeypatch):
+    p = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
+    clock = [0.0]
+    naps = []
+    real_sleep = time.sleep
+
+    def nap(s):
+        naps.append(s)
+        clock[0] += s
+        real_sleep(0.01)  # real time for the signal to land
+
+    monkeypatch.setattr(interrupts.time, "sleep", nap)
+    monkeypatch.setattr(interrupts.time, "monotonic", lambda: clock[0])
+    end_tree([p.pid], grace_s=1000.0)
+    assert sum(naps) < 100.0  # not the whole grace: it stopped once the process was gone
