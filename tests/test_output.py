@@ -36,6 +36,7 @@ def siblings(folder: Path) -> list[str]:
 def test_a_finished_run_replaces_what_it_owns_and_keeps_the_rest(tmp_path):
     out = tmp_path / "out"
     old_result(out)
+    output.forget()  # what an earlier test left recorded
     with output.staged(out, owned) as stage:
         assert stage.path.parent == out.parent and stage.path.name.startswith(".out.partial-")
         (stage.path / "summary.md").write_text("the new result\n")
@@ -95,11 +96,19 @@ def test_a_temporary_folder_left_by_a_killed_run_is_removed_next_time(tmp_path):
     left = tmp_path / f".out.partial-{dead.pid}"
     left.mkdir()
     (left / "x").write_text("half")
-    alive = tmp_path / f".out.partial-{os.getppid()}"  # a live process's: not ours to remove
-    alive.mkdir()
-    with output.staged(out) as stage:
-        (stage.path / "y").write_text("1")
-    assert not left.exists() and alive.exists()
+    # a live process's: not ours to remove (a child of this test's, so that nothing else is
+    # signalled if the liveness check were wrong; it must be left running too)
+    live = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
+    try:
+        alive = tmp_path / f".out.partial-{live.pid}"
+        alive.mkdir()
+        with output.staged(out) as stage:
+            (stage.path / "y").write_text("1")
+        assert not left.exists() and alive.exists()
+        assert live.poll() is None
+    finally:
+        live.kill()
+        live.wait()
 
 
 def test_a_result_a_killed_swap_left_renamed_is_put_back_not_removed(tmp_path):

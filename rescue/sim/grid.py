@@ -160,9 +160,8 @@ def parse(text: str, *, where: str) -> Grid:
     if not isinstance(table, dict):
         raise InputError(f"{where}: [config] must be a table of settings")
     for key, value in table.items():
-        config[_setting(key, kinds, where, "[config]")] = _check(
-            kinds, key, value, where, "[config]"
-        )
+        name = _setting(key, kinds, where, "[config]")  # before its value is checked
+        config[name] = _check(kinds, key, value, where, "[config]")
     axes = []
     raw_axes = data.get("axis", [])
     if not isinstance(raw_axes, list) or not raw_axes:
