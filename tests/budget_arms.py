@@ -1,7 +1,7 @@
 """What distinguishes the budget-regime arms in a launcher's command, derived from each
-arm's entry in ``rescue.arms``: the mask's sample filter, the matched control's conversion,
-Dr. GRPO's flags, and the reward hook's estimator and baseline population. The SWE, single-
-turn and text-game launchers' tests hold their commands to it."""
+arm's entry in ``rescue.arms``: the mask's sample filter, the matched and step-size controls'
+conversions, Dr. GRPO's flags, and the reward hook's estimator and baseline population. The SWE,
+single-turn and text-game launchers' tests hold their commands to it."""
 
 from __future__ import annotations
 
@@ -13,6 +13,11 @@ MASK = {"--rollout-sample-filter-path": ["filters.mask_truncated_zero_reward"]}
 MATCHED = {
     "--custom-convert-samples-to-train-data-path": [
         "rescue.miles.matched.convert_samples_to_train_data"
+    ]
+}
+STEP = {
+    "--custom-convert-samples-to-train-data-path": [
+        "rescue.miles.matched.convert_samples_to_train_data_step_control"
     ]
 }
 DRGRPO = {
@@ -28,6 +33,7 @@ def budget_flags(arm: str) -> dict[str, list[str]]:
     return {
         **(MASK if d.mask else {}),
         **(MATCHED if d.scaling is arms.Scaling.MATCHED else {}),
+        **(STEP if d.scaling is arms.Scaling.STEP else {}),
         **(DRGRPO if d.drgrpo else {}),
     }
 

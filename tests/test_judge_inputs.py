@@ -182,7 +182,7 @@ def test_scenarios_are_cohorts_and_timing_json_is_not_a_run(tmp_path):
         == 0
     )
     inputs = read_inputs([out], progress=False)
-    assert len(inputs.runs) == 4 + 5  # the scenarios' arms, one seed each; no timing.json
+    assert len(inputs.runs) == 4 + 6  # the scenarios' arms, one seed each; no timing.json
     assert sum("timing.json" in n and "not a run" in n for n in inputs.notes) == 2
     j = judge(inputs.runs, notes=inputs.notes)
     assert [c.scenario for c in j.cohorts] == ["budget-three-outcome", "two-outcome"]

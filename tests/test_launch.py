@@ -33,8 +33,8 @@ from launch_env import miles_dir as miles_dir  # a fixture
 ARMS = ("drop", "never-drop", "protect", "pace")
 #: The arms the error messages list.
 SWE_ARMS = (
-    "drop, never-drop, protect or pace (stale handling), or zero, mask, matched, drgrpo-mask, "
-    "survivor or turn (budget regime, with never-drop)"
+    "drop, never-drop, protect or pace (stale handling), or zero, mask, matched, step-control, "
+    "drgrpo-mask, survivor or turn (budget regime, with never-drop)"
 )
 #: The flags that distinguish the arms (the rollout function first); every other flag is shared.
 ARM_FLAGS = {

@@ -328,7 +328,7 @@ def test_each_flag_reaches_the_launcher_settings(tmp_path):
     assert drop["EXTRA_ARGS"] == "--async-max-concurrent-samples 12"
     assert drop["AGENT_CONCURRENCY"] == "12"
     assert set(ARMS) == {"drop", "never-drop", "protect", "pace", "zero", "mask", "matched",
-                         "drgrpo-mask", "survivor", "turn"}  # fmt: skip
+                         "step-control", "drgrpo-mask", "survivor", "turn"}  # fmt: skip
 
 
 def test_router_without_out_and_timeout_flags_are_read(tmp_path):

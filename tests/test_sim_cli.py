@@ -48,6 +48,7 @@ def test_default_arms_are_every_arm_side_by_side(tmp_path):
             "pace",
             "mask",
             "matched",
+            "step-control",
             "zero",
             "survivor",
             "turn",
