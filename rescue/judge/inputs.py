@@ -32,6 +32,10 @@ reports and a note per thing it skipped (never silently):
   into a folder of its own): their rows are joined in the folders' time order, their
   config merged.
 
+A run resumed from a checkpoint logged the steps it trained again twice: every run's rows
+are read with each step once, from the last life that logged it (``rescue.judge.lives``),
+and the notes say so.
+
 Arm and seed come from ``runs.identify`` (tags, then group, then name, then config).
 """
 
@@ -50,6 +54,7 @@ from pathlib import Path
 from typing import Any
 
 from rescue.errors import InputError
+from rescue.judge.lives import each_step_once
 from rescue.judge.offline import Report, report_kind
 from rescue.judge.runs import Run, identify, parse_name
 
@@ -180,6 +185,7 @@ def read_inputs(paths: Sequence[str | os.PathLike], *, progress: bool = True) ->
         bar.update(len(wandb_dirs) - len(by_id))
     bar.close()
     _attach_offline(result.runs, offline_figures, result.notes)
+    result.notes.extend(f"{run.source}: {note}" for run in result.runs for note in run.notes)
     return result
 
 
@@ -231,7 +237,8 @@ def _run_from_rows(rows: list[dict[str, Any]], path: Path, **meta: Any) -> Run:
         config=config,
         where=str(path),
     )
-    return Run(cond, seed, rows, source=str(path), config=config)
+    rows, note = each_step_once(rows)
+    return Run(cond, seed, rows, source=str(path), config=config, notes=[note] if note else [])
 
 
 def read_csv(path: Path) -> list[Run]:
@@ -331,7 +338,11 @@ def read_wandb_run(run_dirs: Sequence[Path]) -> Run:
         config=meta.get("config"),
         where=where,
     )
-    return Run(cond, seed, rows, source=str(run_dirs[-1]), config=dict(meta["config"]))
+    rows, note = each_step_once(rows)
+    return Run(
+        cond, seed, rows, source=str(run_dirs[-1]), config=dict(meta["config"]),
+        notes=[note] if note else [],
+    )  # fmt: skip
 
 
 def _scan(path: Path) -> tuple[dict[str, Any], list[dict[str, Any]]]:
