@@ -234,6 +234,14 @@ CHANGES: tuple[Change, ...] = (
     ),
     Change(
         "probe",
+        "rescue's buffer records every group its gate decides on (id, staleness, bucket, weight)",
+        "a killed and resumed run: a group id that comes back meets the same coin (the "
+        "report compares them across the lives)",
+        "rescue.miles.buffer",
+        probes.gate,
+    ),
+    Change(
+        "probe",
         "FullyAsyncRolloutFn's unused handler records every group it receives, and after "
         "which census",
         "the report checks that every group it receives is one the census counted dropped or "

@@ -49,7 +49,7 @@ from pathlib import Path
 from typing import Any
 
 from rescue.rehearsal.miles import inputs as run_inputs
-from rescue.rehearsal.miles import options
+from rescue.rehearsal.miles import options, resume
 from rescue.rehearsal.miles.changes import CHANGES, FAULT_ENV
 from rescue.rehearsal.miles.command import (
     ROOT,
@@ -57,7 +57,7 @@ from rescue.rehearsal.miles.command import (
     cpu_flags,
     drop_option,
     free_port,
-    launcher_entry,
+    launcher_dry_run,
 )
 from rescue.rehearsal.miles.inputs import agent_prompts, megatron_model_args
 from rescue.rehearsal.miles.jobs import Job
@@ -82,6 +82,13 @@ ARMS = SWE.arms
 SETTINGS = SWE.settings
 
 
+#: Why a kill-and-resume rehearsal (``--kill-at``) sets what it sets.
+KILL_REASONS = {
+    "SAVE_INTERVAL": "--kill-at: a checkpoint at every step, so the kill comes after one",
+    "RESUME": "--kill-at: the life after the kill resumes the run through the launcher's path",
+}
+
+
 @dataclass
 class RunSpec:
     """One run of the rehearsal: an arm (with protect's a), a seed, its folder."""
@@ -101,6 +108,10 @@ class RunSpec:
     inputs: dict[str, Any] = field(default_factory=dict)
     ports: dict[str, int] = field(default_factory=dict)
     lane: int = 0
+    #: The life being run (2 after a kill: resumed with RESUME=1), and when the first began.
+    life: int = 1
+    began: float = 0.0
+    save: Path | None = None
 
     @property
     def name(self) -> str:
@@ -114,6 +125,7 @@ class RunSpec:
 def print_table(launcher: Launcher, removed: list[str], settings: dict[str, str], arm: str) -> None:
     print(f"rehearsal: {launcher.script} settings (everything else is the arm's own)")
     reasons = {name: why for name, _, why in launcher.settings_of(arm)}
+    reasons.update(KILL_REASONS)
     for name, value in settings.items():
         print(f"  {name}={value}  ({reasons.get(name, 'the rehearsal input')})")
     print("rehearsal: CPU-forced changes (rescue/rehearsal/miles/changes.py)")
@@ -164,6 +176,10 @@ def launcher_settings(
     if args.extra_args:
         extra = settings.get("EXTRA_ARGS", "")
         settings["EXTRA_ARGS"] = f"{extra} {args.extra_args}".strip()
+    if args.kill_at is not None:
+        settings["SAVE_INTERVAL"] = "1"  # a checkpoint at every step: the kill comes after one
+        if run is not None and run.life > 1:
+            settings.update(resume.resume_env())
     return settings
 
 
@@ -236,11 +252,13 @@ class Rehearsal:
         settings = launcher_settings(
             self.args, self.miles_src, self.megatron_src, run.folder, inputs, run
         )
-        runtime, entry, flags = launcher_entry(settings, self.launcher.script)
+        runtime, entry, flags, notes = launcher_dry_run(settings, self.launcher.script)
         if entry != self.launcher.entry:
             raise RehearsalError(
                 f"{self.launcher.script} submits {entry}, not {self.launcher.entry}"
             )
+        if self.args.kill_at is not None:
+            self.launch_record(run, runtime, flags, notes, settings["PROMPT_DATA"])
         for name in self.args.without:
             flags = drop_option(flags, name)
         run.ports = {k: free_port() for k in ("engine", "router", "session")}
@@ -261,6 +279,36 @@ class Rehearsal:
             json.dumps({"runtime_env": runtime, "flags": flags, "entry": entry}, indent=1)
         )
         return runtime, entry, flags, settings
+
+    def launch_record(
+        self, run: RunSpec, runtime: dict[str, Any], flags: list[str], notes: list[str],
+        data: str,
+    ) -> None:  # fmt: skip
+        """The first life writes the run's record as a launch does; a later life's dry run
+        (``RESUME=1``) must have compared itself with it and said it resumes."""
+        run.save = resume.save_dir(flags)
+        if run.life == 1:
+            line = resume.record_launch(flags, runtime, data, self.miles_src)
+            print(f"rehearsal: {run.name}: {line}", flush=True)
+            return
+        said = next((n for n in notes if n.startswith("resuming the run in")), None)
+        if said is None:
+            raise RehearsalError(
+                f"life {run.life}: the launcher's RESUME=1 dry run did not say it resumes the "
+                f"run in {run.save} (notes: {'; '.join(notes) or 'none'})"
+            )
+        print(f"rehearsal: {run.name}: life {run.life}: the launcher: {said}", flush=True)
+
+    def kill_and_resume(self, run: RunSpec) -> None:
+        """The kill of ``--kill-at`` (``rescue.rehearsal.miles.resume``), then the next life
+        submitted on a new Ray head and engine."""
+        entry = resume.kill(run.folder, run.save, self.args.kill_at, run.life)
+        print(f"rehearsal: {run.name}: step {self.args.kill_at} in progress: "
+              f"{resume.describe_kill(entry)}", flush=True)  # fmt: skip
+        run.job, run.engine = None, None
+        self.dashboards[run.lane] = ""  # the Ray head died with the run
+        run.life += 1
+        self.submit(run, run.lane)
 
     def env_of(self, run: RunSpec, runtime: dict[str, Any]) -> dict[str, str]:
         env_vars = dict(runtime.get("env_vars", {}))
@@ -312,6 +360,7 @@ class Rehearsal:
     def submit(self, run: RunSpec, lane: int) -> None:
         """Start the run's engine, check it, submit its job to the lane's Ray head."""
         run.started = time.monotonic()
+        run.began = run.began or run.started
         (run.folder / "probes").mkdir(parents=True, exist_ok=True)
         run.mark("start")
         runtime, entry, flags, _ = self.command(run)
@@ -363,8 +412,19 @@ class Rehearsal:
         stop_each([run.job.tail if run.job else None, run.engine])
         if run.folder != self.out:
             reap(run.folder)
-        run.wall = time.monotonic() - run.started
+        run.wall = time.monotonic() - (run.began or run.started)
         report_run(run, self.args, progress=len(self.runs) == 1)
+
+    def kill_due(self, run: RunSpec) -> bool:
+        """Whether ``--kill-at`` kills the first life now (``resume.due``)."""
+        if self.args.kill_at is None or run.life > 1 or run.save is None or run.job is None:
+            return False
+        if run.job.ended():
+            raise RehearsalError(
+                f"{run.name}: the job ended ({run.job.outcome()}) before step "
+                f"{self.args.kill_at} was in progress after a checkpoint: nothing to kill"
+            )
+        return resume.due(run.folder, run.save, self.args.kill_at)
 
     def run(self) -> int:
         args = self.args
@@ -383,6 +443,9 @@ class Rehearsal:
             for run in list(active):
                 if run.meter is not None:
                     run.meter.sample()
+                if self.kill_due(run):
+                    self.kill_and_resume(run)
+                    continue
                 late = time.monotonic() - run.started > args.timeout
                 if run.job is not None and (run.job.ended() or late):
                     active.remove(run)

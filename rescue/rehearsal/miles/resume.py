@@ -1,0 +1,145 @@
+"""Kill and resume: a run killed hard mid-step after a checkpoint, resumed through the
+launcher's ``RESUME=1`` path from Miles' checkpoint (``--kill-at STEP``).
+
+The driver (``rescue.rehearsal.miles.run``) calls, in order:
+
+1. ``record_launch`` when it submits the first life: the run's record beside its
+   checkpoints, written as a launch that is not a dry run writes it
+   (``swe_smith_tasks.run_record``: the launcher's flags, the job's environment, the prompt
+   data), so that the second life's dry run with ``RESUME=1`` compares against it;
+2. ``due(run, step)`` on every poll: the kill is due once Miles' checkpoint of some step N
+   exists, the trainer has sent the engine the weights after N (version N + 2), and the
+   rollout of ``step`` has been converted to train data (its census and metrics logged;
+   its step not yet trained through): a step in progress, groups buffered and in flight;
+3. ``kill(run)``: SIGKILL of every process of the run (the Ray head, the job's driver and
+   actors with the agents and their sandboxes, the router, the session server, wandb, the
+   stand-in engine), found by the run folder in their environment, no clean-up; then each
+   probe file cut to its last whole line (a write the kill cut short) and its line count
+   kept in ``lives.json`` (where the next life's rows begin), the first life's logs moved
+   to ``life1/``;
+4. the second life is submitted as the first was, with ``RESUME=1`` (the launcher's dry run
+   must say it resumes the run in its save directory) on a new Ray head and a new engine.
+
+``lives.json``: ``{"kill_at": STEP, "kills": [{"life": 1, "time": T, "checkpoint": N,
+"probes": {"census.jsonl": lines, ...}}]}``.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+import time
+from pathlib import Path
+from typing import Any
+
+from rescue.rehearsal.miles.command import RehearsalError, option_values
+from rescue.rehearsal.processes import reap, survivors
+
+#: The rehearsal's file of a killed run's lives (module docstring).
+LIVES = "lives.json"
+#: Logs of a life, moved to ``life<N>/`` when it is killed.
+LIFE_LOGS = ("job.log", "driver.log", "engine.log", "ray.log", "marks.json", "cpu.json",
+             "command.json")  # fmt: skip
+
+
+def save_dir(flags: list[str]) -> Path:
+    """The run's save directory: the launcher's ``--save``."""
+    values = option_values(flags, "--save")
+    if not values:
+        raise RehearsalError("the launcher's command has no --save: nothing to resume from")
+    return Path(values[0])
+
+
+def record_launch(flags: list[str], runtime: dict[str, Any], data: str, miles_src: Path) -> str:
+    """Write the run's record as a launch that is not a dry run does; its one line."""
+    from swe_smith_tasks.run_record import check_save_dir, miles_commit, record
+
+    env = runtime.get("env_vars", {})
+    new = record(flags, env, data, commit=miles_commit(miles_src))
+    return check_save_dir(save_dir(flags), new, resume=False)
+
+
+def checkpoint_step(folder: Path) -> int | None:
+    """The step of Miles' latest checkpoint in the save directory (None: none yet)."""
+    tracker = folder / "latest_checkpointed_iteration.txt"
+    text = tracker.read_text().strip() if tracker.is_file() else ""
+    return int(text) if text.isdigit() else None
+
+
+def _lines(path: Path) -> int:
+    return len(path.read_text().splitlines()) if path.exists() else 0
+
+
+def due(folder: Path, save: Path, step: int, offsets: dict[str, int] | None = None) -> bool:
+    """Whether the kill of the life being run is due (module docstring). ``offsets``: the
+    probe lines of earlier lives (none for the first)."""
+    offsets = offsets or {}
+    n = checkpoint_step(save)
+    if n is None:
+        return False
+    probes = folder / "probes"
+    converted = _lines(probes / "train_data.jsonl") - offsets.get("train_data.jsonl", 0)
+    updates = _lines(probes / "trainer_weights.jsonl") - offsets.get("trainer_weights.jsonl", 0)
+    return converted >= step + 1 and updates >= n + 2
+
+
+def cut_torn_line(path: Path) -> None:
+    """Cut a file to its last whole line (a write the kill cut short)."""
+    data = path.read_bytes()
+    if data and not data.endswith(b"\n"):
+        path.write_bytes(data[: data.rfind(b"\n") + 1])
+
+
+def kill(folder: Path, save: Path, step: int, life: int) -> dict[str, Any]:
+    """SIGKILL every process of the run in ``folder`` (module docstring), keep where the
+    probes of the next life begin and the checkpoint it resumes from (in ``save``); returns
+    the kill's record."""
+    killed = reap(folder)
+    deadline = time.monotonic() + 60
+    while survivors(folder) and time.monotonic() < deadline:
+        reap(folder)
+        time.sleep(1)
+    left = survivors(folder)
+    if left:
+        raise RehearsalError(f"processes of the run outlived SIGKILL: {[p.pid for p in left]}")
+    probes = folder / "probes"
+    counts = {}
+    for path in sorted(probes.glob("*.jsonl")):
+        cut_torn_line(path)
+        counts[path.name] = _lines(path)
+    old = folder / f"life{life}"
+    old.mkdir(exist_ok=True)
+    for name in LIFE_LOGS:
+        if (folder / name).exists():
+            shutil.move(str(folder / name), str(old / name))
+    lives_file = folder / LIVES
+    lives = json.loads(lives_file.read_text()) if lives_file.exists() else {"kills": []}
+    entry = {"life": life, "time": time.time(), "processes": killed,
+             "checkpoint": checkpoint_step(save), "probes": counts}  # fmt: skip
+    lives["kill_at"] = step
+    lives["kills"].append(entry)
+    lives_file.write_text(json.dumps(lives, indent=1))
+    return entry
+
+
+def offsets(folder: Path) -> dict[str, int]:
+    """Where the probe rows of the current life begin (the last kill's counts)."""
+    path = folder / LIVES
+    if not path.exists():
+        return {}
+    kills = json.loads(path.read_text()).get("kills") or []
+    return dict(kills[-1]["probes"]) if kills else {}
+
+
+def describe_kill(entry: dict[str, Any]) -> str:
+    """One line: what the kill did and where the next life resumes."""
+    return (
+        f"life {entry['life']} killed (SIGKILL of its {entry['processes']} processes, "
+        f"no clean-up) after the checkpoint of step {entry['checkpoint']}; resuming with "
+        "RESUME=1"
+    )
+
+
+def resume_env() -> dict[str, str]:
+    """The launcher settings of a life after a kill."""
+    return {"RESUME": "1"}
