@@ -191,3 +191,34 @@ def test_a_retry_handler_leaves_recycled_groups_unsettled_for_good(tmp_path):
     _checkpoint(tmp_path, 0, 2)
     life = LifeLog(tmp_path, checkpoint=0, drawn=2).life
     assert (life.carried, life.unseen) == (0, 1)
+
+
+# ── rescue status of an arm's run ────────────────────────────────────────────
+
+
+def test_rescue_status_says_the_run_was_resumed_from_which_step_and_what_it_lost(tmp_path, capsys):
+    from rescue import cli
+
+    save = tmp_path / "runs" / "swe-protect-a0.5-k0-seed1" / "checkpoints"
+    save.mkdir(parents=True)
+    (save / "rescue-run.json").write_text(json.dumps({
+        "wandb_run_id": "0a1b2c3d",
+        "launches": [{"time": "2026-12-07T10:00:00+0000", "resume": False},
+                     {"time": "2026-12-07T11:00:00+0000", "resume": True}],
+    }))  # fmt: skip
+    (save / TRACKER).write_text("3\n")
+    ledger = save / LEDGER
+    append(ledger, {"life": 1, "start": 0, "time": 1.0})
+    for r in range(3):
+        append(ledger, {"life": 1, "rollout": r, "open": 2, "final": 2 * r + 2})
+    append(ledger, {"life": 2, "start": 2, "time": 2.0, "checkpoint": 1, "drawn": 9,
+                    "carried": 2, "unseen": 3})  # fmt: skip
+    append(ledger, {"life": 2, "rollout": 2, "open": 1, "final": 13})
+    for where in (save, save.parent, tmp_path):  # the save dir, the run, a rehearsal's folder
+        assert cli.main(["status", str(where)]) == 0
+        out = capsys.readouterr().out
+        assert f"arm run in {save} (wandb run 0a1b2c3d)" in out
+        assert "2026-12-07T11:00:00+0000 (RESUME=1): resumed 1 times" in out
+        assert "life 2: resumed from the checkpoint of step 1 at step 2; 5 groups lost at the " \
+               "restart (2 buffered, 3 in flight or not settled by then)" in out  # fmt: skip
+        assert "last census: step 2 (life 2)" in out and "latest checkpoint: step 3" in out

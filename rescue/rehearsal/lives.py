@@ -384,25 +384,30 @@ def steps_read(history: list[dict[str, Any]]) -> dict[str, list[int]]:
     }  # fmt: skip
 
 
-def checks_of(f: Any, reference: Path | None = None) -> dict[str, tuple[bool, str]]:
-    """Every check of this module on the run read by the report (``RunFiles``);
-    ``reference``: the folder of the same arm's uninterrupted rehearsal."""
-    ref_steps = ref_gate = None
-    if reference is not None and f.joined is not None:
-        from rescue.judge.lives import each_step_once
-        from rescue.rehearsal.report import wandb_history
+@dataclass
+class Reference:
+    """The same arm's uninterrupted rehearsal (``--reference``): its history read each step
+    once, and its gate's decisions."""
 
-        history, _ = each_step_once(
-            wandb_history(sorted(Path(reference).glob("runs/*/wandb/**/offline-run-*")))
-        )
-        ref_steps = steps_read(history)
-        ref_gate = _rows(Path(reference) / "probes" / "gate.jsonl")
+    history: list[dict[str, Any]]
+    gate: list[dict[str, Any]]
+
+
+def gate_rows(out: Path) -> list[dict[str, Any]]:
+    """The gate probe's rows of a run folder."""
+    return _rows(Path(out) / "probes" / "gate.jsonl")
+
+
+def checks_of(f: Any, reference: Reference | None = None) -> dict[str, tuple[bool, str]]:
+    """Every check of this module on the run read by the report (``RunFiles``), compared
+    with ``reference`` when given."""
     j = f.joined
+    ref_steps = steps_read(reference.history) if reference is not None else None
     return {
         "resume": resume_check(
             j, f.history_note, steps_read(f.history), f.steps_checked, ref_steps
         ),
         "accounted": accounted(j),
-        "coins": coins(j, f.arm, f.a, ref_gate),
+        "coins": coins(j, f.arm, f.a, reference.gate if reference is not None else None),
         "restarted": restarted(j, f.arm, f.offpolicy, f.train_rows, f.steps_per_rollout),
     }

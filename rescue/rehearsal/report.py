@@ -347,7 +347,11 @@ def check_run(
             ok, detail = False, f"could not be checked: {type(e).__name__}: {e}"
         report.add("checkpoint", ok, detail)
         try:
-            restart_checks = lives.checks_of(f, reference)
+            ref = None
+            if reference is not None and f.joined is not None:
+                ref_history = wandb_history(sorted(reference.glob("runs/*/wandb/**/offline-run-*")))
+                ref = lives.Reference(each_step_once(ref_history)[0], lives.gate_rows(reference))
+            restart_checks = lives.checks_of(f, ref)
         except Exception as e:
             why = f"could not be checked: {type(e).__name__}: {e}"
             restart_checks = dict.fromkeys(lives.CHECKS, (False, why))
