@@ -131,6 +131,15 @@ def parse(argv: list[str] | None, description: str | None) -> argparse.Namespace
         "and check the two lives (default: no kill)",
     )
     p.add_argument(
+        "--kill-engine-at",
+        type=int,
+        default=None,
+        metavar="STEP",
+        help="swe: the stand-in engine dies as SGLang dies (connections reset, no reply, "
+        "never back) while step STEP's rollout is generated; the run must stop through "
+        "rescue's watchdog with one line (default: no engine death)",
+    )
+    p.add_argument(
         "--reference",
         default=None,
         metavar="DIR",
@@ -211,6 +220,14 @@ def parse(argv: list[str] | None, description: str | None) -> argparse.Namespace
         if not 1 <= a.kill_at <= a.steps:
             p.error(f"--kill-at={a.kill_at}; allowed: a step from 1 to --steps={a.steps} (a "
                     "checkpoint of an earlier step comes before it)")  # fmt: skip
+    if a.kill_engine_at is not None:
+        if a.launcher != "swe":
+            p.error(f"--kill-engine-at applies to --launcher swe, not {a.launcher}")
+        if a.kill_at is not None or len(a.arm_list) > 1 or a.seeds or a.parallel > 1:
+            p.error("--kill-engine-at breaks one run: one arm, one seed, no --kill-at")
+        if not 1 <= a.kill_engine_at <= a.steps:
+            p.error(f"--kill-engine-at={a.kill_engine_at}; allowed: a step from 1 to "
+                    f"--steps={a.steps}")  # fmt: skip
     if a.reference is not None:
         if a.kill_at is None:
             p.error("--reference applies with --kill-at")

@@ -66,7 +66,8 @@ def checkpoint_step(folder: Path) -> int | None:
     return int(text) if text.isdigit() else None
 
 
-def _lines(path: Path) -> int:
+def lines(path: Path) -> int:
+    """The lines of a probe file (0 when there is none)."""
     return len(path.read_text().splitlines()) if path.exists() else 0
 
 
@@ -78,8 +79,8 @@ def due(folder: Path, save: Path, step: int, offsets: dict[str, int] | None = No
     if n is None:
         return False
     probes = folder / "probes"
-    converted = _lines(probes / "train_data.jsonl") - offsets.get("train_data.jsonl", 0)
-    updates = _lines(probes / "trainer_weights.jsonl") - offsets.get("trainer_weights.jsonl", 0)
+    converted = lines(probes / "train_data.jsonl") - offsets.get("train_data.jsonl", 0)
+    updates = lines(probes / "trainer_weights.jsonl") - offsets.get("trainer_weights.jsonl", 0)
     return converted >= step + 1 and updates >= n + 2
 
 
@@ -106,7 +107,7 @@ def kill(folder: Path, save: Path, step: int, life: int) -> dict[str, Any]:
     counts = {}
     for path in sorted(probes.glob("*.jsonl")):
         cut_torn_line(path)
-        counts[path.name] = _lines(path)
+        counts[path.name] = lines(path)
     old = folder / f"life{life}"
     old.mkdir(exist_ok=True)
     for name in LIFE_LOGS:

@@ -82,11 +82,18 @@ ARMS = SWE.arms
 SETTINGS = SWE.settings
 
 
-#: Why a kill-and-resume rehearsal (``--kill-at``) sets what it sets.
+#: Why a kill-and-resume rehearsal (``--kill-at``) and an engine death (``--kill-engine-at``)
+#: set what they set.
 KILL_REASONS = {
     "SAVE_INTERVAL": "--kill-at: a checkpoint at every step, so the kill comes after one",
     "RESUME": "--kill-at: the life after the kill resumes the run through the launcher's path",
+    "WATCHDOG_WINDOW": "--kill-engine-at: the watchdog judges the last 4 groups (the "
+    "rehearsal's four in flight), not a cluster's 64",
+    "AGENT_ENV": "--kill-engine-at: a trial waits 20 s for a dead endpoint (the cluster "
+    "default, 1800 s, would outlast the rehearsal)",
 }
+#: The settings of an engine-death rehearsal (``--kill-engine-at``).
+ENGINE_DEATH = {"WATCHDOG_WINDOW": "4", "AGENT_ENV": "RESCUE_SWE_ENDPOINT_PATIENCE=20"}
 
 
 @dataclass
@@ -112,6 +119,8 @@ class RunSpec:
     life: int = 1
     began: float = 0.0
     save: Path | None = None
+    #: ``--kill-engine-at``: the engine's turns when the step's rollout began.
+    turns_seen: int | None = None
 
     @property
     def name(self) -> str:
@@ -176,6 +185,8 @@ def launcher_settings(
     if args.extra_args:
         extra = settings.get("EXTRA_ARGS", "")
         settings["EXTRA_ARGS"] = f"{extra} {args.extra_args}".strip()
+    if args.kill_engine_at is not None:
+        settings.update(ENGINE_DEATH)
     if args.kill_at is not None:
         settings["SAVE_INTERVAL"] = "1"  # a checkpoint at every step: the kill comes after one
         if run is not None and run.life > 1:
@@ -247,8 +258,9 @@ class Rehearsal:
 
     def command(self, run: RunSpec) -> tuple[dict[str, Any], str, list[str], dict[str, str]]:
         """(runtime env, entry point, flags, settings) of one run, the CPU rows applied."""
-        inputs = run_inputs.for_run(self.args.launcher, run.folder, self.shared)
-        run.inputs = inputs
+        if not run.inputs:  # a later life resumes on the first one's inputs
+            run.inputs = run_inputs.for_run(self.args.launcher, run.folder, self.shared)
+        inputs = run.inputs
         settings = launcher_settings(
             self.args, self.miles_src, self.megatron_src, run.folder, inputs, run
         )
@@ -415,6 +427,31 @@ class Rehearsal:
         run.wall = time.monotonic() - (run.began or run.started)
         report_run(run, self.args, progress=len(self.runs) == 1)
 
+    def engine_death_due(self, run: RunSpec) -> bool:
+        """Whether ``--kill-engine-at`` kills the engine now: step STEP's rollout is being
+        generated (the rollouts before it converted, the engine serving turns since)."""
+        step = self.args.kill_engine_at
+        if step is None or run.engine is None or run.engine.poll() is not None:
+            return False
+        probes = run.folder / "probes"
+        converted = resume.lines(probes / "train_data.jsonl")
+        turns = resume.lines(probes / "engine.jsonl")
+        if converted < step:
+            return False
+        if run.turns_seen is None:
+            run.turns_seen = turns
+        return turns >= run.turns_seen + 4  # requests in flight: four more turns since
+
+    def kill_engine(self, run: RunSpec) -> None:
+        """The engine dies as SGLang dies (``rescue.rehearsal.engine``: SIGUSR1), for good."""
+        assert run.engine is not None
+        os.kill(run.engine.pid, signal.SIGUSR1)
+        run.engine.wait(30)
+        run.mark("engine died")
+        print(f"rehearsal: {run.name}: the engine died while step {self.args.kill_engine_at}'s "
+              f"rollout was generated (exit {run.engine.returncode}: connections reset, no "
+              "reply, not restarted); the watchdog must stop the run", flush=True)  # fmt: skip
+
     def kill_due(self, run: RunSpec) -> bool:
         """Whether ``--kill-at`` kills the first life now (``resume.due``)."""
         if self.args.kill_at is None or run.life > 1 or run.save is None or run.job is None:
@@ -446,6 +483,8 @@ class Rehearsal:
                 if self.kill_due(run):
                     self.kill_and_resume(run)
                     continue
+                if self.engine_death_due(run):
+                    self.kill_engine(run)
                 late = time.monotonic() - run.started > args.timeout
                 if run.job is not None and (run.job.ended() or late):
                     active.remove(run)
