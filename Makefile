@@ -23,8 +23,8 @@
 #                      --strict` into site/: a broken link or a page missing from nav fails it
 #   make venv          the base VENV only;  make clean: remove VENV, REHEARSAL_VENV and caches
 #   make rehearsal     MILES_SRC=... MEGATRON_SRC=... [LAUNCHER=swe|rlvr|agent] [ARM=protect]
-#                      [A=0.5] [STEPS=3] [REHEARSAL_ARGS=...]: an arm trained through Miles' own
-#                      loop on the CPU
+#                      [A=0.5] [STEPS=3] [KILL_AT=STEP] [REHEARSAL_ARGS=...]: an arm trained
+#                      through Miles' own loop on the CPU (KILL_AT: killed and resumed)
 #   make rehearsal-test  MILES_SRC=... MEGATRON_SRC=... [REHEARSAL_MARKERS=rehearsal_ci]: the
 #                      rehearsal's tests (what CI runs; `rehearsal`: every arm, fault and chain)
 #   make integration-env, make rehearsal-env: install only the environment of make
@@ -66,7 +66,7 @@
 #
 # Variables of this file: PYTHON (python3), VENV (.venv), TORCH (torch==2.13.0),
 # REHEARSAL_VENV (.venv-rehearsal), PYTEST_ARGS, MILES_SRC, SLIME_SRC, MEGATRON_SRC, LAUNCHER,
-# ARM, A, STEPS, OFFPOLICY, REHEARSAL_ARGS, REHEARSAL_MARKERS, RESCUE_PY, DRY_RUN, MAP_GRID, and the
+# ARM, A, STEPS, OFFPOLICY, KILL_AT, REHEARSAL_ARGS, REHEARSAL_MARKERS, RESCUE_PY, DRY_RUN, MAP_GRID, and the
 # questions' RUN_DIR, REHEARSAL, FORCE, Q2_DIR, DUMPS, MODEL; each is described where it is
 # set below. A variable no target you named reads (a typo, or another target's) stops make
 # with one line naming it and the closest name it knows; a switch (REHEARSAL, FORCE,
@@ -114,7 +114,7 @@ READS_lint :=
 READS_bench := MILES_SRC
 READS_docs :=
 READS_rehearsal := MILES_SRC MEGATRON_SRC LAUNCHER ARM A STEPS OFFPOLICY REHEARSAL_ARGS \
-	REHEARSAL_VENV
+	REHEARSAL_VENV KILL_AT
 READS_rehearsal-test := MILES_SRC MEGATRON_SRC REHEARSAL_MARKERS PYTEST_ARGS REHEARSAL_VENV
 # (a rehearsal of a question, or of a text-game arm, reads the training rehearsal's too)
 Q_REHEARSAL_READS := MILES_SRC MEGATRON_SRC REHEARSAL_VENV
@@ -288,6 +288,9 @@ clean:
 # megatron-2e64d788.tar.gz; default unset, required). REHEARSAL_ARGS: more flags of
 # `python -m rescue.rehearsal.miles` (--help lists them), e.g.
 # REHEARSAL_ARGS=--without=--sglang-tool-call-parser (stops at pre-flight, saying why).
+# KILL_AT: a step (default unset: no kill): SIGKILL of the whole run while that step is in
+# progress after a checkpoint, then the launcher's RESUME=1 path resumes it from Miles'
+# checkpoint and the report checks the two lives (docs/rehearsal.md).
 # REHEARSAL_VENV: its own virtual environment (default .venv-rehearsal): Miles' rollout side
 # needs transformers 5, the [replay] and [integration] extras pin transformers < 5. It gets
 # TORCH (above) like .venv, and PyPI sglang 0.5.23 with --no-deps (its pins would move torch).
@@ -317,7 +320,8 @@ rehearsal: $(REHEARSAL_VENV)/.stamp
 	$(REHEARSAL_PY) -m rescue.rehearsal.miles --launcher "$(or $(LAUNCHER),swe)" \
 		--arm "$(or $(ARM),$(if $(filter-out swe,$(or $(LAUNCHER),swe)),zero,protect))" $(if $(A),--a "$(A)") \
 		--miles-src "$(MILES_SRC)" --megatron-src "$(MEGATRON_SRC)" --steps "$(or $(STEPS),3)" \
-		$(if $(OFFPOLICY),--offpolicy "$(OFFPOLICY)") $(REHEARSAL_ARGS)
+		$(if $(OFFPOLICY),--offpolicy "$(OFFPOLICY)") $(if $(KILL_AT),--kill-at "$(KILL_AT)") \
+		$(REHEARSAL_ARGS)
 
 # The pytest markers REHEARSAL_MARKERS of tests/test_rehearsal_miles.py (the arms of the three
 # launchers, the faults) and tests/test_questions_rehearsal.py (the three questions' chains).

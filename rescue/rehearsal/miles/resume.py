@@ -71,17 +71,14 @@ def lines(path: Path) -> int:
     return len(path.read_text().splitlines()) if path.exists() else 0
 
 
-def due(folder: Path, save: Path, step: int, offsets: dict[str, int] | None = None) -> bool:
-    """Whether the kill of the life being run is due (module docstring). ``offsets``: the
-    probe lines of earlier lives (none for the first)."""
-    offsets = offsets or {}
+def due(folder: Path, save: Path, step: int) -> bool:
+    """Whether the kill of the first life is due (module docstring)."""
     n = checkpoint_step(save)
     if n is None:
         return False
     probes = folder / "probes"
-    converted = lines(probes / "train_data.jsonl") - offsets.get("train_data.jsonl", 0)
-    updates = lines(probes / "trainer_weights.jsonl") - offsets.get("trainer_weights.jsonl", 0)
-    return converted >= step + 1 and updates >= n + 2
+    converted = lines(probes / "train_data.jsonl")
+    return converted >= step + 1 and lines(probes / "trainer_weights.jsonl") >= n + 2
 
 
 def cut_torn_line(path: Path) -> None:
@@ -123,13 +120,11 @@ def kill(folder: Path, save: Path, step: int, life: int) -> dict[str, Any]:
     return entry
 
 
-def offsets(folder: Path) -> dict[str, int]:
-    """Where the probe rows of the current life begin (the last kill's counts)."""
+def last_kill(folder: Path) -> dict[str, Any] | None:
+    """The record of the run's last kill (None: never killed)."""
     path = folder / LIVES
-    if not path.exists():
-        return {}
-    kills = json.loads(path.read_text()).get("kills") or []
-    return dict(kills[-1]["probes"]) if kills else {}
+    kills = json.loads(path.read_text()).get("kills") if path.exists() else None
+    return kills[-1] if kills else None
 
 
 def describe_kill(entry: dict[str, Any]) -> str:

@@ -196,10 +196,14 @@ def launcher_settings(
 
 def trained(folder: Path) -> int:
     """Steps a run has trained so far: weight updates after the first (which only loads
-    the trainer's initial weights)."""
-    log = folder / "probes" / "trainer_weights.jsonl"
-    updates = len(log.read_text().splitlines()) if log.exists() else 0
-    return max(0, updates - 1)
+    the trainer's initial weights, or after a kill the checkpoint's), from the step the
+    life resumed at."""
+    updates = resume.lines(folder / "probes" / "trainer_weights.jsonl")
+    kill = resume.last_kill(folder)
+    if kill is None:
+        return max(0, updates - 1)
+    start = (kill["checkpoint"] or -1) + 1
+    return start + max(0, updates - kill["probes"].get("trainer_weights.jsonl", 0) - 1)
 
 
 def plan(args: argparse.Namespace, out: Path) -> list[RunSpec]:
