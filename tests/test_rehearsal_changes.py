@@ -340,10 +340,20 @@ def test_router_without_out_and_timeout_flags_are_read(tmp_path):
     assert parse_args(sources).out.startswith(str(ROOT / "runs" / "rehearsal"))
 
 
+def _sources(tmp_path: Path) -> tuple[Path, Path]:
+    """Folders standing in for the Miles and Megatron-LM sources (make checks they are
+    folders)."""
+    src, meg = tmp_path / "src", tmp_path / "meg"
+    src.mkdir()
+    meg.mkdir()
+    return src, meg
+
+
 def test_make_rehearsal_passes_its_variables(tmp_path):
     venv = tmp_path / "v"
     (venv / "bin").mkdir(parents=True)
     (venv / ".stamp").write_text("")
+    src, meg = _sources(tmp_path)
 
     def make(*assignments: str) -> subprocess.CompletedProcess:
         return subprocess.run(
@@ -351,43 +361,46 @@ def test_make_rehearsal_passes_its_variables(tmp_path):
             cwd=ROOT, capture_output=True, text=True,
         )  # fmt: skip
 
-    run = make("MILES_SRC=/src", "MEGATRON_SRC=/meg", "ARM=drop", "STEPS=5", "OFFPOLICY=tis",
+    run = make(f"MILES_SRC={src}", f"MEGATRON_SRC={meg}", "ARM=drop", "STEPS=5", "OFFPOLICY=tis",
                "REHEARSAL_ARGS=--router sglang")  # fmt: skip
     text = " ".join(run.stdout.replace("\\\n", " ").split())
     assert f'{venv}/bin/python -m rescue.rehearsal.miles --launcher "swe" --arm "drop"' in text
-    assert '--miles-src "/src"' in text and '--megatron-src "/meg"' in text
+    assert f'--miles-src "{src}"' in text and f'--megatron-src "{meg}"' in text
     assert '--steps "5"' in text and '--offpolicy "tis"' in text and "--router sglang" in text
     assert "--a " not in text
-    with_a = make("MILES_SRC=/src", "MEGATRON_SRC=/meg", "A=0.3")
+    with_a = make(f"MILES_SRC={src}", f"MEGATRON_SRC={meg}", "A=0.3")
     assert '--arm "protect" --a "0.3"' in " ".join(with_a.stdout.split())
 
     def joined(result: subprocess.CompletedProcess) -> str:
         return " ".join(result.stdout.replace("\\\n", " ").split())
 
     assert '--launcher "rlvr" --arm "zero"' in joined(
-        make("MILES_SRC=/src", "MEGATRON_SRC=/meg", "LAUNCHER=rlvr")
+        make(f"MILES_SRC={src}", f"MEGATRON_SRC={meg}", "LAUNCHER=rlvr")
     )
-    agent = make("MILES_SRC=/src", "MEGATRON_SRC=/meg", "LAUNCHER=agent", "ARM=turn")
+    agent = make(f"MILES_SRC={src}", f"MEGATRON_SRC={meg}", "LAUNCHER=agent", "ARM=turn")
     assert '--launcher "agent" --arm "turn"' in joined(agent)
     for missing, named in (("MILES_SRC=", "set MILES_SRC"), ("MEGATRON_SRC=", "set MEGATRON_SRC")):
         given = [
-            a for a in ("MILES_SRC=/src", "MEGATRON_SRC=/meg") if a.split("=")[0] != missing[:-1]
+            a
+            for a in (f"MILES_SRC={src}", f"MEGATRON_SRC={meg}")
+            if a.split("=")[0] != missing[:-1]
         ]
         done = subprocess.run(
             ["make", "rehearsal", f"REHEARSAL_VENV={venv}", *given, missing],
             cwd=ROOT, capture_output=True, text=True,
         )  # fmt: skip
-        assert done.returncode == 2 and named in done.stdout
+        assert done.returncode == 2 and named in done.stdout + done.stderr
 
 
 def test_make_rehearsal_test_runs_the_markers_it_is_given(tmp_path):
     venv = tmp_path / "v"
     (venv / "bin").mkdir(parents=True)
     (venv / ".stamp").write_text("")
-    args = ["make", "-n", "rehearsal-test", f"REHEARSAL_VENV={venv}", "MILES_SRC=/src",
-            "MEGATRON_SRC=/meg"]  # fmt: skip
+    src, meg = _sources(tmp_path)
+    args = ["make", "-n", "rehearsal-test", f"REHEARSAL_VENV={venv}", f"MILES_SRC={src}",
+            f"MEGATRON_SRC={meg}"]  # fmt: skip
     default = subprocess.run(args, cwd=ROOT, capture_output=True, text=True)
-    assert '-m "rehearsal_ci"' in default.stdout and 'MEGATRON_SRC="/meg"' in default.stdout
+    assert '-m "rehearsal_ci"' in default.stdout and f'MEGATRON_SRC="{meg}"' in default.stdout
     every = subprocess.run([*args, "REHEARSAL_MARKERS=rehearsal"], cwd=ROOT, capture_output=True,
                            text=True)  # fmt: skip
     assert '-m "rehearsal"' in every.stdout
