@@ -85,7 +85,8 @@ SETTINGS = SWE.settings
 #: Why a kill-and-resume rehearsal (``--kill-at``) and an engine death (``--kill-engine-at``)
 #: set what they set.
 KILL_REASONS = {
-    "SAVE_INTERVAL": "--kill-at: a checkpoint at every step, so the kill comes after one",
+    "SAVE_INTERVAL": "--kill-at STEP: a checkpoint every STEP steps, so one at the step "
+    "before the kill (and at the last)",
     "RESUME": "--kill-at: the life after the kill resumes the run through the launcher's path",
     "WATCHDOG_WINDOW": "--kill-engine-at: the watchdog judges the last 4 groups (the "
     "rehearsal's four in flight), not a cluster's 64",
@@ -187,8 +188,8 @@ def launcher_settings(
         settings["EXTRA_ARGS"] = f"{extra} {args.extra_args}".strip()
     if args.kill_engine_at is not None:
         settings.update(ENGINE_DEATH)
-    if args.kill_at is not None:
-        settings["SAVE_INTERVAL"] = "1"  # a checkpoint at every step: the kill comes after one
+    if args.kill_at is not None:  # a checkpoint at the step before the kill (and the last)
+        settings["SAVE_INTERVAL"] = str(args.kill_at)
         if run is not None and run.life > 1:
             settings.update(resume.resume_env())
     return settings
@@ -202,7 +203,7 @@ def trained(folder: Path) -> int:
     kill = resume.last_kill(folder)
     if kill is None:
         return max(0, updates - 1)
-    start = (kill["checkpoint"] or -1) + 1
+    start = 0 if kill["checkpoint"] is None else kill["checkpoint"] + 1
     return start + max(0, updates - kill["probes"].get("trainer_weights.jsonl", 0) - 1)
 
 
