@@ -295,9 +295,9 @@ clean:
 # needs transformers 5, the [replay] and [integration] extras pin transformers < 5. It gets
 # TORCH (above) like .venv, and PyPI sglang 0.5.23 with --no-deps (its pins would move torch).
 # REHEARSAL_MARKERS: the pytest marker expression `make rehearsal-test` runs (default
-# rehearsal_ci, what CI runs: the SWE protect arm, the single-turn zero arm, a missing head and
-# a missing tool-call parser that must fail a rehearsal, Ctrl-C, and q1's chain killed and
-# resumed; rehearsal: every arm, fault and chain).
+# rehearsal_ci, what CI runs: the SWE protect arm killed mid-step and resumed, the single-turn
+# zero arm, a missing head and a missing tool-call parser that must fail a rehearsal, Ctrl-C,
+# and q1's chain killed and resumed; rehearsal: every arm, fault and chain).
 REHEARSAL_VENV ?= .venv-rehearsal
 REHEARSAL_PY := $(REHEARSAL_VENV)/bin/python
 REHEARSAL_MARKERS ?= rehearsal_ci

@@ -16,7 +16,7 @@ Measures, each as a new user meets it (wall-clock seconds):
 - ``make agent-arm ENV=cooking ARM=zero|mask|turn REHEARSAL=1``: the text-game arms in
   that order, into a temporary inputs folder (``AGENT_REHEARSAL_INPUTS``): the first makes
   the games and teaches the tiny model, the others reuse them;
-- ``make rehearsal KILL_AT=2``: the SWE protect arm killed mid-step 2 after a checkpoint and
+- ``make rehearsal KILL_AT=1``: the SWE protect arm killed mid-step 1 after a checkpoint and
   resumed (two lives and the report), into a temporary folder.
 
 Each figure is recorded in ``bench/cpu_times.json`` with when and on what machine (cores,
@@ -58,7 +58,7 @@ COMMANDS = {
     "agent-zero": "make agent-arm ENV=cooking ARM=zero REHEARSAL=1",
     "agent-mask": "make agent-arm ENV=cooking ARM=mask REHEARSAL=1",
     "agent-turn": "make agent-arm ENV=cooking ARM=turn REHEARSAL=1",
-    "kill-resume": "make rehearsal KILL_AT=2",
+    "kill-resume": "make rehearsal KILL_AT=1",
 }
 #: The figures that train through Miles (they need the framework sources).
 TRAINING = ("q1", "q2", "q3", "agent-zero", "agent-mask", "agent-turn", "kill-resume")
@@ -191,7 +191,7 @@ def measure(names: list[str], venv: Path, sources: list[str] = ()) -> Figures:
                         f"REHEARSAL_ARGS=--out {work / arm}", *sources]  # fmt: skip
                 got[f"agent-{arm}"] = timed(argv), LOADS[-1]
         if "kill-resume" in names:
-            argv = ["make", "--no-print-directory", "rehearsal", "KILL_AT=2",
+            argv = ["make", "--no-print-directory", "rehearsal", "KILL_AT=1",
                     f"REHEARSAL_ARGS=--out {work / 'kill-resume'}", *sources]  # fmt: skip
             got["kill-resume"] = timed(argv), LOADS[-1]
     return got

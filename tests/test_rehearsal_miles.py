@@ -133,13 +133,13 @@ KILLED = [
 def test_a_run_killed_mid_step_resumes_from_its_checkpoint_with_every_group_counted_once(
     tmp_path, arm
 ):
-    """SIGKILL of the whole run while step 2 is in progress after a checkpoint, then the
+    """SIGKILL of the whole run while step 1 is in progress after a checkpoint, then the
     launcher's RESUME=1 path: every check of an arm holds on the two lives read as one, and
     the restart's (``resume``, ``accounted``, ``coins``, ``restarted``)."""
     _require()
     out = tmp_path / "r"
     reference = UNINTERRUPTED.get((arm, "tis-sc"))
-    flags = ["--arm", arm, "--kill-at", "2"]
+    flags = ["--arm", arm, "--kill-at", "1"]
     if reference is not None:
         flags += ["--reference", str(reference)]
     rc, stdout, stderr = _rehearse(out, *flags, limit=2 * LIMIT)
