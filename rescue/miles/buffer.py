@@ -44,7 +44,8 @@ group to it, with its no-result reason and the first error text of its samples
 of the last groups without a result, or no group for the idle limit) the census so far is
 logged first, through Miles' tracking at the step being drained (``rollout/step``,
 ``rollout/census/watchdog/stopped`` = 1) and the tracking is finished so wandb has it,
-then ``WatchdogStop`` raises with its one line: from ``put`` it ends Miles' producer loop,
+then ``WatchdogStop`` raises with its one line, which names the rollout engines that do not
+answer their health check (``rescue.miles.engines``): from ``put`` it ends Miles' producer loop,
 whose error the drain re-raises; from ``get`` it ends the drain. A systematic fault (the
 Docker socket missing in the rollout process, a broken grader, engines down) stops the
 run instead of leaving Miles to warn "No completed rollout groups" forever.
@@ -94,6 +95,7 @@ from typing import Any
 from rescue.census import Bucket, Census, no_result
 from rescue.errors import InputError
 from rescue.gate import Arm, Gate
+from rescue.miles.engines import diagnosis
 from rescue.miles.restart import resume_point
 from rescue.miles.reward import baseline_from_env
 from rescue.miles.targets import PACE_ROLLOUT_FUNCTION, QUEUE_SIZE_KEY
@@ -203,8 +205,9 @@ class RescueDataBuffer:
         self._pending: asyncio.Future | None = None  # a store get a cancelled get left
         self._tracking = tracking
         self.watchdog = Watchdog(
-            WatchdogSettings.from_env(env), flush=self._flush, clock=_loop_clock()
-        )
+            WatchdogSettings.from_env(env), flush=self._flush, clock=_loop_clock(),
+            diagnose=lambda: diagnosis(args),
+        )  # fmt: skip
         logger.info(
             "rescue buffer: gate %s; watchdog: %s; %s",
             self.gate.describe(),
