@@ -22,10 +22,10 @@ before the next check is due). The watchdog trips when either holds:
 Tripping calls ``flush(line)`` first (the adapter writes the census of what happened to
 the dashboard there), then raises ``WatchdogStop(line)``. The line names the trigger, the
 dominant no-result reason among the last ``window`` groups (with its count) and the last
-``errors_kept`` distinct errors, each on one line, clipped, then what the adapter's
-``diagnose()`` finds when it is given one (the Miles buffer names the rollout engines that
-do not answer: an agent's error shows only its own endpoint, the session server); a
-``diagnose`` that raises or finds nothing adds nothing. A flush that raises is noted in
+``errors_kept`` distinct errors, each on one line, clipped; before the errors, what the
+adapter's ``diagnose()`` finds when it is given one (the Miles buffer names the rollout
+engines that do not answer: an agent's error shows only its own endpoint, the session
+server); a ``diagnose`` that finds nothing adds nothing, one that raises says so. A flush that raises is noted in
 the line; the stop is raised all the same. After a trip every ``observe`` and
 ``check_idle`` raises the same ``WatchdogStop``: the run does not go on.
 
@@ -221,15 +221,15 @@ class Watchdog:
         else:
             dominant = "no group without a result among the last ones"
         errors = " | ".join(self._errors) if self._errors else "none"
-        said = f"{dominant}; last errors: {errors}"
+        found = None
         if self._diagnose is not None:
             try:
                 found = self._diagnose()
             except Exception as e:  # a diagnosis never keeps the run from stopping
                 found = f"(the diagnosis failed: {type(e).__name__})"
-            if found:
-                said += f"; {' '.join(str(found).split())[:DIAGNOSIS_CHARS]}"
-        return said
+        if found:
+            dominant += f"; {' '.join(str(found).split())[:DIAGNOSIS_CHARS]}"
+        return f"{dominant}; last errors: {errors}"
 
     def _raise_if_stopped(self) -> None:
         if self.stopped is not None:

@@ -170,6 +170,7 @@ def test_an_engine_that_dies_and_stays_dead_stops_the_run_through_the_watchdog(t
     job = checks["job"]
     assert not job["ok"] and "WatchdogStop" in job["detail"], job
     assert "groups had no result" in job["detail"] and "endpoint_error" in job["detail"]
+    assert "rollout engines not answering (1 of 1): http://127.0.0.1:" in job["detail"]
     assert checks["infra"]["ok"]  # no trial of the dead engine reached the loss
     census = [json.loads(x) for x in (out / "probes" / "census.jsonl").read_text().splitlines()]
     assert census[-1]["groups"]["rollout/census/groups/aborted"] > 0  # the watchdog's flush
