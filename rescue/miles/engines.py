@@ -21,6 +21,7 @@ import json
 import urllib.error
 import urllib.request
 from collections.abc import Iterable
+from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 #: Seconds a health check may take.
@@ -55,16 +56,21 @@ def _why(e: BaseException) -> str:
     return str(getattr(reason, "strerror", None) or reason or type(e).__name__)
 
 
+def _check(url: str, timeout: float) -> str | None:
+    try:
+        with urllib.request.urlopen(f"{url.rstrip('/')}/health", timeout=timeout):
+            return None
+    except (OSError, ValueError) as e:
+        return _why(e)
+
+
 def unanswered(urls: Iterable[str], timeout: float = TIMEOUT_S) -> list[tuple[str, str]]:
-    """``(url, why)`` for each engine whose health check fails."""
-    failing = []
-    for url in urls:
-        try:
-            with urllib.request.urlopen(f"{url.rstrip('/')}/health", timeout=timeout):
-                pass
-        except (OSError, ValueError) as e:
-            failing.append((url, _why(e)))
-    return failing
+    """``(url, why)`` for each engine whose health check fails (all asked at once, so the
+    answer takes ``timeout`` at most)."""
+    urls = list(urls)
+    with ThreadPoolExecutor(max_workers=max(1, min(32, len(urls)))) as pool:
+        whys = list(pool.map(lambda u: _check(u, timeout), urls))
+    return [(u, why) for u, why in zip(urls, whys, strict=True) if why is not None]
 
 
 def diagnosis(args: Any, timeout: float = TIMEOUT_S) -> str | None:
