@@ -120,8 +120,6 @@ class RunSpec:
     life: int = 1
     began: float = 0.0
     save: Path | None = None
-    #: ``--kill-engine-at``: the engine's turns when the step's rollout began.
-    turns_seen: int | None = None
 
     @property
     def name(self) -> str:
@@ -433,19 +431,13 @@ class Rehearsal:
         report_run(run, self.args, progress=len(self.runs) == 1)
 
     def engine_death_due(self, run: RunSpec) -> bool:
-        """Whether ``--kill-engine-at`` kills the engine now: step STEP's rollout is being
-        generated (the rollouts before it converted, the engine serving turns since)."""
+        """Whether ``--kill-engine-at`` kills the engine now: the rollout before step STEP
+        has just been handed to the trainer, so step STEP's is being generated, its groups'
+        trials in flight, none of it buffered yet."""
         step = self.args.kill_engine_at
         if step is None or run.engine is None or run.engine.poll() is not None:
             return False
-        probes = run.folder / "probes"
-        converted = resume.lines(probes / "train_data.jsonl")
-        turns = resume.lines(probes / "engine.jsonl")
-        if converted < step:
-            return False
-        if run.turns_seen is None:
-            run.turns_seen = turns
-        return turns >= run.turns_seen + 4  # requests in flight: four more turns since
+        return resume.lines(run.folder / "probes" / "train_data.jsonl") >= step
 
     def kill_engine(self, run: RunSpec) -> None:
         """The engine dies as SGLang dies (``rescue.rehearsal.engine``: SIGUSR1), for good."""
