@@ -164,7 +164,7 @@ def test_an_engine_that_dies_and_stays_dead_stops_the_run_through_the_watchdog(t
     failures), and rescue's watchdog stops the run with one line, its census flushed."""
     _require()
     out = tmp_path / "r"
-    rc, stdout, stderr = _rehearse(out, "--kill-engine-at", "1", "--steps", "2")
+    rc, stdout, stderr = _rehearse(out, "--kill-engine-at", "0", "--steps", "1")
     assert rc == 1, stdout[-4000:] + stderr[-3000:]
     checks = _report(out)
     job = checks["job"]
@@ -174,7 +174,7 @@ def test_an_engine_that_dies_and_stays_dead_stops_the_run_through_the_watchdog(t
     assert checks["infra"]["ok"]  # no trial of the dead engine reached the loss
     census = [json.loads(x) for x in (out / "probes" / "census.jsonl").read_text().splitlines()]
     assert census[-1]["groups"]["rollout/census/groups/aborted"] > 0  # the watchdog's flush
-    assert "the engine died while step 1's rollout was generated" in stdout
+    assert "the engine died while step 0's rollout was generated" in stdout
 
 
 def test_a_loss_that_ignores_the_turn_channel_fails_the_rehearsal(tmp_path):

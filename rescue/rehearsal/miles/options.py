@@ -136,8 +136,8 @@ def parse(argv: list[str] | None, description: str | None) -> argparse.Namespace
         default=None,
         metavar="STEP",
         help="swe: the stand-in engine dies as SGLang dies (connections reset, no reply, "
-        "never back) while step STEP's rollout is generated; the run must stop through "
-        "rescue's watchdog with one line (default: no engine death)",
+        "never back) while step STEP's rollout is generated (0: the first); the run must stop "
+        "through rescue's watchdog with one line (default: no engine death)",
     )
     p.add_argument(
         "--reference",
@@ -225,8 +225,8 @@ def parse(argv: list[str] | None, description: str | None) -> argparse.Namespace
             p.error(f"--kill-engine-at applies to --launcher swe, not {a.launcher}")
         if a.kill_at is not None or len(a.arm_list) > 1 or a.seeds or a.parallel > 1:
             p.error("--kill-engine-at breaks one run: one arm, one seed, no --kill-at")
-        if not 1 <= a.kill_engine_at <= a.steps:
-            p.error(f"--kill-engine-at={a.kill_engine_at}; allowed: a step from 1 to "
+        if not 0 <= a.kill_engine_at <= a.steps:
+            p.error(f"--kill-engine-at={a.kill_engine_at}; allowed: a step from 0 to "
                     f"--steps={a.steps}")  # fmt: skip
     if a.reference is not None:
         if a.kill_at is None:

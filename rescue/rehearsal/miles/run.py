@@ -93,6 +93,8 @@ KILL_REASONS = {
     "AGENT_ENV": "--kill-engine-at: a trial waits 20 s for a dead endpoint (the cluster "
     "default, 1800 s, would outlast the rehearsal)",
 }
+#: Chat turns the engine serves (the pre-flight's among them) before it dies at step 0.
+ENGINE_TURNS = 8
 #: The settings of an engine-death rehearsal (``--kill-engine-at``).
 ENGINE_DEATH = {"WATCHDOG_WINDOW": "4", "AGENT_ENV": "RESCUE_SWE_ENDPOINT_PATIENCE=20"}
 
@@ -431,13 +433,20 @@ class Rehearsal:
         report_run(run, self.args, progress=len(self.runs) == 1)
 
     def engine_death_due(self, run: RunSpec) -> bool:
-        """Whether ``--kill-engine-at`` kills the engine now: the rollout before step STEP
-        has just been handed to the trainer, so step STEP's is being generated, its groups'
-        trials in flight, none of it buffered yet."""
+        """Whether ``--kill-engine-at`` kills the engine now: step STEP's rollout is being
+        generated, its groups' trials in flight: for step 0, Miles' first weight update is
+        on the engine and it has served ``ENGINE_TURNS`` turns since; for a later step, the
+        rollout before it has just been handed to the trainer."""
         step = self.args.kill_engine_at
         if step is None or run.engine is None or run.engine.poll() is not None:
             return False
-        return resume.lines(run.folder / "probes" / "train_data.jsonl") >= step
+        probes = run.folder / "probes"
+        if step == 0:
+            return (
+                resume.lines(probes / "trainer_weights.jsonl") >= 1
+                and resume.lines(probes / "engine.jsonl") >= ENGINE_TURNS
+            )
+        return resume.lines(probes / "train_data.jsonl") >= step
 
     def kill_engine(self, run: RunSpec) -> None:
         """The engine dies as SGLang dies (``rescue.rehearsal.engine``: SIGUSR1), for good."""
