@@ -13,6 +13,7 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import re
 import signal
 import subprocess
 import time
@@ -169,7 +170,11 @@ def test_an_engine_that_dies_and_stays_dead_stops_the_run_through_the_watchdog(t
     checks = _report(out)
     job = checks["job"]
     assert not job["ok"] and "WatchdogStop" in job["detail"], job
-    assert "groups had no result" in job["detail"] and "endpoint_error" in job["detail"]
+    # the trials whose first model call met the dead engine are aborted by Miles' session
+    # server (no call recorded), those already talking to it end as endpoint_error: both
+    # no-results of the infrastructure
+    assert "groups had no result" in job["detail"]
+    assert re.search(r"dominant reason (aborted|endpoint_error) \(\d of 4 groups\)", job["detail"])
     assert "rollout engines not answering (1 of 1): http://127.0.0.1:" in job["detail"]
     assert checks["infra"]["ok"]  # no trial of the dead engine reached the loss
     census = [json.loads(x) for x in (out / "probes" / "census.jsonl").read_text().splitlines()]
