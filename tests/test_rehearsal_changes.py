@@ -247,6 +247,14 @@ def test_launcher_errors_stop_the_rehearsal_with_its_line(tmp_path):
         (["--offpolicy", "ppo"], "--offpolicy"),
         (["--fault", "gremlins"], "--fault"),
         (["--timeout", "0"], "--timeout"),
+        (["--kill-at", "0"], "--kill-at=0; allowed: a step from 1 to --steps=3"),
+        (["--kill-at", "1", "--launcher", "rlvr"], "--kill-at applies to --launcher swe"),
+        (["--kill-at", "1", "--arm", "protect,pace"], "--kill-at kills one run"),
+        (["--kill-at", "1", "--seeds", "2"], "--kill-at kills one run"),
+        (["--reference", "somewhere"], "--reference applies with --kill-at"),
+        (["--kill-at", "1", "--reference", "nowhere"], "--reference=nowhere: no report.json"),
+        (["--kill-engine-at", "4"], "--kill-engine-at=4; allowed: a step from 0 to --steps=3"),
+        (["--kill-engine-at", "0", "--kill-at", "1"], "--kill-engine-at breaks one run"),
     ],
 )
 def test_bad_flags_are_one_line_naming_the_flag(tmp_path, capsys, argv, named):
@@ -329,6 +337,28 @@ def test_each_flag_reaches_the_launcher_settings(tmp_path):
     assert drop["AGENT_CONCURRENCY"] == "12"
     assert set(ARMS) == {"drop", "never-drop", "protect", "pace", "zero", "mask", "matched",
                          "drgrpo-mask", "survivor", "turn"}  # fmt: skip
+
+
+def test_a_killed_run_checkpoints_before_the_kill_and_resumes_through_the_launcher(tmp_path):
+    from rescue.rehearsal.miles.run import launcher_settings, plan
+
+    args = parse_args([*fake_sources(tmp_path), "--kill-at", "2", "--steps", "4"])
+    inputs = {"model": str(tmp_path / "m"), "prompts": "p"}
+    (tmp_path / "m").mkdir()
+    (tmp_path / "m" / "config.json").write_text(json.dumps({"num_hidden_layers": 2,
+        "hidden_size": 64, "intermediate_size": 128, "num_attention_heads": 2,
+        "num_key_value_heads": 1, "vocab_size": 100, "rms_norm_eps": 1e-6,
+        "rope_theta": 1e6, "head_dim": 32}))  # fmt: skip
+    [run] = plan(args, tmp_path / "out")
+    first = launcher_settings(args, Path("/m"), Path("/g"), Path("/o"), inputs, run)
+    assert first["SAVE_INTERVAL"] == "2" and "RESUME" not in first
+    run.life = 2
+    again = launcher_settings(args, Path("/m"), Path("/g"), Path("/o"), inputs, run)
+    assert again["RESUME"] == "1" and again["SAVE_INTERVAL"] == "2"
+    dead = parse_args([*fake_sources(tmp_path), "--kill-engine-at", "0"])
+    settings = launcher_settings(dead, Path("/m"), Path("/g"), Path("/o"), inputs, run)
+    assert settings["WATCHDOG_WINDOW"] == "4"
+    assert settings["AGENT_ENV"] == "RESCUE_SWE_ENDPOINT_PATIENCE=20"
 
 
 def test_router_without_out_and_timeout_flags_are_read(tmp_path):

@@ -22,18 +22,43 @@ The driver (``rescue.rehearsal.miles.run``) calls, in order:
 
 ``lives.json``: ``{"kill_at": STEP, "kills": [{"life": 1, "time": T, "checkpoint": N,
 "probes": {"census.jsonl": lines, ...}}]}``.
+
+An engine's death (``--kill-engine-at STEP``): ``engine_death_due`` says when step STEP's
+rollout is being generated (step 0: Miles' first weight update on the engine and
+``ENGINE_TURNS`` chat turns since; a later step: the rollout before it just handed to the
+trainer), ``kill_engine`` makes the stand-in engine die as SGLang dies (SIGUSR1,
+``rescue.rehearsal.engine``), for good; the run's settings (``ENGINE_DEATH``) let the
+watchdog judge the rehearsal's few groups and a trial give up on a dead endpoint in 20 s.
 """
 
 from __future__ import annotations
 
 import json
+import os
 import shutil
+import signal
 import time
 from pathlib import Path
 from typing import Any
 
 from rescue.rehearsal.miles.command import RehearsalError, option_values
 from rescue.rehearsal.processes import reap, survivors
+
+#: Why a kill-and-resume rehearsal (``--kill-at``) and an engine death (``--kill-engine-at``)
+#: set what they set.
+KILL_REASONS = {
+    "SAVE_INTERVAL": "--kill-at STEP: a checkpoint every STEP steps, so one at the step "
+    "before the kill (and at the last)",
+    "RESUME": "--kill-at: the life after the kill resumes the run through the launcher's path",
+    "WATCHDOG_WINDOW": "--kill-engine-at: the watchdog judges the last 4 groups (the "
+    "rehearsal's four in flight), not a cluster's 64",
+    "AGENT_ENV": "--kill-engine-at: a trial waits 20 s for a dead endpoint (the cluster "
+    "default, 1800 s, would outlast the rehearsal)",
+}
+#: Chat turns the engine serves (the pre-flight's among them) before it dies at step 0.
+ENGINE_TURNS = 8
+#: The settings of an engine-death rehearsal (``--kill-engine-at``).
+ENGINE_DEATH = {"WATCHDOG_WINDOW": "4", "AGENT_ENV": "RESCUE_SWE_ENDPOINT_PATIENCE=20"}
 
 #: The rehearsal's file of a killed run's lives (module docstring).
 LIVES = "lives.json"
@@ -139,3 +164,62 @@ def describe_kill(entry: dict[str, Any]) -> str:
 def resume_env() -> dict[str, str]:
     """The launcher settings of a life after a kill."""
     return {"RESUME": "1"}
+
+
+def launch_record(
+    run: Any, runtime: dict[str, Any], flags: list[str], notes: list[str], data: str,
+    miles_src: Path,
+) -> None:  # fmt: skip
+    """The first life writes the run's record as a launch does; a later life's dry run
+    (``RESUME=1``) must have compared itself with it and said it resumes."""
+    run.save = save_dir(flags)
+    if run.life == 1:
+        line = record_launch(flags, runtime, data, miles_src)
+        print(f"rehearsal: {run.name}: {line}", flush=True)
+        return
+    said = next((n for n in notes if n.startswith("resuming the run in")), None)
+    if said is None:
+        raise RehearsalError(
+            f"life {run.life}: the launcher's RESUME=1 dry run did not say it resumes the "
+            f"run in {run.save} (notes: {'; '.join(notes) or 'none'})"
+        )
+    print(f"rehearsal: {run.name}: life {run.life}: the launcher: {said}", flush=True)
+
+
+def kill_due(args: Any, run: Any) -> bool:
+    """Whether ``--kill-at`` kills the first life of ``run`` now (``due``)."""
+    if args.kill_at is None or run.life > 1 or run.save is None or run.job is None:
+        return False
+    if run.job.ended():
+        raise RehearsalError(
+            f"{run.name}: the job ended ({run.job.outcome()}) before step {args.kill_at} was "
+            "in progress after a checkpoint: nothing to kill"
+        )
+    return due(run.folder, run.save, args.kill_at)
+
+
+def engine_death_due(args: Any, run: Any) -> bool:
+    """Whether ``--kill-engine-at`` kills the engine now: step STEP's rollout is being
+    generated, its groups' trials in flight: for step 0, Miles' first weight update is
+    on the engine and it has served ``ENGINE_TURNS`` turns since; for a later step, the
+    rollout before it has just been handed to the trainer."""
+    step = args.kill_engine_at
+    if step is None or run.engine is None or run.engine.poll() is not None:
+        return False
+    probes = run.folder / "probes"
+    if step == 0:
+        return (
+            lines(probes / "trainer_weights.jsonl") >= 1
+            and lines(probes / "engine.jsonl") >= ENGINE_TURNS
+        )
+    return lines(probes / "train_data.jsonl") >= step
+
+
+def kill_engine(args: Any, run: Any) -> None:
+    """The engine dies as SGLang dies (``rescue.rehearsal.engine``: SIGUSR1), for good."""
+    os.kill(run.engine.pid, signal.SIGUSR1)
+    run.engine.wait(30)
+    run.mark("engine died")
+    print(f"rehearsal: {run.name}: the engine died while step {args.kill_engine_at}'s rollout "
+          f"was generated (exit {run.engine.returncode}: connections reset, no reply, not "
+          "restarted); the watchdog must stop the run", flush=True)  # fmt: skip

@@ -82,23 +82,6 @@ ARMS = SWE.arms
 SETTINGS = SWE.settings
 
 
-#: Why a kill-and-resume rehearsal (``--kill-at``) and an engine death (``--kill-engine-at``)
-#: set what they set.
-KILL_REASONS = {
-    "SAVE_INTERVAL": "--kill-at STEP: a checkpoint every STEP steps, so one at the step "
-    "before the kill (and at the last)",
-    "RESUME": "--kill-at: the life after the kill resumes the run through the launcher's path",
-    "WATCHDOG_WINDOW": "--kill-engine-at: the watchdog judges the last 4 groups (the "
-    "rehearsal's four in flight), not a cluster's 64",
-    "AGENT_ENV": "--kill-engine-at: a trial waits 20 s for a dead endpoint (the cluster "
-    "default, 1800 s, would outlast the rehearsal)",
-}
-#: Chat turns the engine serves (the pre-flight's among them) before it dies at step 0.
-ENGINE_TURNS = 8
-#: The settings of an engine-death rehearsal (``--kill-engine-at``).
-ENGINE_DEATH = {"WATCHDOG_WINDOW": "4", "AGENT_ENV": "RESCUE_SWE_ENDPOINT_PATIENCE=20"}
-
-
 @dataclass
 class RunSpec:
     """One run of the rehearsal: an arm (with protect's a), a seed, its folder."""
@@ -135,7 +118,7 @@ class RunSpec:
 def print_table(launcher: Launcher, removed: list[str], settings: dict[str, str], arm: str) -> None:
     print(f"rehearsal: {launcher.script} settings (everything else is the arm's own)")
     reasons = {name: why for name, _, why in launcher.settings_of(arm)}
-    reasons.update(KILL_REASONS)
+    reasons.update(resume.KILL_REASONS)
     for name, value in settings.items():
         print(f"  {name}={value}  ({reasons.get(name, 'the rehearsal input')})")
     print("rehearsal: CPU-forced changes (rescue/rehearsal/miles/changes.py)")
@@ -187,7 +170,7 @@ def launcher_settings(
         extra = settings.get("EXTRA_ARGS", "")
         settings["EXTRA_ARGS"] = f"{extra} {args.extra_args}".strip()
     if args.kill_engine_at is not None:
-        settings.update(ENGINE_DEATH)
+        settings.update(resume.ENGINE_DEATH)
     if args.kill_at is not None:  # a checkpoint at the step before the kill (and the last)
         settings["SAVE_INTERVAL"] = str(args.kill_at)
         if run is not None and run.life > 1:
@@ -275,7 +258,9 @@ class Rehearsal:
                 f"{self.launcher.script} submits {entry}, not {self.launcher.entry}"
             )
         if self.args.kill_at is not None:
-            self.launch_record(run, runtime, flags, notes, settings["PROMPT_DATA"])
+            resume.launch_record(
+                run, runtime, flags, notes, settings["PROMPT_DATA"], self.miles_src
+            )
         for name in self.args.without:
             flags = drop_option(flags, name)
         run.ports = {k: free_port() for k in ("engine", "router", "session")}
@@ -296,25 +281,6 @@ class Rehearsal:
             json.dumps({"runtime_env": runtime, "flags": flags, "entry": entry}, indent=1)
         )
         return runtime, entry, flags, settings
-
-    def launch_record(
-        self, run: RunSpec, runtime: dict[str, Any], flags: list[str], notes: list[str],
-        data: str,
-    ) -> None:  # fmt: skip
-        """The first life writes the run's record as a launch does; a later life's dry run
-        (``RESUME=1``) must have compared itself with it and said it resumes."""
-        run.save = resume.save_dir(flags)
-        if run.life == 1:
-            line = resume.record_launch(flags, runtime, data, self.miles_src)
-            print(f"rehearsal: {run.name}: {line}", flush=True)
-            return
-        said = next((n for n in notes if n.startswith("resuming the run in")), None)
-        if said is None:
-            raise RehearsalError(
-                f"life {run.life}: the launcher's RESUME=1 dry run did not say it resumes the "
-                f"run in {run.save} (notes: {'; '.join(notes) or 'none'})"
-            )
-        print(f"rehearsal: {run.name}: life {run.life}: the launcher: {said}", flush=True)
 
     def kill_and_resume(self, run: RunSpec) -> None:
         """The kill of ``--kill-at`` (``rescue.rehearsal.miles.resume``), then the next life
@@ -432,43 +398,6 @@ class Rehearsal:
         run.wall = time.monotonic() - (run.began or run.started)
         report_run(run, self.args, progress=len(self.runs) == 1)
 
-    def engine_death_due(self, run: RunSpec) -> bool:
-        """Whether ``--kill-engine-at`` kills the engine now: step STEP's rollout is being
-        generated, its groups' trials in flight: for step 0, Miles' first weight update is
-        on the engine and it has served ``ENGINE_TURNS`` turns since; for a later step, the
-        rollout before it has just been handed to the trainer."""
-        step = self.args.kill_engine_at
-        if step is None or run.engine is None or run.engine.poll() is not None:
-            return False
-        probes = run.folder / "probes"
-        if step == 0:
-            return (
-                resume.lines(probes / "trainer_weights.jsonl") >= 1
-                and resume.lines(probes / "engine.jsonl") >= ENGINE_TURNS
-            )
-        return resume.lines(probes / "train_data.jsonl") >= step
-
-    def kill_engine(self, run: RunSpec) -> None:
-        """The engine dies as SGLang dies (``rescue.rehearsal.engine``: SIGUSR1), for good."""
-        assert run.engine is not None
-        os.kill(run.engine.pid, signal.SIGUSR1)
-        run.engine.wait(30)
-        run.mark("engine died")
-        print(f"rehearsal: {run.name}: the engine died while step {self.args.kill_engine_at}'s "
-              f"rollout was generated (exit {run.engine.returncode}: connections reset, no "
-              "reply, not restarted); the watchdog must stop the run", flush=True)  # fmt: skip
-
-    def kill_due(self, run: RunSpec) -> bool:
-        """Whether ``--kill-at`` kills the first life now (``resume.due``)."""
-        if self.args.kill_at is None or run.life > 1 or run.save is None or run.job is None:
-            return False
-        if run.job.ended():
-            raise RehearsalError(
-                f"{run.name}: the job ended ({run.job.outcome()}) before step "
-                f"{self.args.kill_at} was in progress after a checkpoint: nothing to kill"
-            )
-        return resume.due(run.folder, run.save, self.args.kill_at)
-
     def run(self) -> int:
         args = self.args
         started_at = time.monotonic()
@@ -486,11 +415,11 @@ class Rehearsal:
             for run in list(active):
                 if run.meter is not None:
                     run.meter.sample()
-                if self.kill_due(run):
+                if resume.kill_due(self.args, run):
                     self.kill_and_resume(run)
                     continue
-                if self.engine_death_due(run):
-                    self.kill_engine(run)
+                if resume.engine_death_due(self.args, run):
+                    resume.kill_engine(self.args, run)
                 late = time.monotonic() - run.started > args.timeout
                 if run.job is not None and (run.job.ended() or late):
                     active.remove(run)
