@@ -174,7 +174,8 @@ def resume_check(j: Joined | None, history_note: str | None, steps_read: dict[st
                 f"life {life.life} resumed from the checkpoint of step {life.checkpoint} at "
                 f"step {life.start}; the kill left the checkpoint of step {n}"
             )
-        version = str(life.start + 1)
+        # the earlier life's own numbering: its versions count from its start
+        version = str(life.start + 1 - j.lives[life.life - 2].start)
         before = {r["version"]: r["digest"] for r in j.per_life["trainer_weights"][life.life - 2]}
         after = j.per_life["trainer_weights"][life.life - 1]
         if not after or version not in before:
