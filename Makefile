@@ -158,10 +158,12 @@ endif
 endif
 # The inputs a goal cannot run without, refused here, before anything is installed (a
 # recipe's own check runs after its prerequisites, the environments): the sources of the
-# rehearsals and of the integration tests, and q1's dumps.
+# rehearsals and of the integration tests, and q1's dumps. A dry run (make -n), which
+# installs nothing, prints the commands without them.
+DRY_MAKE := $(findstring n,$(firstword -$(MAKEFLAGS)))
 source_dir = $(if $(wildcard $($(1))/.),,$(error $(1)=$($(1)) is not a directory: set $(1) to $(2); nothing was installed))
-NEEDS_REHEARSAL_SOURCES := $(filter rehearsal rehearsal-test,$(GOALS)) \
-	$(if $(filter 1,$(REHEARSAL)),$(filter q1 q2 q3 agent-arm,$(GOALS)))
+NEEDS_REHEARSAL_SOURCES := $(if $(DRY_MAKE),,$(filter rehearsal rehearsal-test,$(GOALS)) \
+	$(if $(filter 1,$(REHEARSAL)),$(filter q1 q2 q3 agent-arm,$(GOALS))))
 ifneq ($(strip $(NEEDS_REHEARSAL_SOURCES)),)
 ifeq ($(MILES_SRC),)
 $(error make $(firstword $(NEEDS_REHEARSAL_SOURCES)): set MILES_SRC=/path/to/miles (a checkout with train_async.py); nothing was installed)
@@ -172,14 +174,14 @@ endif
 $(call source_dir,MILES_SRC,a Miles checkout with train_async.py)
 $(call source_dir,MEGATRON_SRC,a Megatron-LM checkout with megatron/training)
 endif
-ifneq ($(filter integration,$(GOALS)),)
+ifneq ($(if $(DRY_MAKE),,$(filter integration,$(GOALS))),)
 ifeq ($(MILES_SRC)$(SLIME_SRC),)
 $(error make integration: set MILES_SRC=/path/to/miles and/or SLIME_SRC=/path/to/slime; nothing was installed)
 endif
 $(if $(MILES_SRC),$(call source_dir,MILES_SRC,a Miles checkout))
 $(if $(SLIME_SRC),$(call source_dir,SLIME_SRC,a slime checkout))
 endif
-ifneq ($(filter q1,$(GOALS)),)
+ifneq ($(if $(DRY_MAKE),,$(filter q1,$(GOALS))),)
 ifneq ($(REHEARSAL),1)
 ifeq ($(DUMPS),)
 $(error make q1: set DUMPS=DIR, the debug dumps of a finished run (rollout_*.pt), and MODEL=PATH, or REHEARSAL=1 MILES_SRC=... MEGATRON_SRC=... to rehearse it on this CPU; nothing was installed)
