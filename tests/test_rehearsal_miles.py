@@ -157,6 +157,8 @@ def test_a_run_killed_mid_step_resumes_from_its_checkpoint_with_every_group_coun
     assert life2.startswith("life 2: resumed from the checkpoint of step 0 at step 1; ")
     lost = facts["groups by bucket"]["lost_at_restart"]  # the census, over the joined run
     assert f"; {lost} groups lost at the restart (" in life2
+    [record] = out.glob("runs/*/checkpoints/rescue-run.json")  # the run's record: resumed once
+    assert [x["resume"] for x in json.loads(record.read_text())["launches"]] == [False, True]
 
 
 def test_an_engine_that_dies_and_stays_dead_stops_the_run_through_the_watchdog(tmp_path):

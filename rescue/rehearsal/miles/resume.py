@@ -6,7 +6,8 @@ The driver (``rescue.rehearsal.miles.run``) calls, in order:
 1. ``record_launch`` when it submits the first life: the run's record beside its
    checkpoints, written as a launch that is not a dry run writes it
    (``swe_smith_tasks.run_record``: the launcher's flags, the job's environment, the prompt
-   data), so that the second life's dry run with ``RESUME=1`` compares against it;
+   data), so that the second life's dry run with ``RESUME=1`` compares against it (and the
+   resumed launch is then noted in it, as the launcher notes it);
 2. ``due(run, step)`` on every poll: the kill is due once Miles' checkpoint of some step N
    exists, the trainer has sent the engine the weights after N (version N + 2), and the
    rollout of ``step`` has been converted to train data (its census and metrics logged;
@@ -75,13 +76,16 @@ def save_dir(flags: list[str]) -> Path:
     return Path(values[0])
 
 
-def record_launch(flags: list[str], runtime: dict[str, Any], data: str, miles_src: Path) -> str:
-    """Write the run's record as a launch that is not a dry run does; its one line."""
+def record_launch(
+    flags: list[str], runtime: dict[str, Any], data: str, miles_src: Path, *, resume: bool = False
+) -> str:
+    """Write the run's record as a launch that is not a dry run does (a new run's, or a
+    resumed launch noted in it); its one line."""
     from swe_smith_tasks.run_record import check_save_dir, miles_commit, record
 
     env = runtime.get("env_vars", {})
     new = record(flags, env, data, commit=miles_commit(miles_src))
-    return check_save_dir(save_dir(flags), new, resume=False)
+    return check_save_dir(save_dir(flags), new, resume=resume)
 
 
 def checkpoint_step(folder: Path) -> int | None:
@@ -183,6 +187,7 @@ def launch_record(
             f"life {run.life}: the launcher's RESUME=1 dry run did not say it resumes the "
             f"run in {run.save} (notes: {'; '.join(notes) or 'none'})"
         )
+    record_launch(flags, runtime, data, miles_src, resume=True)  # the launch, in the record
     print(f"rehearsal: {run.name}: life {run.life}: the launcher: {said}", flush=True)
 
 
