@@ -27,8 +27,8 @@
 #                      --strict` into site/: a broken link or a page missing from nav fails it
 #   make venv          the base VENV only;  make clean: remove VENV, REHEARSAL_VENV and caches
 #   make rehearsal     MILES_SRC=... MEGATRON_SRC=... [LAUNCHER=swe|rlvr|agent] [ARM=protect]
-#                      [A=0.5] [STEPS=3] [REHEARSAL_ARGS=...]: an arm trained through Miles' own
-#                      loop on the CPU
+#                      [A=0.5] [STEPS=3] [KILL_AT=STEP] [REHEARSAL_ARGS=...]: an arm trained
+#                      through Miles' own loop on the CPU (KILL_AT: killed and resumed)
 #   make rehearsal-test  MILES_SRC=... MEGATRON_SRC=... [REHEARSAL_MARKERS=rehearsal_ci]: the
 #                      rehearsal's tests (what CI runs; `rehearsal`: every arm, fault and chain)
 #   make integration-env, make rehearsal-env: install only the environment of make
@@ -70,8 +70,8 @@
 #
 # Variables of this file: PYTHON (python3), VENV (.venv), TORCH (torch==2.13.0),
 # REHEARSAL_VENV (.venv-rehearsal), PYTEST_ARGS, MILES_SRC, SLIME_SRC, MEGATRON_SRC, LAUNCHER,
-# ARM, A, STEPS, OFFPOLICY, REHEARSAL_ARGS, REHEARSAL_MARKERS, RESCUE_PY, DRY_RUN, MAP_GRID,
-# MODULES, MUTATE_JOBS, and the
+# ARM, A, STEPS, OFFPOLICY, KILL_AT, REHEARSAL_ARGS, REHEARSAL_MARKERS, RESCUE_PY, DRY_RUN,
+# MAP_GRID, MODULES, MUTATE_JOBS, and the
 # questions' RUN_DIR, REHEARSAL, FORCE, Q2_DIR, DUMPS, MODEL; each is described where it is
 # set below. A variable no target you named reads (a typo, or another target's) stops make
 # with one line naming it and the closest name it knows; a switch (REHEARSAL, FORCE,
@@ -121,7 +121,7 @@ READS_bench := MILES_SRC
 READS_docs :=
 READS_mutate := MODULES MUTATE_JOBS
 READS_rehearsal := MILES_SRC MEGATRON_SRC LAUNCHER ARM A STEPS OFFPOLICY REHEARSAL_ARGS \
-	REHEARSAL_VENV
+	REHEARSAL_VENV KILL_AT
 READS_rehearsal-test := MILES_SRC MEGATRON_SRC REHEARSAL_MARKERS PYTEST_ARGS REHEARSAL_VENV
 # (a rehearsal of a question, or of a text-game arm, reads the training rehearsal's too)
 Q_REHEARSAL_READS := MILES_SRC MEGATRON_SRC REHEARSAL_VENV
@@ -161,6 +161,38 @@ endif
 ifneq ($(STEPS),)
 ifneq ($(shell echo '$(STEPS)' | grep -Ex '[0-9]+'),$(STEPS))
 $(error STEPS=$(STEPS): allowed an integer >= 0)
+endif
+endif
+# The inputs a goal cannot run without, refused here, before anything is installed (a
+# recipe's own check runs after its prerequisites, the environments): the sources of the
+# rehearsals and of the integration tests, and q1's dumps. A dry run (make -n), which
+# installs nothing, prints the commands without them.
+DRY_MAKE := $(findstring n,$(firstword -$(MAKEFLAGS)))
+source_dir = $(if $(wildcard $($(1))/.),,$(error $(1)=$($(1)) is not a directory: set $(1) to $(2); nothing was installed))
+NEEDS_REHEARSAL_SOURCES := $(if $(DRY_MAKE),,$(filter rehearsal rehearsal-test,$(GOALS)) \
+	$(if $(filter 1,$(REHEARSAL)),$(filter q1 q2 q3 agent-arm,$(GOALS))))
+ifneq ($(strip $(NEEDS_REHEARSAL_SOURCES)),)
+ifeq ($(MILES_SRC),)
+$(error make $(firstword $(NEEDS_REHEARSAL_SOURCES)): set MILES_SRC=/path/to/miles (a checkout with train_async.py); nothing was installed)
+endif
+ifeq ($(MEGATRON_SRC),)
+$(error make $(firstword $(NEEDS_REHEARSAL_SOURCES)): set MEGATRON_SRC=/path/to/Megatron-LM (megatron.training; the vendored megatron-2e64d788); nothing was installed)
+endif
+$(call source_dir,MILES_SRC,a Miles checkout with train_async.py)
+$(call source_dir,MEGATRON_SRC,a Megatron-LM checkout with megatron/training)
+endif
+ifneq ($(if $(DRY_MAKE),,$(filter integration,$(GOALS))),)
+ifeq ($(MILES_SRC)$(SLIME_SRC),)
+$(error make integration: set MILES_SRC=/path/to/miles and/or SLIME_SRC=/path/to/slime; nothing was installed)
+endif
+$(if $(MILES_SRC),$(call source_dir,MILES_SRC,a Miles checkout))
+$(if $(SLIME_SRC),$(call source_dir,SLIME_SRC,a slime checkout))
+endif
+ifneq ($(if $(DRY_MAKE),,$(filter q1,$(GOALS))),)
+ifneq ($(REHEARSAL),1)
+ifeq ($(DUMPS),)
+$(error make q1: set DUMPS=DIR, the debug dumps of a finished run (rollout_*.pt), and MODEL=PATH, or REHEARSAL=1 MILES_SRC=... MEGATRON_SRC=... to rehearse it on this CPU; nothing was installed)
+endif
 endif
 endif
 endif
@@ -276,13 +308,16 @@ clean:
 # megatron-2e64d788.tar.gz; default unset, required). REHEARSAL_ARGS: more flags of
 # `python -m rescue.rehearsal.miles` (--help lists them), e.g.
 # REHEARSAL_ARGS=--without=--sglang-tool-call-parser (stops at pre-flight, saying why).
+# KILL_AT: a step (default unset: no kill): SIGKILL of the whole run while that step is in
+# progress after a checkpoint, then the launcher's RESUME=1 path resumes it from Miles'
+# checkpoint and the report checks the two lives (docs/rehearsal.md).
 # REHEARSAL_VENV: its own virtual environment (default .venv-rehearsal): Miles' rollout side
 # needs transformers 5, the [replay] and [integration] extras pin transformers < 5. It gets
 # TORCH (above) like .venv, and PyPI sglang 0.5.23 with --no-deps (its pins would move torch).
 # REHEARSAL_MARKERS: the pytest marker expression `make rehearsal-test` runs (default
-# rehearsal_ci, what CI runs: the SWE protect arm, the single-turn zero arm, a missing head and
-# a missing tool-call parser that must fail a rehearsal, Ctrl-C, and q1's chain killed and
-# resumed; rehearsal: every arm, fault and chain).
+# rehearsal_ci, what CI runs: the SWE protect arm killed mid-step and resumed, the single-turn
+# zero arm, a missing head and a missing tool-call parser that must fail a rehearsal, Ctrl-C,
+# and q1's chain killed and resumed; rehearsal: every arm, fault and chain).
 REHEARSAL_VENV ?= .venv-rehearsal
 REHEARSAL_PY := $(REHEARSAL_VENV)/bin/python
 REHEARSAL_MARKERS ?= rehearsal_ci
@@ -305,7 +340,8 @@ rehearsal: $(REHEARSAL_VENV)/.stamp
 	$(REHEARSAL_PY) -m rescue.rehearsal.miles --launcher "$(or $(LAUNCHER),swe)" \
 		--arm "$(or $(ARM),$(if $(filter-out swe,$(or $(LAUNCHER),swe)),zero,protect))" $(if $(A),--a "$(A)") \
 		--miles-src "$(MILES_SRC)" --megatron-src "$(MEGATRON_SRC)" --steps "$(or $(STEPS),3)" \
-		$(if $(OFFPOLICY),--offpolicy "$(OFFPOLICY)") $(REHEARSAL_ARGS)
+		$(if $(OFFPOLICY),--offpolicy "$(OFFPOLICY)") $(if $(KILL_AT),--kill-at "$(KILL_AT)") \
+		$(REHEARSAL_ARGS)
 
 # The pytest markers REHEARSAL_MARKERS of tests/test_rehearsal_miles.py (the arms of the three
 # launchers, the faults) and tests/test_questions_rehearsal.py (the three questions' chains).

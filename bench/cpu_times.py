@@ -5,7 +5,9 @@ Measures, each as a new user meets it (wall-clock seconds):
 - ``install``: a fresh virtual environment and what ``make test`` installs into it (the
   ``TEST_EXTRAS`` of the Makefile; pip's cache as it is on this machine, said in the record);
 - ``make test``: the newcomer's test tier, in that environment;
-- ``make demo``: the demo's recipe (read from the Makefile), into a temporary folder;
+- ``make demo``: the demo's recipe (read from the Makefile), into a temporary folder; and
+  ``make demo``'s install, what a fresh clone's first ``make demo`` installs before it (a
+  fresh virtual environment with the ``[sim]`` extra);
 - ``make q1 REHEARSAL=1``, ``make q2 REHEARSAL=1``, ``make q3 REHEARSAL=1 FORCE=1``: each
   question's rehearsal into a temporary run folder (q3 forced: q2's rehearsal says no go),
   after the extras these targets install (not timed); every training stage trains through
@@ -13,7 +15,9 @@ Measures, each as a new user meets it (wall-clock seconds):
   ``--megatron-src``, default the environment's);
 - ``make agent-arm ENV=cooking ARM=zero|mask|turn REHEARSAL=1``: the text-game arms in
   that order, into a temporary inputs folder (``AGENT_REHEARSAL_INPUTS``): the first makes
-  the games and teaches the tiny model, the others reuse them.
+  the games and teaches the tiny model, the others reuse them;
+- ``make rehearsal KILL_AT=1``: the SWE protect arm killed mid-step 1 after a checkpoint and
+  resumed (two lives and the report), into a temporary folder.
 
 Each figure is recorded in ``bench/cpu_times.json`` with when and on what machine (cores,
 CPU, the 1-minute load average when the command started and when it ended: other work on
@@ -21,7 +25,7 @@ the machine slows every figure); ``--only`` measures some of them and keeps the
 others' records. The docs quote these records (``tests/test_docs.py`` checks every time
 they state for these commands against them) and ``docs/performance.md`` lists them.
 
-Run: ``.venv/bin/python bench/cpu_times.py [--only demo,q1,q2,q3,install,test,agent-zero,...]``
+Run: ``.venv/bin/python bench/cpu_times.py [--only demo,demo-install,q1,q2,q3,install,test,...]``
 (``--venv DIR``: the environment for everything but ``install``, default ``.venv``; the
 ``install`` figure builds its own in a temporary folder, which ``make test`` then uses).
 """
@@ -47,15 +51,19 @@ COMMANDS = {
     "install": "make test's install",
     "test": "make test",
     "demo": "make demo",
+    "demo-install": "make demo's install",
     "q1": "make q1 REHEARSAL=1",
     "q2": "make q2 REHEARSAL=1",
     "q3": "make q3 REHEARSAL=1 FORCE=1",
     "agent-zero": "make agent-arm ENV=cooking ARM=zero REHEARSAL=1",
     "agent-mask": "make agent-arm ENV=cooking ARM=mask REHEARSAL=1",
     "agent-turn": "make agent-arm ENV=cooking ARM=turn REHEARSAL=1",
+    "kill-resume": "make rehearsal KILL_AT=1",
 }
 #: The figures that train through Miles (they need the framework sources).
-TRAINING = ("q1", "q2", "q3", "agent-zero", "agent-mask", "agent-turn")
+TRAINING = ("q1", "q2", "q3", "agent-zero", "agent-mask", "agent-turn", "kill-resume")
+#: Figures whose record says how warm pip's cache was (an install).
+INSTALLS = ("install", "demo-install")
 
 
 def display(seconds: float) -> str:
@@ -137,7 +145,7 @@ class Figures(dict):
             "when": self.started,
             "machine": machine(),
             "load_average": [round(before, 1), round(after, 1)],
-            **({"pip": self.pip} if name == "install" else {}),
+            **({"pip": self.pip} if name in INSTALLS else {}),
         }
         RECORD.write_text(json.dumps(record, indent=1, sort_keys=True) + "\n")
         print(f"{name}: {display(seconds)} recorded in {RECORD.relative_to(ROOT)}", flush=True)
@@ -159,6 +167,10 @@ def measure(names: list[str], venv: Path, sources: list[str] = ()) -> Figures:
             if "test" in names:
                 argv = ["make", "--no-print-directory", "test", f"VENV={fresh}", "PYTEST_ARGS=-q"]
                 got["test"] = timed(argv), LOADS[-1]
+        if "demo-install" in names:
+            fresh = work / "demo-venv"
+            argv = ["make", "--no-print-directory", f"VENV={fresh}", f"{fresh}/.stamp-sim"]
+            got["demo-install"] = timed(argv), LOADS[-1]
         python = str(venv / "bin" / "python")
         if "demo" in names:
             got["demo"] = timed(demo_argv(python, work / "sim")), LOADS[-1]
@@ -178,6 +190,10 @@ def measure(names: list[str], venv: Path, sources: list[str] = ()) -> Figures:
                         f"ARM={arm}", "REHEARSAL=1", f"AGENT_REHEARSAL_INPUTS={work / 'agent'}",
                         f"REHEARSAL_ARGS=--out {work / arm}", *sources]  # fmt: skip
                 got[f"agent-{arm}"] = timed(argv), LOADS[-1]
+        if "kill-resume" in names:
+            argv = ["make", "--no-print-directory", "rehearsal", "KILL_AT=1",
+                    f"REHEARSAL_ARGS=--out {work / 'kill-resume'}", *sources]  # fmt: skip
+            got["kill-resume"] = timed(argv), LOADS[-1]
     return got
 
 

@@ -598,9 +598,12 @@ rescue_note_watchdog() {
   rescue_note "watchdog: stop when more than $WATCHDOG_MAX_NO_RESULT of the last $WATCHDOG_WINDOW groups have no result, or no group finishes for $WATCHDOG_IDLE_S s (0: off)"
 }
 
-# RUNTIME_ENV_JSON: what the Ray job's processes see (rescue on PYTHONPATH, the gate, the agent).
+# RUNTIME_ENV_JSON: what the Ray job's processes see (rescue on PYTHONPATH, the gate, the agent,
+# and the wandb run id recorded for SAVE_DIR, so every life of a resumed run logs to one run).
 rescue_runtime_env() {
-  local pythonpath="$RESCUE_DIR:$MILES_DIR:$MEGATRON_DIR${PYTHONPATH:+:$PYTHONPATH}"
+  local pythonpath="$RESCUE_DIR:$MILES_DIR:$MEGATRON_DIR${PYTHONPATH:+:$PYTHONPATH}" wandb_id
+  wandb_id=$(PYTHONPATH="$RESCUE_DIR${PYTHONPATH:+:$PYTHONPATH}" "$RESCUE_PY" -m swe_smith_tasks.run_record \
+    wandb-id --save-dir "$SAVE_DIR" 2>&1) || rescue_die "$wandb_id"
   local -a env=(
     "PYTHONPATH=$pythonpath"
     PYTHONUNBUFFERED=1
@@ -609,6 +612,8 @@ rescue_runtime_env() {
     "no_proxy=127.0.0.1,$MASTER_ADDR"
     "RESCUE_SEED=$SEED"
     "WANDB_TAGS=$WANDB_TAGS"
+    "WANDB_RUN_ID=$wandb_id"
+    WANDB_RESUME=allow
   )
   rescue_arm_env
   env+=("${ARM_ENV[@]}" "RESCUE_ESTIMATOR=$ESTIMATOR")

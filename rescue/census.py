@@ -5,17 +5,28 @@ Invariant
 Every entry (one group entering the buffer; a recycled group enters again as a new entry)
 lands in exactly one bucket, or is still buffered::
 
-    entered == trained_fresh + trained_stale + trained_protected
-               + dropped_stale + aborted + filtered + lost + buffered
+    entered + carried == trained_fresh + trained_stale + trained_protected
+                         + dropped_stale + aborted + filtered + lost + lost_at_restart
+                         + buffered
 
 ``Census`` checks this at every ``step_metrics`` call, and against the adapter's own queue
-length when it is given one. A group is never silently lost: whatever excluded it is a
+length when it is given one. ``carried`` is zero but in a run resumed from a checkpoint
+(``restart``): the entries an earlier life left open, counted entered there. A group is never silently lost: whatever excluded it is a
 bucket with a count. ``lost`` is the bucket of a group whose generation raised (slime's
 fully-async worker logs the exception of ``generate_and_rm_group``, e.g. a remote reward
 model after its retries, and the group is gone); ``groups/requeued`` counts the
 ``aborted`` entries whose prompt group went back to be generated again (slime requeues
 every group aborted at a weight update; Miles' ``retry`` handler recycles), so
 ``requeued <= aborted`` at every step.
+
+``lost_at_restart`` is the bucket of the groups a restart loses (``restart``): a run killed
+and resumed from its checkpoint of step N gets back the trainer's weights and the data
+source's counters, not its buffer nor the groups in flight, so the groups drawn before the
+checkpoint that no census up to step N settled never come back. The first census of the
+later life settles them here, once: an infrastructure bucket (no result), never trained
+and never a failure. ``carried`` of them were open in the earlier life (buffered at its
+census of step N, entered there); the ``unseen`` others had not entered (in flight, or
+settled only in a step after N that the later life trains again) and enter here.
 
 Groups without a result (``no_result``, the one rule the Miles buffer, the slime drain
 and the simulator apply when a group arrives): a group with any rollout classified
@@ -31,7 +42,9 @@ call happened; any later fault would otherwise be trained as a failure with rewa
 What a step reports (keys under ``rollout/census/`` by default, the same in the simulator
 and on the cluster):
 
-- ``groups/<bucket>`` entries settled this step, ``groups/entered``, ``groups/buffered``;
+- ``groups/<bucket>`` entries settled this step, ``groups/entered``, ``groups/buffered``
+  (``groups/lost_at_restart``: the groups a restart lost, in the first step of a resumed
+  life; 0 otherwise);
 - ``staleness_mean``, ``staleness_max`` of the trained groups;
 - ``protected_groups`` and ``protected_weight_mean`` (the 1/a weights);
 - ``outcome_metrics`` of the rollouts of trained groups: count and rate per outcome, turn
@@ -109,6 +122,7 @@ class Bucket(str, Enum):
     ABORTED = "aborted"
     FILTERED = "filtered"  # rejected by the dynamic-sampling filter
     LOST = "lost"  # its generation raised: the group never came back
+    LOST_AT_RESTART = "lost_at_restart"  # drawn before the checkpoint a run resumed from
 
     @property
     def trained(self) -> bool:
@@ -319,6 +333,7 @@ class Census:
         self.population = population
         self._open: Counter[Any] = Counter()  # group id -> open entries
         self._entered = 0
+        self._carried = 0  # entries an earlier life left open (``restart``)
         self._settled: Counter[Bucket] = Counter()
         self._prior = PriorB()
         self._reset_window()
@@ -406,6 +421,21 @@ class Census:
         elif bucket is Bucket.LOST:
             self._w_lost_reasons[reason or "exception"] += 1
 
+    def restart(self, carried: int, unseen: int) -> None:
+        """The run resumed from a checkpoint: settle the groups the restart lost as
+        ``lost_at_restart`` in this window (module docstring). ``carried``: entries the
+        earlier life left open at the checkpoint's step (entered and counted there);
+        ``unseen``: groups drawn before the checkpoint that had not entered, which enter now.
+        """
+        for name, n in (("carried", carried), ("unseen", unseen)):
+            if isinstance(n, bool) or not isinstance(n, int) or n < 0:
+                raise ValueError(f"census restart: {name}={n!r}; allowed: an integer >= 0")
+        self._carried += carried
+        self._entered += unseen
+        self._w_entered += unseen
+        self._settled[Bucket.LOST_AT_RESTART] += carried + unseen
+        self._w_buckets[Bucket.LOST_AT_RESTART] += carried + unseen
+
     def _pay_masked(self, rollouts: Sequence[RolloutRecord]) -> None:
         """Add the group's baseline once per loss-masked rollout of a trained group."""
         scored = [r for r in rollouts if r.reward is not None]
@@ -426,19 +456,25 @@ class Census:
         return sum(self._open.values())
 
     def totals(self) -> dict[str, int]:
-        """Cumulative entries per bucket, plus ``entered`` and ``buffered``."""
+        """Cumulative entries per bucket, plus ``entered`` and ``buffered`` (``carried``
+        entries, which entered in an earlier life, are not among ``entered``)."""
         t = {b.value: self._settled[b] for b in Bucket}
         t["buffered"] = self.buffered
         t["entered"] = self._entered
         return t
 
+    @property
+    def carried(self) -> int:
+        """Entries an earlier life left open, settled here at the restart (``restart``)."""
+        return self._carried
+
     def check(self, queue_size: int | None = None) -> None:
         """Assert conservation; with ``queue_size``, also that the buffer holds what we think."""
         settled = sum(self._settled.values())
-        if self._entered != settled + self.buffered:
+        if self._entered + self._carried != settled + self.buffered:
             raise AssertionError(
-                f"census conservation broken: entered={self._entered} != "
-                f"settled={settled} + buffered={self.buffered}"
+                f"census conservation broken: entered={self._entered} + "
+                f"carried={self._carried} != settled={settled} + buffered={self.buffered}"
             )
         if queue_size is not None and queue_size != self.buffered:
             raise AssertionError(

@@ -11,8 +11,13 @@ Specification
 - ``descendants(pid)``: every process below ``pid``, children first, including those that
   started a session of their own; read from ``/proc`` on Linux, else from ``ps``.
 - ``end_tree(pids, grace_s)``: SIGTERM to each, up to ``grace_s`` seconds for them to
-  exit (their own handlers end their trees), then SIGKILL to what is left. Exited
-  children of this process are reaped.
+  exit (their own handlers end their trees), then SIGKILL to what is left. An exited child
+  of this process is seen exited without being reaped (``waitid`` with ``WNOWAIT``): its
+  owner reaps it. Reaping a worker of a ``ProcessPoolExecutor`` here left multiprocessing
+  unable to see it exit (its ``waitpid`` fails with "No child processes", so the worker
+  reads alive for ever): the executor's manager thread then looped sending stop sentinels
+  and the interpreter's exit joined it, so an interrupted ``make demo`` hung after its
+  line, once in a few interrupts, whichever reaped first.
 - ``worker_initializer()``: for a worker pool: the worker ignores SIGINT (the terminal
   sends it to the whole foreground group; the parent ends its workers itself, so no worker
   prints a traceback), and on Linux it is killed when its parent dies.
@@ -105,10 +110,11 @@ def descendants(pid: int | None = None) -> list[int]:
 
 
 def _gone(pid: int) -> bool:
-    with contextlib.suppress(ChildProcessError, OSError):
-        done, _ = os.waitpid(pid, os.WNOHANG)
-        if done == pid:
-            return True
+    """Whether ``pid`` has exited; a child of this process is left to its owner to reap."""
+    if hasattr(os, "waitid"):
+        with contextlib.suppress(ChildProcessError, OSError):
+            if os.waitid(os.P_PID, pid, os.WEXITED | os.WNOHANG | os.WNOWAIT) is not None:
+                return True
     try:
         os.kill(pid, 0)
     except ProcessLookupError:

@@ -28,7 +28,9 @@ A file is written the same way: ``write_text`` writes ``.<name>.partial-<pid>`` 
 flushes it to disk and renames it over the file, so a reader sees the old text or the new.
 
 ``OUT`` may not be the current folder, one above it or a file system's root (the swap
-renames it): such an ``--out`` is refused, as is one that is an existing file.
+renames it): such an ``--out`` is refused, as is one that is an existing file, or one whose
+folder cannot be written (``check_out`` creates it and writes a probe file there, before
+the command computes anything); ``check_file`` does the same for a file a command writes.
 """
 
 from __future__ import annotations
@@ -38,6 +40,7 @@ import os
 import re
 import shutil
 import signal
+import tempfile
 import threading
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -90,7 +93,34 @@ def check_out(out: Path, flag: str = "--out") -> Path:
             f"{flag} {out}: the current folder or one above it cannot be replaced: "
             "name a folder below it (e.g. runs/NAME)"
         )
+    writable(resolved.parent, flag, out)
     return resolved
+
+
+def check_file(path: str | os.PathLike[str], flag: str) -> Path:
+    """``path`` as an absolute path, or an error naming ``flag`` when a file cannot be
+    written there (a folder, or a place that cannot be written): checked before a command
+    computes what it will write."""
+    resolved = Path(os.path.abspath(path))
+    if resolved.is_dir():
+        raise InputError(f"{flag} {path}: an existing folder, not a file: name a file")
+    writable(resolved.parent, flag, path)
+    return resolved
+
+
+def writable(folder: Path, flag: str, given: str | os.PathLike[str]) -> None:
+    """Create ``folder`` (with its parents) and write and remove a probe file in it, or an
+    error naming ``flag`` and its value ``given``."""
+    try:
+        folder.mkdir(parents=True, exist_ok=True)
+        fd, probe = tempfile.mkstemp(dir=folder, prefix=".rescue-probe-")
+        os.close(fd)
+        os.unlink(probe)
+    except OSError as e:
+        raise InputError(
+            f"{flag} {given}: cannot write in {folder} ({e.strerror or e}): name a place "
+            "you can write"
+        ) from None
 
 
 def remove_stale(out: Path) -> None:

@@ -107,7 +107,8 @@ def read_state(run_dir: str | os.PathLike[str]) -> dict[str, Any]:
         state = json.loads(path.read_text())
     except FileNotFoundError:
         raise InputError(
-            f"{path}: no such file: RUN_DIR must be a run folder of make q1/q2/q3"
+            f"{path}: no such file: RUN_DIR must be a run folder of make q1/q2/q3 (or an "
+            "arm's SAVE_DIR, for its lives)"
         ) from None
     except json.JSONDecodeError as e:
         raise InputError(f"{path}: not JSON ({e})") from None

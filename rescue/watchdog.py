@@ -22,7 +22,10 @@ before the next check is due). The watchdog trips when either holds:
 Tripping calls ``flush(line)`` first (the adapter writes the census of what happened to
 the dashboard there), then raises ``WatchdogStop(line)``. The line names the trigger, the
 dominant no-result reason among the last ``window`` groups (with its count) and the last
-``errors_kept`` distinct errors, each on one line, clipped. A flush that raises is noted in
+``errors_kept`` distinct errors, each on one line, clipped; before the errors, what the
+adapter's ``diagnose()`` finds when it is given one (the Miles buffer names the rollout
+engines that do not answer: an agent's error shows only its own endpoint, the session
+server); a ``diagnose`` that finds nothing adds nothing, one that raises says so. A flush that raises is noted in
 the line; the stop is raised all the same. After a trip every ``observe`` and
 ``check_idle`` raises the same ``WatchdogStop``: the run does not go on.
 
@@ -49,8 +52,9 @@ from rescue.errors import InputError
 ENV_WINDOW = "RESCUE_WATCHDOG_WINDOW"
 ENV_MAX_NO_RESULT = "RESCUE_WATCHDOG_MAX_NO_RESULT"
 ENV_IDLE_S = "RESCUE_WATCHDOG_IDLE_S"
-#: Characters of one error kept in the stop line.
+#: Characters of one error kept in the stop line, and of the adapter's diagnosis.
 ERROR_CHARS = 200
+DIAGNOSIS_CHARS = 600
 
 
 def _typed(kind: type, var: str) -> Callable[[str], float]:
@@ -139,6 +143,8 @@ class Watchdog:
         flush: called with the stop line before ``WatchdogStop`` is raised (default none);
             the adapter logs the census there.
         clock: seconds, monotonic (default ``time.monotonic``).
+        diagnose: called when the watchdog trips, its text (if any) added to the line
+            (default none).
     """
 
     def __init__(
@@ -147,9 +153,11 @@ class Watchdog:
         *,
         flush: Callable[[str], None] | None = None,
         clock: Callable[[], float] = time.monotonic,
+        diagnose: Callable[[], str | None] | None = None,
     ) -> None:
         self.settings = settings or WatchdogSettings()
         self._flush = flush
+        self._diagnose = diagnose
         self._clock = clock
         self._last_group = clock()
         self._recent: deque[str | None] = deque(maxlen=max(self.settings.window, 1))
@@ -221,6 +229,14 @@ class Watchdog:
         else:
             dominant = "no group without a result among the last ones"
         errors = " | ".join(self._errors) if self._errors else "none"
+        found = None
+        if self._diagnose is not None:
+            try:
+                found = self._diagnose()
+            except Exception as e:  # a diagnosis never keeps the run from stopping
+                found = f"(the diagnosis failed: {type(e).__name__})"
+        if found:
+            dominant += f"; {' '.join(str(found).split())[:DIAGNOSIS_CHARS]}"
         return f"{dominant}; last errors: {errors}"
 
     def _raise_if_stopped(self) -> None:

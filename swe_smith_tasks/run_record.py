@@ -18,13 +18,23 @@ data), the Miles commit when known, and rescue's version (kept, not compared).
   compared key differs, each differing key named with both values; else the run resumes.
 
 A refusal is an ``InputError`` naming the setting to change. ``dry_run`` checks without
-writing.
+writing. Each launch that writes is kept in the record's ``launches`` (its time, whether it
+resumed): the run's record says when it was resumed (``rescue status SAVE_DIR``, which adds
+from the ledger of the run's lives, ``rescue.restart``, from which step and how many groups
+the restart lost).
+
+The wandb run: ``wandb_run_id(save_dir)`` is the id recorded for the run in ``save_dir`` (a
+new one when there is none), which the launcher gives the job as ``WANDB_RUN_ID`` with
+``WANDB_RESUME=allow``: every life of a resumed run logs to the same wandb run (offline, to
+folders of one run id, which ``rescue report`` joins, reading each step once). The record
+keeps it (``wandb_run_id``, not compared).
 
 ``version_warnings(miles_commit, sglang_version)`` names what differs from the versions
 rescue is tested against (``rescue.frameworks``): the Miles checkout's commit and the
 installed SGLang, each with both versions; an unknown version is said to be unknown.
 
-``python -m swe_smith_tasks.run_record check|versions ...`` is what the launchers call.
+``python -m swe_smith_tasks.run_record check|versions|wandb-id ...`` is what the launchers
+call.
 """
 
 from __future__ import annotations
@@ -33,8 +43,10 @@ import argparse
 import hashlib
 import json
 import os
+import secrets
 import subprocess
 import sys
+import time
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
@@ -45,7 +57,9 @@ from rescue.frameworks import MILES, SGLANG_VERSION
 #: The record's file name in the save directory.
 RECORD = "rescue-run.json"
 #: Keys of a record that are kept but never compared.
-NOT_COMPARED = frozenset({"rescue_version", "command"})
+NOT_COMPARED = frozenset({"rescue_version", "command", "wandb_run_id", "launches"})
+#: The job's environment variables that name its wandb run (``wandb_run_id``).
+WANDB_ID, WANDB_RESUME = "WANDB_RUN_ID", "WANDB_RESUME"
 #: Prefixes of the job's environment variables that are settings of the run.
 SETTING_PREFIXES = ("RESCUE_", "SGLANG_")
 
@@ -107,6 +121,7 @@ def record(
         "miles_commit": commit,
         "rescue_version": __version__,
         "command": list(command),
+        "wandb_run_id": env.get(WANDB_ID),
     }
 
 
@@ -148,7 +163,7 @@ def check_save_dir(
     if not used:
         if not dry_run:
             folder.mkdir(parents=True, exist_ok=True)
-            path.write_text(json.dumps(new, indent=1, sort_keys=True) + "\n")
+            _write(path, {**new, "launches": [_launch(resume=False)]})
         return f"new run: its settings are recorded in {path}"
     if not resume:
         raise InputError(
@@ -168,7 +183,36 @@ def check_save_dir(
             + "; ".join(diff)
             + ": launch it as it was, or start a new run with another RUN_NAME or SAVE_DIR"
         )
+    if not dry_run:
+        _write(path, {**old, "launches": [*old.get("launches", []), _launch(resume=True)]})
     return f"resuming the run in {folder} with the settings recorded in {path}"
+
+
+def _launch(*, resume: bool) -> dict[str, Any]:
+    return {"time": time.strftime("%Y-%m-%dT%H:%M:%S%z"), "resume": resume}
+
+
+def _write(path: Path, data: Mapping[str, Any]) -> None:
+    """The record, replaced whole (a temporary sibling renamed over it)."""
+    tmp = path.with_name(path.name + ".tmp")
+    tmp.write_text(json.dumps(data, indent=1, sort_keys=True) + "\n")
+    tmp.replace(path)
+
+
+def read_record(save_dir: str | os.PathLike[str]) -> dict[str, Any] | None:
+    """The record in ``save_dir`` (None when there is none or it does not parse)."""
+    try:
+        data = json.loads((Path(save_dir) / RECORD).read_text())
+    except (OSError, json.JSONDecodeError):
+        return None
+    return data if isinstance(data, dict) else None
+
+
+def wandb_run_id(save_dir: str | os.PathLike[str]) -> str:
+    """The wandb run id of the run in ``save_dir``: the recorded one, else a new one (8
+    lowercase hex digits, as wandb's ids are letters and digits)."""
+    recorded = (read_record(save_dir) or {}).get("wandb_run_id")
+    return str(recorded) if recorded else secrets.token_hex(4)
 
 
 def version_warnings(commit: str | None, sglang: str | None) -> list[str]:
@@ -215,7 +259,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     v = sub.add_parser("versions", help="the Miles checkout and SGLang against the pins")
     v.add_argument("--miles-dir", required=True)
     v.add_argument("--python", required=True, help="the job's interpreter")
+    w = sub.add_parser("wandb-id", help="the wandb run id of the run in the save directory")
+    w.add_argument("--save-dir", required=True)
     args = parser.parse_args(argv)
+    if args.step == "wandb-id":
+        print(wandb_run_id(args.save_dir))
+        return 0
     if args.step == "versions":
         for line in version_warnings(
             miles_commit(args.miles_dir), installed_version(args.python, "sglang")

@@ -74,9 +74,8 @@ def test_conservation_under_random_aborts_staleness_and_retries():
     t = census.totals()
     assert t["entered"] == sum(t[b.value] for b in Bucket) + t["buffered"]
     assert t["buffered"] == len(queue)
-    assert seen_buckets == set(Bucket) - {
-        Bucket.TRAINED_STALE
-    }  # protect with a<1 never keeps at weight 1
+    # protect with a<1 never keeps at weight 1; only a restart loses groups (its own test)
+    assert seen_buckets == set(Bucket) - {Bucket.TRAINED_STALE, Bucket.LOST_AT_RESTART}
 
 
 def test_a_queue_that_disagrees_with_the_census_is_caught():
@@ -396,3 +395,28 @@ def test_outcome_metrics_count_each_reason_of_each_outcome():
         "reason/budget_failure/turn_cap": 2.0,
         "reason/infra_no_result/aborted": 1.0,
     }
+
+
+def test_a_restart_settles_the_carried_and_the_unseen_groups_once_and_conserves():
+    """A resumed life: 3 entries the earlier life left open and 2 groups it drew that never
+    entered settle ``lost_at_restart`` in the first window, once; conservation holds with
+    the carried entries, and a second window counts none."""
+    c = Census()
+    c.restart(carried=3, unseen=2)
+    c.enter(10)
+    c.settle(10, Bucket.TRAINED_FRESH, [_rec("solved", 1.0)])
+    c.enter(11)
+    m = c.step_metrics(queue_size=1)
+    assert m[f"{P}groups/lost_at_restart"] == 5
+    assert m[f"{P}groups/entered"] == 2 + 2  # the unseen enter now; the carried entered before
+    assert m[f"{P}groups/trained_fresh"] == 1 and m[f"{P}groups/buffered"] == 1
+    assert m[f"{P}no_result/groups"] == 0  # not a no-result of the policy: a restart's
+    t = c.totals()
+    assert t["entered"] + c.carried == sum(t[b.value] for b in Bucket) + t["buffered"]
+    assert c.step_metrics(queue_size=1)[f"{P}groups/lost_at_restart"] == 0
+
+
+@pytest.mark.parametrize("bad", [-1, 1.5, True, "2"])
+def test_a_restart_takes_counts_only(bad):
+    with pytest.raises(ValueError, match="allowed: an integer >= 0"):
+        Census().restart(carried=bad, unseen=0)

@@ -126,7 +126,10 @@ def files(tmp_path) -> dict[str, str]:
     (tmp_path / "miles").mkdir()
     (tmp_path / "miles" / "train_async.py").write_text("")
     (tmp_path / "megatron" / "megatron" / "training").mkdir(parents=True)
+    (tmp_path / "q2").mkdir()
+    (tmp_path / "q2" / "stages.json").write_text('{"stages": []}')
     return {
+        "stages": str(tmp_path / "q2" / "stages.json"),
         "miles": str(tmp_path / "miles"),
         "megatron": str(tmp_path / "megatron"),
         "none": str(tmp_path / "nosuch"),
@@ -152,6 +155,12 @@ PATH_CASES = [
     (["oracle", "compare", "{folder}"], "oracle.json"),
     (["status", "{none}"], "stages.json"),
     (["status", "{folder}"], "stages.json"),
+    (["status", "{stages}"], "is a file: give the run folder"),
+    (["status", "{empty}"], "is a file: give the run folder"),
+    (["sim", "--arms", "zero", "--out", "{empty}/sim"], "--out"),
+    (["report", "{folder}", "--out", "{empty}/report"], "--out"),
+    (["power", "--json", "{empty}/p.json"], "--json"),
+    (["power", "--json", "{folder}"], "--json"),
     (["question", "q1", "--run-dir", "{out}", "--dumps", "{none}", "--model", "tiny-gpt2"], "DUMPS"),
     (["question", "q1", "--run-dir", "{out}", "--dumps", "{folder}", "--model", "m"], "DUMPS"),
     (["question", "q3", "--run-dir", "{out}", "--rehearsal", "--q2-dir", "{none}"], "MILES_SRC"),

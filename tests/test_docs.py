@@ -246,6 +246,7 @@ def test_a_docs_command_block_runs_as_written(where, body, timeout, tmp_path):
 #: Every time a page states for these commands is bench/cpu_times.py's record of it; the
 #: longest names first (a rehearsal's command holds its question's).
 TIMED = (
+    ("make rehearsal KILL_AT=1", "kill-resume"),
     ("make agent-arm ENV=cooking ARM=zero REHEARSAL=1", "agent-zero"),
     ("make agent-arm ENV=cooking ARM=mask REHEARSAL=1", "agent-mask"),
     ("make agent-arm ENV=cooking ARM=turn REHEARSAL=1", "agent-turn"),
@@ -263,9 +264,14 @@ VAGUE = re.compile(
 )
 
 
+#: A time after ``install`` on these commands' line is their install's figure.
+INSTALLS = {"test": "install", "demo": "demo-install"}
+
+
 def time_claims(text: str) -> list[tuple[str, str, str]]:
     """(figure, time stated, line) for every time on a line whose nearest make command before
-    it is a timed one; a time after ``install`` on ``make test``'s line is its install's."""
+    it is a timed one; a time after ``install`` on ``make test``'s or ``make demo``'s line is
+    its install's (``INSTALLS``)."""
     claims = []
     for line in text.splitlines():
         plain = line.replace("`", "")
@@ -277,8 +283,8 @@ def time_claims(text: str) -> list[tuple[str, str, str]]:
             at, name = max(found)
             if at != before.rfind("make "):  # another make command is nearer: not timed
                 continue
-            if name == "test" and "install" in before[at:]:
-                name = "install"
+            if name in INSTALLS and "install" in before[at:]:
+                name = INSTALLS[name]
             claims.append((name, match.group(), line.strip()))
     return claims
 
@@ -300,15 +306,18 @@ def test_every_time_the_pages_state_for_a_cpu_command_is_the_measured_one():
                 wrong.append(f"{name}: {time} for {figure} ({line[:80]})")
         vague += [f"{name}: {m.group()}" for m in VAGUE.finditer(text)]
     assert wrong == [] and vague == []
-    assert stated == set(record) == {"install", "test", "demo", "q1", "q2", "q3", "agent-zero",
-                                     "agent-mask", "agent-turn"}  # fmt: skip
+    assert stated == set(record) == {"install", "test", "demo", "demo-install", "q1", "q2", "q3",
+                                     "agent-zero", "agent-mask", "agent-turn", "kill-resume"}  # fmt: skip
     readme = {f for f, _, _ in time_claims((ROOT / "README.md").read_text())}
-    assert {"install", "test", "demo"} <= readme  # the newcomer's figures, on the front page
+    # the newcomer's figures, on the front page: make demo's with its first install
+    assert {"install", "test", "demo", "demo-install"} <= readme
 
 
 def test_the_time_check_reads_a_claim_and_its_install():
     line = "make test   # the test suite: 6 min 40 s, after an install of 2 min 6 s"
     assert time_claims(line) == [("test", "6 min 40 s", line), ("install", "2 min 6 s", line)]
+    demo = "make demo   # the four scenarios: 54 s, after an install of 1 min 2 s"
+    assert [c[:2] for c in time_claims(demo)] == [("demo", "54 s"), ("demo-install", "1 min 2 s")]
     row = "| `make q3 REHEARSAL=1 FORCE=1` (41 s) | `make q1` in 3 s |"
     assert [c[:2] for c in time_claims(row)] == [("q3", "41 s")]  # bare make q1: not timed
     assert VAGUE.search("make demo takes about a minute")

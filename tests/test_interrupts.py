@@ -103,6 +103,53 @@ def test_end_tree_ends_children_and_grandchildren_in_sessions_of_their_own():
     wait_for(lambda: not alive(tree), timeout=10)
 
 
+def _sleep(seconds: float) -> None:
+    time.sleep(seconds)
+
+
+def test_end_tree_leaves_a_pools_workers_for_the_pool_to_reap():
+    """Workers ended by ``end_tree`` are seen exited by multiprocessing itself, and the
+    executor shuts down at once: reaped behind its back, they read alive for ever and its
+    manager thread loops, which hung an interrupted ``make demo`` at exit."""
+    import multiprocessing as mp
+    import threading
+    from concurrent.futures import ProcessPoolExecutor
+
+    from rescue.interrupts import worker_initializer
+
+    pool = ProcessPoolExecutor(2, mp_context=mp.get_context("fork"), initializer=worker_initializer)
+    futures = [pool.submit(_sleep, 60) for _ in range(4)]
+    wait_for(lambda: len(pool._processes) == 2 and len(descendants()) >= 2)
+    workers = list(pool._processes.values())
+    end_tree([w.pid for w in workers], grace_s=5)
+    wait_for(lambda: not any(w.is_alive() for w in workers), timeout=10)
+    closing = threading.Thread(target=pool.shutdown, kwargs={"cancel_futures": True})
+    closing.start()
+    closing.join(timeout=20)
+    assert not closing.is_alive(), "the executor's shutdown hung on workers it cannot see exit"
+    assert all(f.done() for f in futures)
+
+
+def test_an_interrupted_simulation_ends_in_seconds_every_time(tmp_path):
+    """Ctrl-C of a simulation with worker processes, again and again: each ends within
+    seconds with its line (the race it lost once in a few interrupts hung it at exit)."""
+    for attempt in range(6):
+        proc = start([sys.executable, "-m", "rescue", "sim", *LONG, "--out",
+                      str(tmp_path / f"sim{attempt}")], tmp_path)  # fmt: skip
+        wait_for(lambda proc=proc: len(descendants(proc.pid)) >= 2)
+        time.sleep(0.5 + 0.3 * attempt)
+        t0 = time.monotonic()
+        os.killpg(proc.pid, signal.SIGINT)
+        try:
+            _, err = proc.communicate(timeout=30)
+        except subprocess.TimeoutExpired:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.communicate()
+            pytest.fail(f"interrupt {attempt + 1} did not end the command within 30 s")
+        assert proc.returncode == 130 and "interrupted by SIGINT" in err, err
+        assert time.monotonic() - t0 < 30
+
+
 @pytest.mark.parametrize(("sig", "group"), [(signal.SIGINT, True), (signal.SIGTERM, False)])
 def test_an_interrupted_simulation_leaves_no_process_one_line_and_its_old_output(
     tmp_path, sig, group

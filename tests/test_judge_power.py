@@ -14,6 +14,7 @@
 from __future__ import annotations
 
 import copy
+import json
 
 import numpy as np
 import pytest
@@ -186,3 +187,21 @@ def test_bad_input_is_one_line_naming_the_flag(capsys, argv, named):
     err = capsys.readouterr().err
     assert named in err and "allowed" in err and err.count("\n") == 1
     assert "Traceback" not in err
+
+
+def test_the_json_file_is_written_where_asked_and_an_unwritable_place_refused_first(
+    tmp_path, capsys, monkeypatch
+):
+    from rescue.judge import power as pw
+
+    target = tmp_path / "missing" / "dir" / "p.json"
+    assert cli.main(["power", "--arms", "zero,mask", "--seeds", "3", "--line", "--no-progress",
+                     "--replicates", "3", "--json", str(target)]) == 0  # fmt: skip
+    assert json.loads(target.read_text())["--arms"]["arms"] == ["zero", "mask"]
+    (tmp_path / "a-file").write_text("")
+    ran = []
+    monkeypatch.setattr(pw, "power", lambda *a, **k: ran.append(1))
+    assert cli.main(["power", "--no-progress", "--json", str(tmp_path / "a-file" / "p.json")]) == 2
+    err = capsys.readouterr().err
+    assert "--json" in err and "cannot write" in err and err.count("\n") == 1
+    assert ran == []  # refused before anything was computed

@@ -57,7 +57,8 @@ NAMED_FLAGS = {
     *("--load", "--save", "--wandb-group", "--wandb-dir", "--save-debug-rollout-data"),
     "--env-report",
 }
-NAMED_ENV = {"WANDB_TAGS"}
+#: WANDB_RUN_ID: the run's own (recorded beside its checkpoints, new for a new run).
+NAMED_ENV = {"WANDB_TAGS", "WANDB_RUN_ID"}
 
 
 # ── each arm has exactly its own settings ───────────────────────────────────────────────

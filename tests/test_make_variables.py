@@ -15,7 +15,14 @@ from test_launch_inputs import MAKEFILE, phony_targets
 
 ROOT = Path(__file__).resolve().parents[1]
 #: make as a user types it: not a make run by another make (`make test` runs this file).
-ENV = {k: v for k, v in os.environ.items() if not k.startswith("MAKE") and k != "MFLAGS"}
+#: make's environment without make's own variables, nor the inputs a user may have exported
+#: (make reads an exported MILES_SRC as the variable): each test names the ones it gives.
+INPUTS = {"MILES_SRC", "SLIME_SRC", "MEGATRON_SRC", "DUMPS", "MODEL", "RUN_DIR", "KILL_AT"}
+ENV = {
+    k: v
+    for k, v in os.environ.items()
+    if not k.startswith("MAKE") and k != "MFLAGS" and k not in INPUTS
+}
 
 
 def make(*argv: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess:
@@ -82,18 +89,23 @@ def test_seeds_and_steps_take_integers(variable, value, allowed):
     assert refused("q2", f"{variable}={value}") == f"{variable}={value}: allowed {allowed}"
 
 
+SOURCES = ["MILES_SRC=launch", "MEGATRON_SRC=docs"]
+
+
 @pytest.mark.parametrize(
     "argv",
     [
-        ["q2", "REHEARSAL=1", "SEEDS=3", "STEPS=5", "RUN_DIR=r"],
-        ["q3", "REHEARSAL=1", "FORCE=1", "Q2_DIR=r", "MODEL=tiny-gpt2"],
-        ["q1", "REHEARSAL=1", "DUMPS=d", "MODEL=m", "RUN_DIR=r"],
+        # (folders of the repository stand in for the sources: make checks they are folders)
+        ["q2", "REHEARSAL=1", "SEEDS=3", "STEPS=5", "RUN_DIR=r", *SOURCES],
+        ["q3", "REHEARSAL=1", "FORCE=1", "Q2_DIR=r", "MODEL=tiny-gpt2", *SOURCES],
+        ["q1", "REHEARSAL=1", "DUMPS=d", "MODEL=m", "RUN_DIR=r", *SOURCES],
+        ["q1", "DUMPS=d", "MODEL=m"],
         ["swe-arm", "ARM=drop", "A=0.5", "NUM_ROLLOUT=3", "DRY_RUN=1"],
         ["rlvr-sweep", "ARMS=zero mask", "SEEDS=2", "DRY_RUN=1"],
         ["test", "PYTEST_ARGS=-q", "VENV=.venv", "PYTHON=python3"],
-        ["rehearsal", "MILES_SRC=m", "MEGATRON_SRC=g", "OFFPOLICY=tis", "ARM=protect"],
-        ["rehearsal-test", "MILES_SRC=m", "MEGATRON_SRC=g", "REHEARSAL_MARKERS=x"],
-        ["integration", "MILES_SRC=m", "SLIME_SRC=s"],
+        ["rehearsal", *SOURCES, "OFFPOLICY=tis", "ARM=protect"],
+        ["rehearsal-test", *SOURCES, "REHEARSAL_MARKERS=x"],
+        ["integration", "MILES_SRC=launch", "SLIME_SRC=docs"],
         ["q2", "q3", "FORCE=1"],  # two goals: what either reads
     ],
 )
@@ -145,3 +157,34 @@ def test_make_q2_and_q3_check_the_machine_before_installing_anything(tmp_path, q
     said = r.stderr.splitlines()
     assert said[0].startswith(f"rescue question: error: {question} trains on a GPU cluster")
     assert said[1].startswith("make: *** [Makefile:") and len(said) == 2
+
+
+@pytest.mark.parametrize(
+    ("argv", "said"),
+    [
+        (["rehearsal"], "make rehearsal: set MILES_SRC=/path/to/miles"),
+        (["rehearsal-test", "MILES_SRC=launch"], "make rehearsal-test: set MEGATRON_SRC="),
+        (["rehearsal", "MILES_SRC=no-such", "MEGATRON_SRC=docs"],
+         "MILES_SRC=no-such is not a directory: set MILES_SRC to a Miles checkout"),
+        (["q1", "REHEARSAL=1"], "make q1: set MILES_SRC=/path/to/miles"),
+        (["q2", "REHEARSAL=1", "MILES_SRC=launch"], "make q2: set MEGATRON_SRC="),
+        (["agent-arm", "REHEARSAL=1", "ENV=cooking", "ARM=zero"], "make agent-arm: set MILES_SRC="),
+        (["integration"], "make integration: set MILES_SRC=/path/to/miles and/or SLIME_SRC="),
+        (["integration", "SLIME_SRC=no-such"], "SLIME_SRC=no-such is not a directory"),
+        (["q1"], "make q1: set DUMPS=DIR, the debug dumps of a finished run"),
+    ],
+)  # fmt: skip
+def test_a_missing_input_is_refused_before_anything_is_installed(tmp_path, argv, said):
+    """Not a dry run: make as typed, with environments that do not exist yet; it stops in
+    one line and creates neither."""
+    venvs = [f"VENV={tmp_path / 'venv'}"]
+    if argv[0] != "integration":  # which does not read it
+        venvs.append(f"REHEARSAL_VENV={tmp_path / 'rvenv'}")
+    r = subprocess.run(
+        ["make", "--no-print-directory", *argv, *venvs, f"PYTHON={sys.executable}"],
+        cwd=ROOT, capture_output=True, text=True, timeout=60, env=ENV,
+    )  # fmt: skip
+    assert r.returncode == 2 and r.stdout == "", r.stdout + r.stderr
+    [line] = r.stderr.splitlines()
+    assert said in line and line.endswith("nothing was installed.  Stop.")
+    assert not (tmp_path / "venv").exists() and not (tmp_path / "rvenv").exists()

@@ -394,18 +394,22 @@ def test_q1_needs_dumps_and_a_model_on_the_cluster(tmp_path):
     assert stages[2].command[-3:] == ("--model", "m", "--json")
 
 
+#: Folders standing in for the Miles and Megatron-LM sources (make checks they are folders).
+_SRC = {"MILES_SRC": "launch", "MEGATRON_SRC": "docs"}
+
+
 @pytest.mark.parametrize(
     ("target", "variables", "expected"),
     [
         ("q2", {}, "question q2 --run-dir runs/q2"),
         (
             "q2",
-            {"REHEARSAL": "1", "MILES_SRC": "/s", "MEGATRON_SRC": "/m"},
+            {"REHEARSAL": "1", **_SRC},
             "question q2 --run-dir runs/q2-rehearsal --rehearsal --rehearsal-python "
-            '.venv-rehearsal/bin/python --miles-src "/s" --megatron-src "/m"',
+            '.venv-rehearsal/bin/python --miles-src "launch" --megatron-src "docs"',
         ),
         ("q2", {"RUN_DIR": "r", "SEEDS": "4", "STEPS": "7"}, "--run-dir r --seeds 4 --steps 7"),
-        ("q3", {"REHEARSAL": "1"}, "--q2-dir runs/q2-rehearsal"),
+        ("q3", {"REHEARSAL": "1", **_SRC}, "--q2-dir runs/q2-rehearsal"),
         ("q3", {"Q2_DIR": "x", "FORCE": "1"}, "--q2-dir x --force"),
         ("q1", {"DUMPS": "d", "MODEL": "m"}, "--dumps d --model m"),
     ],

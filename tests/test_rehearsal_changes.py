@@ -247,6 +247,14 @@ def test_launcher_errors_stop_the_rehearsal_with_its_line(tmp_path):
         (["--offpolicy", "ppo"], "--offpolicy"),
         (["--fault", "gremlins"], "--fault"),
         (["--timeout", "0"], "--timeout"),
+        (["--kill-at", "0"], "--kill-at=0; allowed: a step from 1 to --steps=3"),
+        (["--kill-at", "1", "--launcher", "rlvr"], "--kill-at applies to --launcher swe"),
+        (["--kill-at", "1", "--arm", "protect,pace"], "--kill-at kills one run"),
+        (["--kill-at", "1", "--seeds", "2"], "--kill-at kills one run"),
+        (["--reference", "somewhere"], "--reference applies with --kill-at"),
+        (["--kill-at", "1", "--reference", "nowhere"], "--reference=nowhere: no report.json"),
+        (["--kill-engine-at", "4"], "--kill-engine-at=4; allowed: a step from 0 to --steps=3"),
+        (["--kill-engine-at", "0", "--kill-at", "1"], "--kill-engine-at breaks one run"),
     ],
 )
 def test_bad_flags_are_one_line_naming_the_flag(tmp_path, capsys, argv, named):
@@ -331,6 +339,28 @@ def test_each_flag_reaches_the_launcher_settings(tmp_path):
                          "step-control", "drgrpo-mask", "survivor", "turn"}  # fmt: skip
 
 
+def test_a_killed_run_checkpoints_before_the_kill_and_resumes_through_the_launcher(tmp_path):
+    from rescue.rehearsal.miles.run import launcher_settings, plan
+
+    args = parse_args([*fake_sources(tmp_path), "--kill-at", "2", "--steps", "4"])
+    inputs = {"model": str(tmp_path / "m"), "prompts": "p"}
+    (tmp_path / "m").mkdir()
+    (tmp_path / "m" / "config.json").write_text(json.dumps({"num_hidden_layers": 2,
+        "hidden_size": 64, "intermediate_size": 128, "num_attention_heads": 2,
+        "num_key_value_heads": 1, "vocab_size": 100, "rms_norm_eps": 1e-6,
+        "rope_theta": 1e6, "head_dim": 32}))  # fmt: skip
+    [run] = plan(args, tmp_path / "out")
+    first = launcher_settings(args, Path("/m"), Path("/g"), Path("/o"), inputs, run)
+    assert first["SAVE_INTERVAL"] == "2" and "RESUME" not in first
+    run.life = 2
+    again = launcher_settings(args, Path("/m"), Path("/g"), Path("/o"), inputs, run)
+    assert again["RESUME"] == "1" and again["SAVE_INTERVAL"] == "2"
+    dead = parse_args([*fake_sources(tmp_path), "--kill-engine-at", "0"])
+    settings = launcher_settings(dead, Path("/m"), Path("/g"), Path("/o"), inputs, run)
+    assert settings["WATCHDOG_WINDOW"] == "4"
+    assert settings["AGENT_ENV"] == "RESCUE_SWE_ENDPOINT_PATIENCE=20"
+
+
 def test_router_without_out_and_timeout_flags_are_read(tmp_path):
     sources = fake_sources(tmp_path)
     args = parse_args([*sources, "--router", "sglang", "--without=--x", "--out", "/r",
@@ -340,10 +370,20 @@ def test_router_without_out_and_timeout_flags_are_read(tmp_path):
     assert parse_args(sources).out.startswith(str(ROOT / "runs" / "rehearsal"))
 
 
+def _sources(tmp_path: Path) -> tuple[Path, Path]:
+    """Folders standing in for the Miles and Megatron-LM sources (make checks they are
+    folders)."""
+    src, meg = tmp_path / "src", tmp_path / "meg"
+    src.mkdir()
+    meg.mkdir()
+    return src, meg
+
+
 def test_make_rehearsal_passes_its_variables(tmp_path):
     venv = tmp_path / "v"
     (venv / "bin").mkdir(parents=True)
     (venv / ".stamp").write_text("")
+    src, meg = _sources(tmp_path)
 
     def make(*assignments: str) -> subprocess.CompletedProcess:
         return subprocess.run(
@@ -351,43 +391,46 @@ def test_make_rehearsal_passes_its_variables(tmp_path):
             cwd=ROOT, capture_output=True, text=True,
         )  # fmt: skip
 
-    run = make("MILES_SRC=/src", "MEGATRON_SRC=/meg", "ARM=drop", "STEPS=5", "OFFPOLICY=tis",
+    run = make(f"MILES_SRC={src}", f"MEGATRON_SRC={meg}", "ARM=drop", "STEPS=5", "OFFPOLICY=tis",
                "REHEARSAL_ARGS=--router sglang")  # fmt: skip
     text = " ".join(run.stdout.replace("\\\n", " ").split())
     assert f'{venv}/bin/python -m rescue.rehearsal.miles --launcher "swe" --arm "drop"' in text
-    assert '--miles-src "/src"' in text and '--megatron-src "/meg"' in text
+    assert f'--miles-src "{src}"' in text and f'--megatron-src "{meg}"' in text
     assert '--steps "5"' in text and '--offpolicy "tis"' in text and "--router sglang" in text
     assert "--a " not in text
-    with_a = make("MILES_SRC=/src", "MEGATRON_SRC=/meg", "A=0.3")
+    with_a = make(f"MILES_SRC={src}", f"MEGATRON_SRC={meg}", "A=0.3")
     assert '--arm "protect" --a "0.3"' in " ".join(with_a.stdout.split())
 
     def joined(result: subprocess.CompletedProcess) -> str:
         return " ".join(result.stdout.replace("\\\n", " ").split())
 
     assert '--launcher "rlvr" --arm "zero"' in joined(
-        make("MILES_SRC=/src", "MEGATRON_SRC=/meg", "LAUNCHER=rlvr")
+        make(f"MILES_SRC={src}", f"MEGATRON_SRC={meg}", "LAUNCHER=rlvr")
     )
-    agent = make("MILES_SRC=/src", "MEGATRON_SRC=/meg", "LAUNCHER=agent", "ARM=turn")
+    agent = make(f"MILES_SRC={src}", f"MEGATRON_SRC={meg}", "LAUNCHER=agent", "ARM=turn")
     assert '--launcher "agent" --arm "turn"' in joined(agent)
     for missing, named in (("MILES_SRC=", "set MILES_SRC"), ("MEGATRON_SRC=", "set MEGATRON_SRC")):
         given = [
-            a for a in ("MILES_SRC=/src", "MEGATRON_SRC=/meg") if a.split("=")[0] != missing[:-1]
+            a
+            for a in (f"MILES_SRC={src}", f"MEGATRON_SRC={meg}")
+            if a.split("=")[0] != missing[:-1]
         ]
         done = subprocess.run(
             ["make", "rehearsal", f"REHEARSAL_VENV={venv}", *given, missing],
             cwd=ROOT, capture_output=True, text=True,
         )  # fmt: skip
-        assert done.returncode == 2 and named in done.stdout
+        assert done.returncode == 2 and named in done.stdout + done.stderr
 
 
 def test_make_rehearsal_test_runs_the_markers_it_is_given(tmp_path):
     venv = tmp_path / "v"
     (venv / "bin").mkdir(parents=True)
     (venv / ".stamp").write_text("")
-    args = ["make", "-n", "rehearsal-test", f"REHEARSAL_VENV={venv}", "MILES_SRC=/src",
-            "MEGATRON_SRC=/meg"]  # fmt: skip
+    src, meg = _sources(tmp_path)
+    args = ["make", "-n", "rehearsal-test", f"REHEARSAL_VENV={venv}", f"MILES_SRC={src}",
+            f"MEGATRON_SRC={meg}"]  # fmt: skip
     default = subprocess.run(args, cwd=ROOT, capture_output=True, text=True)
-    assert '-m "rehearsal_ci"' in default.stdout and 'MEGATRON_SRC="/meg"' in default.stdout
+    assert '-m "rehearsal_ci"' in default.stdout and f'MEGATRON_SRC="{meg}"' in default.stdout
     every = subprocess.run([*args, "REHEARSAL_MARKERS=rehearsal"], cwd=ROOT, capture_output=True,
                            text=True)  # fmt: skip
     assert '-m "rehearsal"' in every.stdout

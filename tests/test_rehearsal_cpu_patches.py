@@ -142,3 +142,28 @@ def test_the_cuda_stand_ins_keep_each_calls_meaning_on_a_cpu():
     assert out["pinned"] == ("cpu", False)  # Miles' weight backup beside a reference model
     assert out["type"] == "torch.cuda.FloatTensor torch.cuda.BFloat16Tensor" and out["cast"]
     assert out["memory"] and out["rng"] and out["seeded"] and out["megatron_rng"]
+
+
+def test_an_optimizer_before_its_first_step_gives_its_state_dict_with_step_zero():
+    """Megatron's path without Apex or TE asserts one step count among the parameters' states;
+    a new optimizer (a resumed run's template, before the checkpoint fills it) has none."""
+    from rescue.rehearsal.miles.patches import optimizer_state_before_a_step
+
+    class DistributedOptimizer:  # the part of Megatron's that asserts (distrib_optimizer ~672)
+        def __init__(self, optimizer):
+            self.optimizer, self.grad_scaler = optimizer, None
+
+        def state_dict(self):
+            steps = {s["step"].item() for s in self.optimizer.state_dict()["state"].values()}
+            assert len(steps) == 1
+            return {"step": steps.pop()}
+
+    module = types.SimpleNamespace(DistributedOptimizer=DistributedOptimizer, HAVE_APEX_OR_TE=False)
+    optimizer_state_before_a_step(module)
+    p = torch.nn.Parameter(torch.ones(3))
+    adam = torch.optim.Adam([p], lr=0.1)
+    groups = DistributedOptimizer(adam).state_dict()["optimizer"]["param_groups"]
+    assert [g["step"] for g in groups] == [0] and "params" not in groups[0]
+    p.grad = torch.ones(3)
+    adam.step()
+    assert DistributedOptimizer(adam).state_dict() == {"step": 1.0}  # then Megatron's own

@@ -231,3 +231,42 @@ def test_http_endpoints_miles_calls(model_dir, tmp_path):
         engine.close()
     turns = [json.loads(line) for line in record.read_text().splitlines()]
     assert [t["status"] for t in turns] == [200, 400]
+
+
+def test_the_engine_dies_as_sglang_dies_a_request_in_flight_reset_and_the_port_refused(
+    model_dir, tmp_path
+):
+    """SIGUSR1: a request in flight gets no reply, its connection reset; the process is gone
+    (status 137) and the port refuses every later connection."""
+    import os
+    import signal
+    import socket
+    import subprocess
+    import sys
+    import time
+
+    from rescue.rehearsal.miles.command import free_port
+
+    port = free_port()
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "rescue.rehearsal.engine", "--port", str(port), "--model-path",
+         str(model_dir)], stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+    )  # fmt: skip
+    try:
+        assert "engine ready" in proc.stdout.readline()
+        body = json.dumps(request()).encode()
+        conn = socket.create_connection(("127.0.0.1", port))
+        # the request's head and half its body: the engine is reading it when it dies
+        conn.sendall(b"POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nContent-Type: "
+                     b"application/json\r\nContent-Length: " + str(len(body)).encode()
+                     + b"\r\n\r\n" + body[: len(body) // 2])  # fmt: skip
+        time.sleep(0.5)
+        os.kill(proc.pid, signal.SIGUSR1)
+        assert proc.wait(timeout=30) == 137
+        with pytest.raises(ConnectionResetError):  # no reply, not even a clean close
+            conn.recv(1)
+        with pytest.raises(ConnectionRefusedError):
+            socket.create_connection(("127.0.0.1", port), timeout=5)
+    finally:
+        if proc.poll() is None:
+            proc.kill()

@@ -13,6 +13,7 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import re
 import signal
 import subprocess
 import time
@@ -90,16 +91,19 @@ def _report(out: Path) -> dict[str, dict]:
     return {c["name"]: c for c in report["checks"]}
 
 
-# CI (rehearsal_ci) trains the SWE protect arm, one fault that stops a step (the missing
-# head), the pre-flight fault, Ctrl-C, the single-turn zero arm and q1's chain, which trains
-# never-drop; the other arms and faults, 74 s to 215 s each on 2 cores, are left to
+# CI (rehearsal_ci) trains the SWE protect arm killed and resumed (every check of an arm and
+# the restart's), one fault that stops a step (the missing head), the pre-flight fault,
+# Ctrl-C, the single-turn zero arm and q1's chain, which trains never-drop; the other arms
+# and faults, 74 s to 215 s each on 2 cores, are left to
 # `make rehearsal-test REHEARSAL_MARKERS=rehearsal` for CI's budget.
 ARMS = [
-    pytest.param("protect", "tis-sc", marks=pytest.mark.rehearsal_ci),
-    *[pytest.param(arm, "tis-sc") for arm in ("turn", "drop", "never-drop", "pace", "zero",
-                                               "mask", "matched", "drgrpo-mask", "survivor")],
+    *[pytest.param(arm, "tis-sc") for arm in ("protect", "turn", "drop", "never-drop", "pace",
+                                               "zero", "mask", "matched", "drgrpo-mask",
+                                               "survivor")],
     pytest.param("protect", "tis"),
 ]  # fmt: skip
+#: Run folders of the arms trained whole in this session (the killed runs' references).
+UNINTERRUPTED: dict[tuple[str, str], Path] = {}
 
 
 @pytest.mark.parametrize(("arm", "offpolicy"), ARMS)
@@ -112,6 +116,72 @@ def test_the_arm_trains_through_miles_and_passes_every_check(tmp_path, arm, offp
     checks = _report(out)
     assert list(checks) == list(CHECKS) and all(c["ok"] for c in checks.values())
     assert "[patch] DotProductAttention.forward takes packed sequences" in stdout
+    assert checks["resume"]["detail"].startswith("does not apply")
+    UNINTERRUPTED[arm, offpolicy] = out
+
+
+#: The arms a kill and resume is rehearsed on: protect in CI (without a reference run: the
+#: step sequence of an uninterrupted run is known), pace and turn against their own
+#: uninterrupted run when this session trained it.
+KILLED = [
+    pytest.param("protect", marks=pytest.mark.rehearsal_ci),
+    pytest.param("pace"),
+    pytest.param("turn"),
+]
+
+
+@pytest.mark.parametrize("arm", KILLED)
+def test_a_run_killed_mid_step_resumes_from_its_checkpoint_with_every_group_counted_once(
+    tmp_path, arm
+):
+    """SIGKILL of the whole run while step 1 is in progress after a checkpoint, then the
+    launcher's RESUME=1 path: every check of an arm holds on the two lives read as one, and
+    the restart's (``resume``, ``accounted``, ``coins``, ``restarted``)."""
+    _require()
+    out = tmp_path / "r"
+    reference = UNINTERRUPTED.get((arm, "tis-sc"))
+    flags = ["--arm", arm, "--kill-at", "1"]
+    if reference is not None:
+        flags += ["--reference", str(reference)]
+    rc, stdout, stderr = _rehearse(out, *flags, limit=2 * LIMIT)
+    assert rc == 0, stdout[-5000:] + stderr[-3000:]
+    checks = _report(out)
+    assert list(checks) == list(CHECKS) and all(c["ok"] for c in checks.values()), checks
+    assert "life 1 killed (SIGKILL of its" in stdout
+    assert "life 2: the launcher: resuming the run in" in stdout
+    restart = checks["resume"]["detail"]
+    assert "resumed at step" in restart and "the judge reads rollout steps 0.." in restart
+    assert "lost at the restart" in checks["accounted"]["detail"]
+    facts = json.loads((out / "report.json").read_text())["facts"]
+    life2 = facts["lives"][1]  # the ledger's line, what `rescue status` prints
+    assert life2.startswith("life 2: resumed from the checkpoint of step 0 at step 1; ")
+    lost = facts["groups by bucket"]["lost_at_restart"]  # the census, over the joined run
+    assert f"; {lost} groups lost at the restart (" in life2
+    [record] = out.glob("runs/*/checkpoints/rescue-run.json")  # the run's record: resumed once
+    assert [x["resume"] for x in json.loads(record.read_text())["launches"]] == [False, True]
+
+
+def test_an_engine_that_dies_and_stays_dead_stops_the_run_through_the_watchdog(tmp_path):
+    """The engine dies as SGLang dies mid-generation (connections reset, no reply) and never
+    comes back: the trials in flight end as infrastructure no-results (never trained as
+    failures), and rescue's watchdog stops the run with one line, its census flushed."""
+    _require()
+    out = tmp_path / "r"
+    rc, stdout, stderr = _rehearse(out, "--kill-engine-at", "0", "--steps", "1")
+    assert rc == 1, stdout[-4000:] + stderr[-3000:]
+    checks = _report(out)
+    job = checks["job"]
+    assert not job["ok"] and "WatchdogStop" in job["detail"], job
+    # the trials whose first model call met the dead engine are aborted by Miles' session
+    # server (no call recorded), those already talking to it end as endpoint_error: both
+    # no-results of the infrastructure
+    assert "groups had no result" in job["detail"]
+    assert re.search(r"dominant reason (aborted|endpoint_error) \(\d of 4 groups\)", job["detail"])
+    assert "rollout engines not answering (1 of 1): http://127.0.0.1:" in job["detail"]
+    assert checks["infra"]["ok"]  # no trial of the dead engine reached the loss
+    census = [json.loads(x) for x in (out / "probes" / "census.jsonl").read_text().splitlines()]
+    assert census[-1]["groups"]["rollout/census/groups/aborted"] > 0  # the watchdog's flush
+    assert "the engine died while step 0's rollout was generated" in stdout
 
 
 def test_a_loss_that_ignores_the_turn_channel_fails_the_rehearsal(tmp_path):

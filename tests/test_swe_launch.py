@@ -123,6 +123,20 @@ def test_a_new_run_records_its_settings_and_a_rerun_must_ask_to_resume(tmp_path)
     with pytest.raises(InputError, match=r"already holds a run .*set RESUME=1"):
         check_save_dir(save, _record(tmp_path), resume=False)
     assert "resuming" in check_save_dir(save, _record(tmp_path), resume=True)
+    launches = json.loads((save / RECORD).read_text())["launches"]
+    assert [x["resume"] for x in launches] == [False, True]  # the record says it resumed
+
+
+def test_every_launch_of_a_run_gets_the_wandb_run_id_recorded_for_it(tmp_path):
+    from swe_smith_tasks.run_record import wandb_run_id
+
+    save = tmp_path / "save"
+    first = wandb_run_id(save)  # nothing recorded: a new id, each time
+    assert first != wandb_run_id(save) and first.isalnum() and len(first) == 8
+    check_save_dir(save, {**_record(tmp_path), "wandb_run_id": first}, resume=False)
+    assert wandb_run_id(save) == first
+    other = {**_record(tmp_path), "wandb_run_id": "zzzzzzzz"}
+    assert "resuming" in check_save_dir(save, other, resume=True)  # kept, not compared
 
 
 def test_where_the_job_runs_is_not_a_setting_of_the_run(tmp_path):
@@ -165,6 +179,10 @@ def test_the_launcher_refuses_a_used_save_dir_and_resumes_only_the_same_run(
     resumed = launch("swe_arm.sh", bin_dir, miles_dir, DRY_RUN="1", RESUME="1", **common)
     assert resumed.returncode == 0, resumed.stderr
     assert "# resuming the run in" in resumed.stdout
+    wandb_id = json.loads((save / RECORD).read_text())["wandb_run_id"]
+    assert len(wandb_id) == 8  # the first launch's, given to the resumed job as well
+    assert f'"WANDB_RUN_ID":"{wandb_id}","WANDB_RESUME":"allow"' in resumed.stdout
+    assert [x["resume"] for x in json.loads((save / RECORD).read_text())["launches"]] == [False]
     changed = launch("swe_arm.sh", bin_dir, miles_dir, DRY_RUN="1", RESUME="1", LR="3e-6", **common)
     assert changed.returncode == 2 and "flags.--lr: ['1e-6'] -> ['3e-6']" in changed.stderr
 

@@ -132,3 +132,22 @@ def test_settings_from_the_environment_and_their_errors():
     ):
         with pytest.raises(InputError, match=var):
             WatchdogSettings.from_env({var: value})
+
+
+def test_the_adapters_diagnosis_ends_the_line_and_a_failed_one_stops_the_run_all_the_same():
+    def dead() -> str:
+        return "rollout engines not answering (1 of 1): http://127.0.0.1:9 (Connection refused)"
+
+    w = Watchdog(WatchdogSettings(window=2, max_no_result=0.5), diagnose=dead)
+    w.observe("endpoint_error", "litellm.InternalServerError: 500")
+    with pytest.raises(WatchdogStop) as stop:
+        w.observe("endpoint_error", "litellm.InternalServerError: 500")
+    line = stop.value.line
+    assert f"dominant reason endpoint_error (2 of 2 groups); {dead()}; last errors: " in line
+
+    def broken() -> str:
+        raise OSError("no route")
+
+    w = Watchdog(WatchdogSettings(window=1, max_no_result=0.5), diagnose=broken)
+    with pytest.raises(WatchdogStop, match=r"\(the diagnosis failed: OSError\); last errors"):
+        w.observe("endpoint_error")

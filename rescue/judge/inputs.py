@@ -34,6 +34,10 @@ reports and a note per thing it skipped (never silently):
   ``wandb.Api`` (``rescue.tracking.online``: each history scanned once and cached on disk),
   turned into runs exactly as an offline folder's are (``run_from_log``).
 
+A run resumed from a checkpoint logged the steps it trained again twice: every run's rows
+are read with each step once, from the last life that logged it (``rescue.judge.lives``),
+and the notes say so.
+
 Arm and seed come from ``runs.identify`` (tags, then group, then name, then config).
 """
 
@@ -50,6 +54,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from rescue.errors import InputError
+from rescue.judge.lives import each_step_once
 from rescue.judge.offline import Report, report_kind
 from rescue.judge.runs import Run, identify, parse_name
 
@@ -193,6 +198,7 @@ def read_inputs(
         bar.update(len(wandb_dirs) - len(by_id))
     bar.close()
     _attach_offline(result.runs, offline_figures, result.notes)
+    result.notes.extend(f"{run.source}: {note}" for run in result.runs for note in run.notes)
     return result
 
 
@@ -256,7 +262,8 @@ def _run_from_rows(rows: list[dict[str, Any]], path: Path, **meta: Any) -> Run:
         config=config,
         where=str(path),
     )
-    return Run(cond, seed, rows, source=str(path), config=config)
+    rows, note = each_step_once(rows)
+    return Run(cond, seed, rows, source=str(path), config=config, notes=[note] if note else [])
 
 
 def read_csv(path: Path) -> list[Run]:
@@ -348,4 +355,8 @@ def run_from_log(log: RunLog) -> Run:
     cond, seed = identify(
         tags=log.tags, group=log.group, name=log.name or "", config=log.config, where=log.source
     )
-    return Run(cond, seed, log.rows, source=log.source, config=dict(log.config))
+    rows, note = each_step_once(log.rows)
+    return Run(
+        cond, seed, rows, source=log.source, config=dict(log.config),
+        notes=[note] if note else [],
+    )  # fmt: skip

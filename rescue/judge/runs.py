@@ -251,6 +251,8 @@ class Run:
             simulator's ``runs.json``.
         config: the run's settings (wandb config, or the simulator's ``SimConfig``), for
             ``cohorts``; empty when unknown.
+        notes: what reading the run noticed, for the report (a resumed run's steps read
+            once, ``rescue.judge.lives``).
     """
 
     condition: Condition
@@ -259,6 +261,7 @@ class Run:
     source: str = ""
     offline: dict[str, Any] = field(default_factory=dict)
     config: dict[str, Any] = field(default_factory=dict)
+    notes: list[str] = field(default_factory=list)
     _columns: dict[str, np.ndarray] = field(default_factory=dict, repr=False)
     _keys: set[str] | None = field(default=None, repr=False)
 

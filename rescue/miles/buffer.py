@@ -44,7 +44,8 @@ group to it, with its no-result reason and the first error text of its samples
 of the last groups without a result, or no group for the idle limit) the census so far is
 logged first, through Miles' tracking at the step being drained (``rollout/step``,
 ``rollout/census/watchdog/stopped`` = 1) and the tracking is finished so wandb has it,
-then ``WatchdogStop`` raises with its one line: from ``put`` it ends Miles' producer loop,
+then ``WatchdogStop`` raises with its one line, which names the rollout engines that do not
+answer their health check (``rescue.miles.engines``): from ``put`` it ends Miles' producer loop,
 whose error the drain re-raises; from ``get`` it ends the drain. A systematic fault (the
 Docker socket missing in the rollout process, a broken grader, engines down) stops the
 run instead of leaving Miles to warn "No completed rollout groups" forever.
@@ -73,6 +74,12 @@ checks conservation against the queue: open entries = queued groups + blocked pu
 census's baseline population (for ``rollout/census/b_paid/masked``, the baseline paid to
 loss-masked rollouts) is ``RESCUE_BASELINE`` (``all``, default, or ``survivors``), the
 setting the reward hook normalizes with (``rescue.reward.baseline_from_env``).
+
+Restarts: the buffer keeps the run's ledger of lives in ``--save`` (``rescue.restart``).
+Built in a run Miles resumed from its checkpoint of step N (``rescue.miles.restart``), it
+settles the groups the restart lost as ``lost_at_restart`` in its first census, once, and
+every census says which life logged it (``rollout/census/life``): the judge reads a step
+the run trained twice from the later life.
 """
 
 from __future__ import annotations
@@ -89,7 +96,10 @@ from rescue.census import Bucket, Census, no_result
 from rescue.errors import InputError
 from rescue.gate import Arm, Gate
 from rescue.gating import GatedGroup, gate_group
+from rescue.miles.engines import diagnosis
+from rescue.miles.restart import resume_point
 from rescue.miles.targets import PACE_ROLLOUT_FUNCTION, QUEUE_SIZE_KEY
+from rescue.restart import LIFE_KEY, LifeLog
 from rescue.reward import baseline_from_env
 from rescue.samples import group_id, group_records
 from rescue.watchdog import Watchdog, WatchdogSettings
@@ -181,21 +191,29 @@ class RescueDataBuffer:
             self._dynamic_filter = (load_function or _miles("load_function"))(filter_path)
         self._store = _miles_store(input) if store is None else store
         self.census = Census(population=baseline_from_env(env))
+        checkpoint, drawn = resume_point(args)
+        retry = getattr(args, "async_unused_samples_handler", "drop") == "retry"
+        self.lives = LifeLog(
+            getattr(args, "save", None), checkpoint=checkpoint, drawn=drawn, retry=retry
+        )
+        if self.lives.life.resumed:
+            self.census.restart(self.lives.life.carried, self.lives.life.unseen)
         self._trained: deque[GatedGroup] = deque()  # settled at the next get_metrics()
         self._blocked_puts = 0
         self._metric_aborted = 0
         self._metric_stale_dropped = 0
         self._metric_filter_drops: Counter[str] = Counter()
         self._pending: asyncio.Future | None = None  # a store get a cancelled get left
-        self._steps = 0
         self._tracking = tracking
         self.watchdog = Watchdog(
-            WatchdogSettings.from_env(env), flush=self._flush, clock=_loop_clock()
-        )
+            WatchdogSettings.from_env(env), flush=self._flush, clock=_loop_clock(),
+            diagnose=lambda: diagnosis(args),
+        )  # fmt: skip
         logger.info(
-            "rescue buffer: gate %s; watchdog: %s",
+            "rescue buffer: gate %s; watchdog: %s; %s",
             self.gate.describe(),
             self.watchdog.settings.describe(),
+            self.lives.describe(),
         )
 
     async def put(self, input: Any) -> None:
@@ -291,9 +309,10 @@ class RescueDataBuffer:
         handed_out = self._pending is not None and self._pending.done()
         queued = int(metrics[QUEUE_SIZE_KEY]) + self._blocked_puts + int(handed_out)
         metrics.update(self.census.step_metrics(queue_size=queued))
+        metrics[LIFE_KEY] = float(self.lives.life.life)
+        self.lives.flush(self.census.totals(), self.census.buffered)
         self._metric_aborted = self._metric_stale_dropped = 0
         self._metric_filter_drops = Counter()
-        self._steps += 1
         return metrics
 
     def _abandoned(self, prompt_group: Any) -> None:
@@ -309,7 +328,7 @@ class RescueDataBuffer:
         logger.error(line)
         metrics = self.get_metrics()
         metrics[WATCHDOG_KEY] = 1.0
-        (self._tracking or _miles_tracking(self._args, self._steps - 1))(metrics)
+        (self._tracking or _miles_tracking(self._args, self.lives.rollout - 1))(metrics)
 
 
 def _loop_clock() -> Callable[[], float]:
@@ -330,14 +349,15 @@ def first_error(group: Any) -> str | None:
     return None
 
 
-def _miles_tracking(args: Any, step: int) -> Callable[[dict[str, float]], None]:
-    """Log metrics with Miles' tracking at the rollout step being drained, then finish it."""
+def _miles_tracking(args: Any, rollout_id: int) -> Callable[[dict[str, float]], None]:
+    """Log metrics with Miles' tracking at the rollout being drained, then finish it (the
+    rollout id from the life's ledger: a resumed run's rollout manager has no
+    ``start_rollout_id``)."""
 
     def log(metrics: dict[str, float]) -> None:
         from miles.utils.metric_utils import compute_rollout_step
         from miles.utils.tracking_utils import tracking
 
-        rollout_id = (getattr(args, "start_rollout_id", None) or 0) + step
         tracking.log(
             args,
             {**metrics, "rollout/step": compute_rollout_step(args, rollout_id)},

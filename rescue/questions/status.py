@@ -1,4 +1,7 @@
-"""``rescue status RUN_DIR``: the stages of a question's run folder and the running one's bar.
+"""``rescue status RUN_DIR``: the stages of a question's run folder and the running one's bar;
+or, given an arm's run (its ``SAVE_DIR``, the run folder above it, or a rehearsal's folder),
+its lives: when it was launched and resumed, from which step, how many groups each restart
+lost (the run's record and ledger, ``swe_smith_tasks.run_record``, ``rescue.restart``).
 
 Reads only the run folder: ``stages.json`` (``rescue.stages``) and the stages' progress
 files (``{"done", "total", "unit", "detail"}``, written by their commands through
@@ -18,7 +21,12 @@ import time
 from pathlib import Path
 from typing import Any
 
-from rescue.stages import read_state
+from rescue import restart
+from rescue.errors import InputError
+from rescue.stages import STATE_FILE, read_state
+
+#: An arm run's record beside its checkpoints (``swe_smith_tasks.run_record.RECORD``).
+RECORD = "rescue-run.json"
 
 MARK = {
     "done": "done       ",
@@ -57,6 +65,14 @@ def progress_line(progress: dict[str, Any], started: str | None, width: int = 80
 def render(run_dir: str | Path) -> tuple[str, int]:
     """The status text of a run folder and its exit status (1 when a stage failed)."""
     run_dir = Path(run_dir)
+    if run_dir.is_file():
+        parent = run_dir.parent
+        raise InputError(
+            f"RUN_DIR {run_dir} is a file: give the run folder"
+            + (f", {parent}" if run_dir.name in (STATE_FILE, RECORD) else "")
+        )
+    if not (run_dir / STATE_FILE).exists() and (save := arm_save_dir(run_dir)) is not None:
+        return "\n".join(arm_status(save)), 0
     state = read_state(run_dir)
     lines = [f"{state.get('question') or 'run'} in {run_dir}"]
     settings = state.get("settings") or {}
@@ -95,6 +111,44 @@ def render(run_dir: str | Path) -> tuple[str, int]:
         if progress and status in ("running", "interrupted", "failed") and progress.get("detail"):
             lines.append(f"        {progress['detail']}")
     return "\n".join(lines), int(failed)
+
+
+def arm_save_dir(folder: Path) -> Path | None:
+    """The save directory of an arm's run given it, the run folder above it
+    (``OUTPUT_DIR/RUN_NAME``) or a rehearsal's folder (``runs/<name>/checkpoints``)."""
+    for candidate in (folder, folder / "checkpoints", *sorted(folder.glob("runs/*/checkpoints"))):
+        if (candidate / RECORD).is_file() or (candidate / restart.LEDGER).is_file():
+            return candidate
+    return None
+
+
+def arm_status(save: Path) -> list[str]:
+    """The lines of an arm run's status: its launches (the record) and lives (the ledger)."""
+    try:
+        record = json.loads((save / RECORD).read_text())
+    except (OSError, json.JSONDecodeError):
+        record = {}
+    ledger = restart.read(save / restart.LEDGER)
+    lines = [f"arm run in {save}" + (f" (wandb run {record['wandb_run_id']})"
+                                      if record.get("wandb_run_id") else "")]  # fmt: skip
+    launches = record.get("launches") or []
+    if launches:
+        said = ", ".join(f"{x.get('time')}{' (RESUME=1)' if x.get('resume') else ''}"
+                         for x in launches)  # fmt: skip
+        resumed = sum(bool(x.get("resume")) for x in launches)
+        lines.append(f"  launched {said}: " + (f"resumed {resumed} times" if resumed else
+                                                 "never resumed"))  # fmt: skip
+    lines += [f"  {line}" for line in restart.lives_of(ledger)]
+    rows = restart.joined(ledger)
+    if rows:
+        lines.append(f"  last census: step {rows[-1].rollout} (life {rows[-1].life}), "
+                     f"{rows[-1].final} groups settled for good, {rows[-1].open} buffered")  # fmt: skip
+    tracker = save / "latest_checkpointed_iteration.txt"
+    if tracker.is_file():
+        lines.append(f"  latest checkpoint: step {tracker.read_text().strip()}")
+    if not ledger.lives:
+        lines.append("  no ledger of its lives (rescue-ledger.jsonl): a run before it was kept")
+    return lines
 
 
 def _read_progress(run_dir: Path, path: str) -> dict[str, Any] | None:

@@ -28,6 +28,7 @@ BUCKETS = (
     "aborted",
     "filtered",
     "lost",
+    "lost_at_restart",
 )
 #: Keys ``rescue.miles.train_step`` logs at every optimizer step.
 TRAIN_KEYS = ("update_norm", "adv_mean", "adv_var", "adv_tokens")
@@ -65,6 +66,10 @@ class RunFiles:
     trainer_weights: list[dict[str, Any]] = field(default_factory=list)
     engine_weights: list[dict[str, Any]] = field(default_factory=list)
     reducer: list[dict[str, Any]] = field(default_factory=list)
+    #: A killed and resumed run's lives (``rescue.rehearsal.lives.Joined``; None otherwise),
+    #: and what the judge's reading of its history said (``rescue.judge.lives``).
+    joined: Any = None
+    history_note: str | None = None
 
     @property
     def train_rows(self) -> list[dict[str, Any]]:

@@ -30,6 +30,12 @@ As SGLang does (``serving_chat.py``, ``tokenizer_manager.py``, ``qwen25_detector
   checkpoint's ``max_position_embeddings``;
 - a reply cut at ``max_tokens`` has ``finish_reason`` ``length``.
 
+It dies as SGLang dies (a process killed by the kernel's OOM killer, a crash, a node gone):
+on SIGUSR1 (``Engine.die``) every open connection is reset (``SO_LINGER`` 0 before the
+process exits: the client's read fails with a connection reset, no reply), the process exits
+at once with status 137, and the port refuses every later connection. A request in flight
+gets no answer; nothing is flushed or said. (SIGTERM is a clean stop.)
+
 The model: the first user message names the task; each new trial of a task (a request
 with no assistant turn yet) takes the next behaviour of ``--mixture`` (round robin per
 task, so a group of ``len(mixture)`` trials plays each once) and writes ``[plan NAME]`` in
@@ -42,8 +48,12 @@ the text of every reply, which later requests carry back. Behaviours (``BEHAVIOU
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
+import os
 import signal
+import socket
+import struct
 import sys
 import threading
 import time
@@ -143,7 +153,18 @@ class Engine:
                 except OSError:
                     pass
 
-        self.server = ThreadingHTTPServer((host, port), Handler)
+        self._open: set[socket.socket] = set()  # the connections being served (``die``)
+
+        class Server(ThreadingHTTPServer):
+            def process_request(self, request: Any, client_address: Any) -> None:
+                engine._open.add(request)
+                super().process_request(request, client_address)
+
+            def shutdown_request(self, request: Any) -> None:
+                engine._open.discard(request)
+                super().shutdown_request(request)
+
+        self.server = Server((host, port), Handler)
         self.server.daemon_threads = True
         self.port = self.server.server_address[1]
         self.server_info["port"] = self.port
@@ -265,6 +286,15 @@ class Engine:
     def serve_forever(self) -> None:
         self.server.serve_forever()
 
+    def die(self, status: int = 137) -> None:
+        """Die as SGLang dies (module docstring): every open connection reset, no reply, the
+        process gone at once."""
+        reset = struct.pack("ii", 1, 0)  # SO_LINGER on, 0 s: close sends RST, not FIN
+        for sock in [*list(self._open), self.server.socket]:
+            with contextlib.suppress(OSError):
+                sock.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, reset)
+        os._exit(status)
+
     def start(self) -> Engine:
         threading.Thread(target=self.serve_forever, daemon=True).start()
         return self
@@ -324,6 +354,7 @@ def main(argv: list[str] | None = None) -> int:
         weights_record=a.weights_record,
     )  # fmt: skip
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(0))
+    signal.signal(signal.SIGUSR1, lambda *_: engine.die())
     print(f"engine ready on 127.0.0.1:{engine.port}", flush=True)
     engine.serve_forever()
     return 0

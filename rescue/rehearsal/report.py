@@ -26,7 +26,11 @@ weights (other arms: none); ``advantages`` the loss trained exactly the train da
 advantages (the turn channel included); ``matched`` the control's two copies; ``drgrpo``
 the constant divisor; ``judged`` the keys ``rescue report`` reads; ``outcomes`` each outcome
 class with its reason; ``infra`` no infrastructure fault reached the loss; ``replay`` the
-dumps load and agree with the logged census.
+dumps load and agree with the logged census; ``checkpoint`` the checkpoint Miles wrote at the
+last step is the last update's weights; and for a run killed and resumed (``--kill-at``)
+``resume``, ``accounted``, ``coins`` and ``restarted`` (``rescue.rehearsal.lives``; "does
+not apply" otherwise). A resumed run is read as one: each step from the last life that
+logged it.
 """
 
 from __future__ import annotations
@@ -39,7 +43,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from rescue.rehearsal import checks
+from rescue import restart
+from rescue.judge.lives import each_step_once
+from rescue.rehearsal import checks, lives
 from rescue.rehearsal.checks import GROUPS, RunFiles
 
 #: The outcome classes (with their reasons) each launcher's runs must show.
@@ -170,9 +176,10 @@ def job_error(job_log: Path) -> str:
 
 def read_run(
     out: Path, *, arm: str, a: float | None, offpolicy: str, steps_checked: int,
-    launcher: str = "swe",
+    launcher: str = "swe", reference: Path | None = None,
 ) -> RunFiles:  # fmt: skip
-    """Everything the checks read, from the run folder ``out``."""
+    """Everything the checks read, from the run folder ``out``: a killed and resumed run
+    read as one (``rescue.rehearsal.lives``), its history each step once."""
     command = out / "command.json"
     flags = json.loads(command.read_text())["flags"] if command.exists() else []
 
@@ -184,6 +191,11 @@ def read_run(
     if any(x.startswith("rescue.miles.matched.convert_samples_to_train_data") for x in flags):
         per *= 2  # the matched or the step-size control: two copies of each step
     probes = out / "probes"
+    history, note = each_step_once(wandb_history(sorted(out.glob("runs/*/wandb/**/offline-run-*"))))
+    joined = lives.joined(out, copies=2 if arm == "matched" else 1, reference=reference)
+    rows = {name: _jsonl(probes / f"{name}.jsonl") for name in lives.PROBES}
+    if joined is not None and joined.probes:
+        rows.update({name: joined.probes.get(name, []) for name in lives.PROBES})
     return RunFiles(
         arm=arm,
         a=a,
@@ -192,13 +204,15 @@ def read_run(
         launcher=launcher,
         max_response_len=flag("--rollout-max-response-len", 0),
         steps_per_rollout=max(1, per),
-        history=wandb_history(sorted(out.glob("runs/*/wandb/**/offline-run-*"))),
-        census=_jsonl(probes / "census.jsonl"),
-        unused=_jsonl(probes / "unused.jsonl"),
-        train_data=[row["samples"] for row in _jsonl(probes / "train_data.jsonl")],
-        trainer_weights=_jsonl(probes / "trainer_weights.jsonl"),
-        engine_weights=_jsonl(probes / "engine_weights.jsonl"),
-        reducer=_jsonl(probes / "reducer.jsonl"),
+        history=history,
+        census=rows["census"],
+        unused=rows["unused"],
+        train_data=[row["samples"] for row in rows["train_data"]],
+        trainer_weights=rows["trainer_weights"],
+        engine_weights=rows["engine_weights"],
+        reducer=rows["reducer"],
+        joined=joined,
+        history_note=note,
     )
 
 
@@ -208,7 +222,7 @@ def read_run(
 CHECKS = (
     "job", "steps", "weights", "start", "finite", "census", "unused", "stale", "protect",
     "advantages", "capped", "matched", "drgrpo", "judged", "outcomes", "infra", "replay",
-    "checkpoint",
+    "checkpoint", *lives.CHECKS,
 )  # fmt: skip
 _RULES = {
     "steps": checks.trained_steps,
@@ -239,6 +253,7 @@ def check_run(
     model: Path | None = None,
     checkpoint: Callable[[RunFiles], tuple[bool, str]] | None = None,
     progress: bool = True,
+    reference: Path | None = None,
 ) -> Report:
     """Every check of the module docstring on the run folder ``out``. ``model``: the
     checkpoint the trainer started from (single-turn and text-game runs; ``start`` compares
@@ -255,7 +270,7 @@ def check_run(
         report.add("job", ok, f"Ray job {job_status}" + (f": {cause}" if cause else ""))
         f = read_run(
             out, arm=arm, a=a, offpolicy=offpolicy, steps_checked=steps_checked,
-            launcher=launcher,
+            launcher=launcher, reference=reference,
         )  # fmt: skip
         rules = {**_RULES, "start": lambda f: started_from(f, model)}
         for name, rule in rules.items():
@@ -288,6 +303,19 @@ def check_run(
         except Exception as e:
             ok, detail = False, f"could not be checked: {type(e).__name__}: {e}"
         report.add("checkpoint", ok, detail)
+        try:
+            ref = None
+            if reference is not None and f.joined is not None:
+                ref_history = wandb_history(sorted(reference.glob("runs/*/wandb/**/offline-run-*")))
+                ref = lives.Reference(each_step_once(ref_history)[0], lives.gate_rows(reference))
+            restart_checks = lives.checks_of(f, ref)
+        except Exception as e:
+            why = f"could not be checked: {type(e).__name__}: {e}"
+            restart_checks = dict.fromkeys(lives.CHECKS, (False, why))
+        for name, (ok, detail) in restart_checks.items():
+            report.add(name, ok, detail)
+        if f.joined is not None:
+            report.facts["lives"] = [restart.describe(life) for life in f.joined.lives]
         engine = _jsonl(out / "probes" / "engine.jsonl")
         report.facts["engine turns"] = dict(Counter(r["behaviour"] for r in engine))
         report.facts["engine 400s"] = sum(r.get("status") == 400 for r in engine)

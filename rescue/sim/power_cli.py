@@ -20,7 +20,6 @@ import json
 import os
 import sys
 import time
-from pathlib import Path
 
 from rescue import arms, flags
 from rescue.errors import InputError
@@ -145,6 +144,7 @@ def noise_of(noise: str, arms, seeds: int, *, progress: bool = True):
 
 def main(args: argparse.Namespace) -> int:
     from rescue.judge import power as pw
+    from rescue.output import check_file, write_text
     from rescue.progress import progress_bar
 
     seeds = _numbers(args.seeds, "--seeds", int)
@@ -155,6 +155,7 @@ def main(args: argparse.Namespace) -> int:
         raise InputError(f"--effects={args.effects!r}; allowed: effects > 0 (seed SDs)")
     if args.line and len(seeds) != 1:
         raise InputError(f"--line with --seeds={args.seeds!r}; allowed: one seed count")
+    json_out = check_file(args.json, "--json") if args.json else None  # before computing
     replicates = args.replicates or (pw.LINE_REPLICATES if args.line else pw.REPLICATES)
     if args.arms:
         reports = [("--arms", [a.strip() for a in args.arms.split(",") if a.strip()])]
@@ -195,6 +196,6 @@ def main(args: argparse.Namespace) -> int:
         else:
             print("\n".join(pw.markdown(table, name, seconds)))
         out[name] = pw.as_json(table) | {"seconds": seconds}
-    if args.json:
-        Path(args.json).write_text(json.dumps(out, indent=1) + "\n")
+    if json_out is not None:
+        write_text(json_out, json.dumps(out, indent=1) + "\n")
     return 0

@@ -128,6 +128,18 @@ CHANGES: tuple[Change, ...] = (
     ),
     Change(
         "patch",
+        "megatron.core.optimizer.DistributedOptimizer.state_dict: an optimizer that has taken "
+        "no step yet gives its state dict with step 0",
+        "Megatron's path without Apex or Transformer Engine (torch's Adam on a CPU) asserts "
+        "one step count among the parameters' states (distrib_optimizer.py ~672), and a new "
+        "optimizer has none: a resumed run builds that template before loading its "
+        "checkpoint, whose state (step included) replaces it. On a GPU, TE's FusedAdam keeps "
+        "the step in its parameter groups",
+        "megatron.core.optimizer.distrib_optimizer",
+        patches.optimizer_state_before_a_step,
+    ),
+    Change(
+        "patch",
         "miles.ray.placement_group._get_placement_group_layout: external engines keep their "
         "rollout bundles (Ray logical GPUs)",
         "Miles bug on the external-engine path: with --rollout-external it reserves no "
@@ -231,6 +243,14 @@ CHANGES: tuple[Change, ...] = (
         "last step's wandb row at exit)",
         "rescue.miles.buffer",
         probes.census,
+    ),
+    Change(
+        "probe",
+        "rescue's buffer records every group its gate decides on (id, staleness, bucket, weight)",
+        "a killed and resumed run: a group id that comes back meets the same coin (the "
+        "report compares them across the lives)",
+        "rescue.miles.buffer",
+        probes.gate,
     ),
     Change(
         "probe",

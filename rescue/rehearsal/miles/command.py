@@ -72,6 +72,14 @@ def launcher_entry(
     env: dict[str, str], script: str = "launch/swe_arm.sh"
 ) -> tuple[dict[str, Any], str, list[str]]:
     """(runtime env, Miles entry point's file name, flags) of ``script``'s dry run."""
+    runtime, entry, flags, _ = launcher_dry_run(env, script)
+    return runtime, entry, flags
+
+
+def launcher_dry_run(
+    env: dict[str, str], script: str = "launch/swe_arm.sh"
+) -> tuple[dict[str, Any], str, list[str], list[str]]:
+    """``launcher_entry``'s three and the notes the launcher printed (``# ...`` lines)."""
     proc = subprocess.run(
         ["bash", str(ROOT / script)],
         env={**os.environ, **env, "DRY_RUN": "1"},
@@ -87,7 +95,8 @@ def launcher_entry(
     words = shlex.split(line)
     runtime = json.loads(words[words.index("--runtime-env-json") + 1])
     rest = words[words.index("--") + 1 :]
-    return runtime, Path(rest[1]).name, rest[2:]
+    notes = [ln[2:] for ln in proc.stdout.splitlines() if ln.startswith("# ")]
+    return runtime, Path(rest[1]).name, rest[2:], notes
 
 
 #: Flags whose fused CUDA kernels (Transformer Engine, Apex) a CPU lacks: each turns one off.

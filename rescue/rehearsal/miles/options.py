@@ -122,6 +122,32 @@ def parse(argv: list[str] | None, description: str | None) -> argparse.Namespace
         help="rlvr: the cap file of rescue rlvr calibrate (default: calibrate here)",
     )
     p.add_argument(
+        "--kill-at",
+        type=int,
+        default=None,
+        metavar="STEP",
+        help="swe, one run: SIGKILL the whole run while step STEP is in progress after a "
+        "checkpoint, then resume it with the launcher's RESUME=1 path from Miles' checkpoint "
+        "and check the two lives (default: no kill)",
+    )
+    p.add_argument(
+        "--kill-engine-at",
+        type=int,
+        default=None,
+        metavar="STEP",
+        help="swe: the stand-in engine dies as SGLang dies (connections reset, no reply, "
+        "never back) while step STEP's rollout is generated (0: the first); the run must stop "
+        "through rescue's watchdog with one line (default: no engine death)",
+    )
+    p.add_argument(
+        "--reference",
+        default=None,
+        metavar="DIR",
+        help="with --kill-at: the folder of the same arm's uninterrupted rehearsal (same seed "
+        "and steps), compared with the resumed run (default: none; the uninterrupted step "
+        "sequence is known)",
+    )
+    p.add_argument(
         "--timeout", type=int, default=1200, help="seconds per run from its start (default 1200)"
     )
     p.add_argument("--out", default=None, help="run folder (default runs/rehearsal/ARM-TIME)")
@@ -185,6 +211,29 @@ def parse(argv: list[str] | None, description: str | None) -> argparse.Namespace
             p.error(f"{flag}={value}: no such file or folder")
     if a.launcher == "swe" and (a.model or a.cap_file or a.inputs):
         p.error("--model, --cap-file and --inputs apply to --launcher rlvr or agent")
+    if a.kill_at is not None:
+        if a.launcher != "swe":
+            p.error(f"--kill-at applies to --launcher swe (the asynchronous trainer, whose "
+                    f"buffer counts what a restart loses), not {a.launcher}")  # fmt: skip
+        if len(a.arm_list) > 1 or a.seeds or a.parallel > 1:
+            p.error("--kill-at kills one run: one arm, one seed, --parallel 1")
+        if not 1 <= a.kill_at <= a.steps:
+            p.error(f"--kill-at={a.kill_at}; allowed: a step from 1 to --steps={a.steps} (a "
+                    "checkpoint of an earlier step comes before it)")  # fmt: skip
+    if a.kill_engine_at is not None:
+        if a.launcher != "swe":
+            p.error(f"--kill-engine-at applies to --launcher swe, not {a.launcher}")
+        if a.kill_at is not None or len(a.arm_list) > 1 or a.seeds or a.parallel > 1:
+            p.error("--kill-engine-at breaks one run: one arm, one seed, no --kill-at")
+        if not 0 <= a.kill_engine_at <= a.steps:
+            p.error(f"--kill-engine-at={a.kill_engine_at}; allowed: a step from 0 to "
+                    f"--steps={a.steps}")  # fmt: skip
+    if a.reference is not None:
+        if a.kill_at is None:
+            p.error("--reference applies with --kill-at")
+        if not (Path(a.reference) / "report.json").is_file():
+            p.error(f"--reference={a.reference}: no report.json there; allowed: the folder of "
+                    "a finished rehearsal of the same arm")  # fmt: skip
     a.out = a.out or str(
         ROOT / "runs" / "rehearsal" / f"{a.launcher}-{a.arm}-{time.strftime('%Y%m%d-%H%M%S')}"
     )

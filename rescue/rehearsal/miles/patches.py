@@ -174,3 +174,27 @@ def finish_train_tracking(module: types.ModuleType) -> None:
         return out
 
     cls.update_weights = update_weights
+
+
+def optimizer_state_before_a_step(module: types.ModuleType) -> None:
+    """``DistributedOptimizer.state_dict`` of an optimizer that has taken no step yet, on
+    Megatron's path without Apex or Transformer Engine (torch's Adam): the state dict with
+    step 0 instead of an assertion (``distrib_optimizer.py`` ~672 asserts one step count among
+    the parameters' states, of which a new optimizer has none). A resumed run builds this
+    template before the checkpoint's state replaces it, step included."""
+    cls = module.DistributedOptimizer
+    original = cls.state_dict
+
+    def state_dict(self: Any) -> dict[str, Any]:
+        if module.HAVE_APEX_OR_TE or len(self.optimizer.state):
+            return original(self)
+        inner = self.optimizer.state_dict()
+        out: dict[str, Any] = {"optimizer": {k: v for k, v in inner.items() if k != "state"}}
+        for group in out["optimizer"]["param_groups"]:
+            del group["params"]
+            group["step"] = 0
+        if self.grad_scaler:
+            out["grad_scaler"] = self.grad_scaler.state_dict()
+        return out
+
+    cls.state_dict = state_dict

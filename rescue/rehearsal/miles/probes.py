@@ -12,7 +12,10 @@ does:
 - ``trainer_weights.jsonl``: the digest of what the trainer sends at each weight update,
   compared with what the engine received;
 - ``reducer.jsonl``: what the Dr. GRPO reducer returns for all-ones, beside the tokens it
-  masks in and its divisor (so the report sees the constant divisor at work).
+  masks in and its divisor (so the report sees the constant divisor at work);
+- ``gate.jsonl``: every group rescue's buffer passes through the gate: its id, staleness,
+  the engine's version then, the bucket and the weight, after how many census flushes
+  (the report compares the coins of a group id across the lives of a resumed run).
 """
 
 from __future__ import annotations
@@ -85,6 +88,20 @@ def census(module: types.ModuleType) -> None:
         return metrics
 
     cls.get_metrics = get_metrics
+
+
+def gate(module: types.ModuleType) -> None:
+    """``rescue.miles.buffer``'s ``gate_group``: every group the gate decides on."""
+    original = module.gate_group
+
+    def gate_group(gate: Any, group: Any, current_version: Any) -> Any:
+        gated = original(gate, group, current_version)
+        record("gate", {"flush": _flushes, "gid": gated.gid, "staleness": gated.staleness,
+                        "current": current_version, "bucket": gated.bucket.value,
+                        "weight": gated.weight})  # fmt: skip
+        return gated
+
+    module.gate_group = gate_group
 
 
 def _channel_sum(data: dict, i: int, mask: list) -> float:

@@ -33,6 +33,7 @@ def report_run(run: RunSpec, args: argparse.Namespace, progress: bool) -> None:
         model=run.inputs.get("model") if args.launcher != "swe" else None,
         checkpoint=lambda f: check_and_export(run.folder, run.inputs["model"], f.trainer_weights),
         progress=progress,
+        reference=Path(args.reference) if getattr(args, "reference", None) else None,
     )
     report.facts["profile"] = profile(run.folder)
     run.ok = report.ok

@@ -49,7 +49,7 @@ from pathlib import Path
 from typing import Any
 
 from rescue.rehearsal.miles import inputs as run_inputs
-from rescue.rehearsal.miles import options
+from rescue.rehearsal.miles import options, resume
 from rescue.rehearsal.miles.changes import CHANGES, FAULT_ENV
 from rescue.rehearsal.miles.command import (
     ROOT,
@@ -57,7 +57,7 @@ from rescue.rehearsal.miles.command import (
     cpu_flags,
     drop_option,
     free_port,
-    launcher_entry,
+    launcher_dry_run,
 )
 from rescue.rehearsal.miles.inputs import agent_prompts, megatron_model_args
 from rescue.rehearsal.miles.jobs import Job
@@ -101,6 +101,10 @@ class RunSpec:
     inputs: dict[str, Any] = field(default_factory=dict)
     ports: dict[str, int] = field(default_factory=dict)
     lane: int = 0
+    #: The life being run (2 after a kill: resumed with RESUME=1), and when the first began.
+    life: int = 1
+    began: float = 0.0
+    save: Path | None = None
 
     @property
     def name(self) -> str:
@@ -114,6 +118,7 @@ class RunSpec:
 def print_table(launcher: Launcher, removed: list[str], settings: dict[str, str], arm: str) -> None:
     print(f"rehearsal: {launcher.script} settings (everything else is the arm's own)")
     reasons = {name: why for name, _, why in launcher.settings_of(arm)}
+    reasons.update(resume.KILL_REASONS)
     for name, value in settings.items():
         print(f"  {name}={value}  ({reasons.get(name, 'the rehearsal input')})")
     print("rehearsal: CPU-forced changes (rescue/rehearsal/miles/changes.py)")
@@ -164,15 +169,25 @@ def launcher_settings(
     if args.extra_args:
         extra = settings.get("EXTRA_ARGS", "")
         settings["EXTRA_ARGS"] = f"{extra} {args.extra_args}".strip()
+    if args.kill_engine_at is not None:
+        settings.update(resume.ENGINE_DEATH)
+    if args.kill_at is not None:  # a checkpoint at the step before the kill (and the last)
+        settings["SAVE_INTERVAL"] = str(args.kill_at)
+        if run is not None and run.life > 1:
+            settings.update(resume.resume_env())
     return settings
 
 
 def trained(folder: Path) -> int:
     """Steps a run has trained so far: weight updates after the first (which only loads
-    the trainer's initial weights)."""
-    log = folder / "probes" / "trainer_weights.jsonl"
-    updates = len(log.read_text().splitlines()) if log.exists() else 0
-    return max(0, updates - 1)
+    the trainer's initial weights, or after a kill the checkpoint's), from the step the
+    life resumed at."""
+    updates = resume.lines(folder / "probes" / "trainer_weights.jsonl")
+    kill = resume.last_kill(folder)
+    if kill is None:
+        return max(0, updates - 1)
+    start = 0 if kill["checkpoint"] is None else kill["checkpoint"] + 1
+    return start + max(0, updates - kill["probes"].get("trainer_weights.jsonl", 0) - 1)
 
 
 def plan(args: argparse.Namespace, out: Path) -> list[RunSpec]:
@@ -231,15 +246,20 @@ class Rehearsal:
 
     def command(self, run: RunSpec) -> tuple[dict[str, Any], str, list[str], dict[str, str]]:
         """(runtime env, entry point, flags, settings) of one run, the CPU rows applied."""
-        inputs = run_inputs.for_run(self.args.launcher, run.folder, self.shared)
-        run.inputs = inputs
+        if not run.inputs:  # a later life resumes on the first one's inputs
+            run.inputs = run_inputs.for_run(self.args.launcher, run.folder, self.shared)
+        inputs = run.inputs
         settings = launcher_settings(
             self.args, self.miles_src, self.megatron_src, run.folder, inputs, run
         )
-        runtime, entry, flags = launcher_entry(settings, self.launcher.script)
+        runtime, entry, flags, notes = launcher_dry_run(settings, self.launcher.script)
         if entry != self.launcher.entry:
             raise RehearsalError(
                 f"{self.launcher.script} submits {entry}, not {self.launcher.entry}"
+            )
+        if self.args.kill_at is not None:
+            resume.launch_record(
+                run, runtime, flags, notes, settings["PROMPT_DATA"], self.miles_src
             )
         for name in self.args.without:
             flags = drop_option(flags, name)
@@ -261,6 +281,17 @@ class Rehearsal:
             json.dumps({"runtime_env": runtime, "flags": flags, "entry": entry}, indent=1)
         )
         return runtime, entry, flags, settings
+
+    def kill_and_resume(self, run: RunSpec) -> None:
+        """The kill of ``--kill-at`` (``rescue.rehearsal.miles.resume``), then the next life
+        submitted on a new Ray head and engine."""
+        entry = resume.kill(run.folder, run.save, self.args.kill_at, run.life)
+        print(f"rehearsal: {run.name}: step {self.args.kill_at} in progress: "
+              f"{resume.describe_kill(entry)}", flush=True)  # fmt: skip
+        run.job, run.engine = None, None
+        self.dashboards[run.lane] = ""  # the Ray head died with the run
+        run.life += 1
+        self.submit(run, run.lane)
 
     def env_of(self, run: RunSpec, runtime: dict[str, Any]) -> dict[str, str]:
         env_vars = dict(runtime.get("env_vars", {}))
@@ -312,6 +343,7 @@ class Rehearsal:
     def submit(self, run: RunSpec, lane: int) -> None:
         """Start the run's engine, check it, submit its job to the lane's Ray head."""
         run.started = time.monotonic()
+        run.began = run.began or run.started
         (run.folder / "probes").mkdir(parents=True, exist_ok=True)
         run.mark("start")
         runtime, entry, flags, _ = self.command(run)
@@ -363,7 +395,7 @@ class Rehearsal:
         stop_each([run.job.tail if run.job else None, run.engine])
         if run.folder != self.out:
             reap(run.folder)
-        run.wall = time.monotonic() - run.started
+        run.wall = time.monotonic() - (run.began or run.started)
         report_run(run, self.args, progress=len(self.runs) == 1)
 
     def run(self) -> int:
@@ -383,6 +415,11 @@ class Rehearsal:
             for run in list(active):
                 if run.meter is not None:
                     run.meter.sample()
+                if resume.kill_due(self.args, run):
+                    self.kill_and_resume(run)
+                    continue
+                if resume.engine_death_due(self.args, run):
+                    resume.kill_engine(self.args, run)
                 late = time.monotonic() - run.started > args.timeout
                 if run.job is not None and (run.job.ended() or late):
                     active.remove(run)
