@@ -104,18 +104,27 @@ def test_what_ignores_sigterm_is_killed_after_the_grace_and_what_obeys_is_not(tm
     alive = end_tree([stubborn.pid, obedient.pid, os.getpid()], grace_s=1.5)
     took = time.monotonic() - start
     assert alive == [stubborn.pid, obedient.pid]  # never this process
-    # both were asked first (SIGTERM); both are gone, and reaped, when it returns
+    # both were asked first (SIGTERM); both have exited when it returns, left to their owner
+    # (here) to reap
     assert (tmp_path / "stubborn").read_text() == "term" == (tmp_path / "obedient").read_text()
-    assert not Path(f"/proc/{stubborn.pid}").exists() and not Path(f"/proc/{obedient.pid}").exists()
+    assert zombie(stubborn.pid) and zombie(obedient.pid)
+    assert stubborn.wait(timeout=0) == -signal.SIGKILL and obedient.wait(timeout=0) == 0
     assert took >= 1.5  # the stubborn one was given the grace before SIGKILL
     assert end_tree([], grace_s=1.0) == []
 
 
-def test_an_exited_child_is_reaped_and_counts_as_gone():
-    p = subprocess.Popen([sys.executable, "-c", "pass"])
-    wait_for(lambda: Path(f"/proc/{p.pid}/stat").read_text().split(")")[-1].split()[0] == "Z")
+def zombie(pid: int) -> bool:
+    """Whether ``pid`` has exited and not been reaped."""
+    return Path(f"/proc/{pid}/stat").read_text().split(")")[-1].split()[0] == "Z"
+
+
+def test_an_exited_child_counts_as_gone_and_is_left_to_its_owner_to_reap():
+    p = subprocess.Popen([sys.executable, "-c", "raise SystemExit(3)"])
+    wait_for(lambda: zombie(p.pid))
     assert interrupts._gone(p.pid)
-    assert not Path(f"/proc/{p.pid}").exists()  # reaped, not left a zombie
+    assert interrupts._gone(p.pid)  # seen again: not reaped by the first look
+    assert zombie(p.pid)
+    assert p.wait(timeout=0) == 3  # its owner still reads its exit status
     assert not interrupts._gone(os.getpid())
 
 

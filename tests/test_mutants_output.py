@@ -186,7 +186,7 @@ def test_the_current_folder_one_above_it_or_a_root_is_refused(tmp_path, monkeypa
 def test_a_folder_below_the_current_one_is_taken_as_an_absolute_path(tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)
     assert output.check_out(Path("runs/x")) == tmp_path / "runs" / "x"
-    (tmp_path / "runs" / "f").parent.mkdir()
+    (tmp_path / "runs").mkdir(exist_ok=True)  # check_out made it, to probe that it is writable
     (tmp_path / "runs" / "f").write_text("")
     with pytest.raises(InputError, match=r"^--out runs/f: an existing file, not a folder"):
         output.check_out(Path("runs/f"))
