@@ -1,8 +1,8 @@
 """Test stand-ins for the SWE agent: the tiny task image and the docker stand-in (shipped in
 ``rescue.rehearsal``, which the rehearsal also runs), and a scripted model server.
 
-- ``make_task_image(images)``: see ``rescue.rehearsal.tasks``.
-- ``install_fake_docker(tmp, monkeypatch)`` puts ``rescue/rehearsal/docker.py`` behind an
+- ``make_task_image(images)``: see ``rescue.rehearsal.standins.tasks``.
+- ``install_fake_docker(tmp, monkeypatch)`` puts ``rescue/rehearsal/standins/docker.py`` behind an
   executable and points ``FAKE_DOCKER_ROOT`` at a fresh state folder.
 - ``ScriptedOpenAI`` is an OpenAI-compatible chat endpoint on 127.0.0.1 answering from a
   script: ``{"command": c}`` (one bash tool call), ``{"text": t}`` (no tool call: a format
@@ -20,7 +20,7 @@ import time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
-from rescue.rehearsal.tasks import (  # noqa: F401  (re-exported for the tests)
+from rescue.rehearsal.standins.tasks import (  # noqa: F401  (re-exported for the tests)
     BUG_PATCH,
     F2P,
     FIX,

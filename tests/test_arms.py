@@ -49,8 +49,8 @@ def test_every_consumer_accepts_every_registered_arm(name):
     from rescue.judge.power import arm_label
     from rescue.judge.runs import ARM_NAMES, identify, parse_name
     from rescue.questions import chains
-    from rescue.rehearsal import checks
     from rescue.rehearsal.miles.launchers import LAUNCHERS
+    from rescue.rehearsal.verdict import checks
     from rescue.sim.arms import ARMS as SIM_ARMS
     from rescue.sim.arms import ArmSpec
     from rescue.sim.power_cli import question_arms

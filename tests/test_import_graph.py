@@ -238,7 +238,9 @@ LAYERS: tuple[tuple[str, ...], ...] = (
     ("rescue.sim", "rescue.replay", "rescue.rlvr"),
     ("rescue.envs", "rescue.oracle"),
     ("rescue.miles", "rescue.slime", "filters", "swe_smith_tasks"),
-    ("rescue.rehearsal",),
+    # the rehearsal by job: the tiny model below the stand-ins that serve it and the checks
+    ("rescue.rehearsal", "rescue.rehearsal.tiny"),
+    ("rescue.rehearsal.standins", "rescue.rehearsal.verdict"),
     ("rescue.questions", "rescue.rehearsal.miles"),
     ("rescue.cli",),
     # what runs the command: ``python -m rescue``, and the questions' rehearsal stages
@@ -283,4 +285,12 @@ def test_the_layers_name_every_package_and_refuse_a_planted_upward_import():
     sideways = {**graph, "rescue.slime.checks": {"rescue.miles.reward": 3}}
     assert wrong_way(sideways) == [
         "rescue.slime.checks (layer 4) imports rescue.miles.reward (layer 4) at line 3"
+    ]
+    jobs = {**graph, "rescue.rehearsal.tiny.policy": {"rescue.rehearsal.verdict.report": 9}}
+    jobs["rescue.rehearsal.verdict.checks"] = {"rescue.rehearsal.standins.engine": 4}
+    assert wrong_way(jobs) == [
+        "rescue.rehearsal.tiny.policy (layer 5) imports rescue.rehearsal.verdict.report"
+        " (layer 6) at line 9",
+        "rescue.rehearsal.verdict.checks (layer 6) imports rescue.rehearsal.standins.engine"
+        " (layer 6) at line 4",
     ]

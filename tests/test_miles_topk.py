@@ -1,7 +1,7 @@
 """The top-K recorder with the real Miles source: the heads SGLang returns, aligned to the
 samples Miles assembles.
 
-SGLang is the rehearsal's stand-in engine (``rescue.rehearsal.engine``: SGLang 0.5.x's
+SGLang is the rehearsal's stand-in engine (``rescue.rehearsal.standins.engine``: SGLang 0.5.x's
 reply layout, ``meta_info.output_top_logprobs`` included); the samples are assembled by
 Miles' own code: ``single_turn``'s helpers for ``/generate``, and for the session path the
 session server's ``compute_samples_from_openai_records``, ``truncate_samples_by_total_tokens``
@@ -37,7 +37,7 @@ TOOLS = [
 @pytest.fixture(scope="module")
 def model_dir(tmp_path_factory):
     pytest.importorskip("tokenizers")
-    from rescue.rehearsal.tokenizer import build_model_dir
+    from rescue.rehearsal.tiny.tokenizer import build_model_dir
 
     return build_model_dir(tmp_path_factory.mktemp("model"), TEMPLATE, max_position_embeddings=4096)
 
@@ -105,7 +105,7 @@ def test_head_rows_refuse_what_sglang_would_not_send(top, message):
 
 
 def test_the_stand_in_engine_answers_top_logprobs_as_sglang(model_dir):
-    from rescue.rehearsal.model import SAMPLED_LOGPROB, Model
+    from rescue.rehearsal.standins.model import SAMPLED_LOGPROB, Model
 
     m = Model(model_dir, tool_call_parser="qwen25")
     body = {"messages": [{"role": "user", "content": "Task 1"}], "tools": TOOLS,
@@ -246,7 +246,7 @@ def session_parts(model_dir):
     require_miles()
     from transformers import AutoTokenizer
 
-    from rescue.rehearsal.model import Model
+    from rescue.rehearsal.standins.model import Model
 
     return Model(model_dir, tool_call_parser="qwen25"), AutoTokenizer.from_pretrained(model_dir)
 
@@ -320,7 +320,7 @@ def test_records_that_are_not_the_samples_are_refused(env, session_parts):
 
 @pytest.fixture
 def engine(model_dir):
-    from rescue.rehearsal.engine import Engine, Model
+    from rescue.rehearsal.standins.engine import Engine, Model
 
     e = Engine(Model(model_dir), port=0).start()
     yield e

@@ -1,4 +1,4 @@
-"""``rescue.rehearsal.checks``: each check's verdict and its whole sentence on a sound run
+"""``rescue.rehearsal.verdict.checks``: each check's verdict and its whole sentence on a sound run
 (the sentences a rehearsal's report prints, worked out by hand from the fixture), and the
 cases where a wrong rule would agree with the right one on the other tests' fixtures: a
 keep probability other than 1/2 (where kept and dropped coins are not symmetric, and 1/a is
@@ -10,7 +10,7 @@ from __future__ import annotations
 import pytest
 from test_rehearsal_checks import census_row, run, samples, sync_run, train_row
 
-from rescue.rehearsal import checks
+from rescue.rehearsal.verdict import checks
 
 
 def test_a_sound_run_s_sentences():

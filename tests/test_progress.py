@@ -115,7 +115,7 @@ def test_rescue_rlvr_watch_takes_no_progress(tmp_path, capsys):
 
 
 def test_the_rehearsal_report_draws_a_bar_of_its_checks(tmp_path, capsys):
-    from rescue.rehearsal.report import CHECKS, check_run
+    from rescue.rehearsal.verdict.report import CHECKS, check_run
 
     report = check_run(Path(tmp_path), arm="drop", a=None, job_status="FAILED", steps_checked=1)
     assert [c.name for c in report.checks] == list(CHECKS)

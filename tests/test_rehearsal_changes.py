@@ -554,7 +554,7 @@ def test_the_single_turn_settings_start_the_trainer_from_the_taught_model(tmp_pa
 
 
 def test_survivors_are_the_run_folders_processes_and_those_of_its_runs(tmp_path):
-    from rescue.rehearsal.processes import survivors
+    from rescue.rehearsal.verdict.processes import survivors
 
     pytest.importorskip("psutil")
     out = tmp_path / "batch"

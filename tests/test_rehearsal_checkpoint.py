@@ -21,7 +21,7 @@ from rescue.rehearsal.miles.checkpoint import (  # noqa: E402
     write_hf,
     write_megatron,
 )
-from rescue.rehearsal.policy import digest  # noqa: E402
+from rescue.rehearsal.tiny.policy import digest  # noqa: E402
 
 CONFIG = {
     "hidden_size": 8, "num_attention_heads": 4, "num_key_value_heads": 2, "head_dim": 2,

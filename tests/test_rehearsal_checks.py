@@ -7,8 +7,8 @@ import numpy as np
 import pytest
 
 from rescue.advantages import group_advantages
-from rescue.rehearsal import checks
-from rescue.rehearsal.checks import BUCKETS, GROUPS, RunFiles
+from rescue.rehearsal.verdict import checks
+from rescue.rehearsal.verdict.checks import BUCKETS, GROUPS, RunFiles
 
 
 def census_row(flush: int, entered: float, buffered: float = 0.0, **buckets: float) -> dict:

@@ -8,8 +8,8 @@ import subprocess
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
-from rescue.rehearsal import docker as stand_in
-from rescue.rehearsal.tasks import IMAGE, docker_state, make_task_image, write_docker_shim
+from rescue.rehearsal.standins import docker as stand_in
+from rescue.rehearsal.standins.tasks import IMAGE, docker_state, make_task_image, write_docker_shim
 
 
 def test_exec_and_ps_survive_containers_coming_and_going(tmp_path):

@@ -11,8 +11,8 @@ import pytest
 pytest.importorskip("tokenizers")
 pytest.importorskip("transformers")
 
-from rescue.rehearsal.engine import BEHAVIOURS, Engine, Model, main
-from rescue.rehearsal.tokenizer import SPECIAL_TOKENS, build_model_dir
+from rescue.rehearsal.standins.engine import BEHAVIOURS, Engine, Model, main
+from rescue.rehearsal.tiny.tokenizer import SPECIAL_TOKENS, build_model_dir
 
 TEMPLATE = (
     "{% for m in messages %}<|im_start|>{{ m.role }}\n{{ m.content }}<|im_end|>\n{% endfor %}"
@@ -249,8 +249,8 @@ def test_the_engine_dies_as_sglang_dies_a_request_in_flight_reset_and_the_port_r
 
     port = free_port()
     proc = subprocess.Popen(
-        [sys.executable, "-m", "rescue.rehearsal.engine", "--port", str(port), "--model-path",
-         str(model_dir)], stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+        [sys.executable, "-m", "rescue.rehearsal.standins.engine", "--port", str(port),
+         "--model-path", str(model_dir)], stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
     )  # fmt: skip
     try:
         assert "engine ready" in proc.stdout.readline()

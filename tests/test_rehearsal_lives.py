@@ -1,5 +1,5 @@
 """A killed and resumed rehearsal read as one run, and the checks of its restart
-(``rescue.rehearsal.lives``), on a run folder written here: two lives, the checkpoint of
+(``rescue.rehearsal.verdict.lives``), on a run folder written here: two lives, the checkpoint of
 step 1, the kill during step 3. The real run is ``tests/test_rehearsal_miles.py``'s."""
 
 from __future__ import annotations
@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from rescue.gate import coin
-from rescue.rehearsal import lives
+from rescue.rehearsal.verdict import lives
 from rescue.restart import LEDGER
 
 G = "rollout/census/groups/"

@@ -21,8 +21,8 @@ from pathlib import Path
 
 import pytest
 
-from rescue.rehearsal.processes import reap, survivors
-from rescue.rehearsal.report import CHECKS
+from rescue.rehearsal.verdict.processes import reap, survivors
+from rescue.rehearsal.verdict.report import CHECKS
 
 ROOT = Path(__file__).resolve().parents[1]
 MILES_SRC = os.environ.get("MILES_SRC") or None

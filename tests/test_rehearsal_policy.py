@@ -24,11 +24,11 @@ import pytest
 torch = pytest.importorskip("torch")
 pytest.importorskip("transformers")
 
-from rescue.rehearsal.engine import Engine  # noqa: E402
-from rescue.rehearsal.model import Model  # noqa: E402
-from rescue.rehearsal.policy import Policy, digest, write_checkpoint  # noqa: E402
-from rescue.rehearsal.tokenizer import build_model_dir  # noqa: E402
-from rescue.rehearsal.weights import Receiver, WeightUpdateError  # noqa: E402
+from rescue.rehearsal.standins.engine import Engine  # noqa: E402
+from rescue.rehearsal.standins.model import Model  # noqa: E402
+from rescue.rehearsal.standins.weights import Receiver, WeightUpdateError  # noqa: E402
+from rescue.rehearsal.tiny.policy import Policy, digest, write_checkpoint  # noqa: E402
+from rescue.rehearsal.tiny.tokenizer import build_model_dir  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
 TEMPLATE = "{% for m in messages %}{{ m['content'] }}{% endfor %}"

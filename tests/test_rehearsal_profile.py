@@ -11,8 +11,8 @@ from pathlib import Path
 
 import pytest
 
-from rescue.rehearsal.processes import CpuMeter, component, reap, survivors
-from rescue.rehearsal.profile import profile, render, steps, trainer_timers
+from rescue.rehearsal.verdict.processes import CpuMeter, component, reap, survivors
+from rescue.rehearsal.verdict.profile import profile, render, steps, trainer_timers
 
 pytest.importorskip("psutil")
 
@@ -41,7 +41,7 @@ def test_the_runs_processes_are_found_by_its_folder_and_reaped(tmp_path):
 
 def test_cpu_is_summed_per_component_with_reaped_children(tmp_path):
     burn = "import subprocess, sys; subprocess.run([sys.executable, '-c', 'sum(range(10**8))']); import time; time.sleep(30)"
-    proc = _spawn(tmp_path, [sys.executable, "-c", burn, "rescue.rehearsal.engine"])
+    proc = _spawn(tmp_path, [sys.executable, "-c", burn, "rescue.rehearsal.standins.engine"])
     meter = CpuMeter(tmp_path)
     try:
         deadline = time.monotonic() + 30
@@ -111,7 +111,7 @@ def test_the_profile_splits_each_step_into_its_parts(tmp_path):
 def test_a_sandbox_command_is_counted_once_in_its_agent_not_while_it_runs(tmp_path):
     # a stand-in docker call still running: its CPU is left to the parent that reaps it
     burn = "sum(range(10**8)); import time; time.sleep(30)"
-    proc = _spawn(tmp_path, [sys.executable, "-c", burn, "rescue/rehearsal/docker.py"])
+    proc = _spawn(tmp_path, [sys.executable, "-c", burn, "rescue/rehearsal/standins/docker.py"])
     meter = CpuMeter(tmp_path)
     try:
         time.sleep(3)

@@ -9,9 +9,9 @@ import numpy as np
 import pytest
 
 from rescue.advantages import group_advantages
-from rescue.rehearsal import report as rep
-from rescue.rehearsal.checks import GROUPS
-from rescue.rehearsal.report import (
+from rescue.rehearsal.verdict import report as rep
+from rescue.rehearsal.verdict.checks import GROUPS
+from rescue.rehearsal.verdict.report import (
     CHECKS,
     Report,
     _check_outcomes,
@@ -127,7 +127,7 @@ def test_a_failed_job_is_reported_with_the_exception_a_ray_task_raised(tmp_path)
 
 
 def test_a_text_game_run_counts_each_episode_once_and_says_why_a_class_is_missing(tmp_path):
-    from rescue.rehearsal.report import episodes
+    from rescue.rehearsal.verdict.report import episodes
 
     steps = [
         {"group_index": 0, "rollout_id": 7, "outcome": "solved", "outcome_reason": "won",
@@ -172,9 +172,9 @@ def test_start_compares_the_first_update_with_the_taught_checkpoint(tmp_path):
     torch = pytest.importorskip("torch")
     from safetensors.torch import save_file
 
-    from rescue.rehearsal.checks import RunFiles
-    from rescue.rehearsal.policy import digest
-    from rescue.rehearsal.report import started_from
+    from rescue.rehearsal.tiny.policy import digest
+    from rescue.rehearsal.verdict.checks import RunFiles
+    from rescue.rehearsal.verdict.report import started_from
 
     state = {"model.norm.weight": torch.tensor([1.0, 0.5]), "x.weight": torch.ones(2, 2)}
     save_file(state, str(tmp_path / "model.safetensors"))
@@ -195,7 +195,7 @@ def test_start_compares_the_first_update_with_the_taught_checkpoint(tmp_path):
 
 def test_replay_compares_the_steps_whose_census_reached_wandb_and_needs_enough(tmp_path):
     torch = pytest.importorskip("torch")
-    from rescue.rehearsal.report import _check_replay
+    from rescue.rehearsal.verdict.report import _check_replay
     from rescue.replay.census import census_report
     from rescue.replay.dumps import load_dumps
     from rescue.replay.synthetic import synthetic_step

@@ -1,5 +1,5 @@
 """Teaching the tiny model before a rehearsal trains it, the single-turn task and the
-text-game teacher (``rescue.rehearsal.teach``, ``singleturn``, ``textgames``)."""
+text-game teacher (``rescue.rehearsal.tiny.teach``, ``singleturn``, ``textgames``)."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ import statistics
 
 import pytest
 
-from rescue.rehearsal import singleturn, textgames
+from rescue.rehearsal.tiny import singleturn, textgames
 
 
 def test_the_task_rows_are_gsm8k_rows_whose_label_is_the_prompts_digit(tmp_path):
@@ -69,7 +69,7 @@ def test_teach_learns_a_reply_and_saves_bf16_exact_weights(tmp_path):
     pytest.importorskip("transformers")
     from safetensors.torch import load_file
 
-    from rescue.rehearsal.teach import Example, teach
+    from rescue.rehearsal.tiny.teach import Example, teach
 
     config = {
         "architectures": ["Qwen3ForCausalLM"], "model_type": "qwen3", "vocab_size": 32,

@@ -240,12 +240,12 @@ def test_read_cap_refuses_other_data_and_a_missing_file(tmp_path):
 
 @pytest.fixture(scope="module")
 def rehearsal_engine(tmp_path_factory):
-    """The rehearsal's stand-in SGLang engine (``rescue.rehearsal.engine``) on a free port,
+    """The rehearsal's stand-in SGLang engine (``rescue.rehearsal.standins.engine``) on a free port,
     with its offline Qwen-style tokenizer; its ``/generate`` answers every prompt with the
     same scripted reply."""
     pytest.importorskip("tokenizers")
-    from rescue.rehearsal.engine import Engine, Model
-    from rescue.rehearsal.tokenizer import build_model_dir
+    from rescue.rehearsal.standins.engine import Engine, Model
+    from rescue.rehearsal.tiny.tokenizer import build_model_dir
 
     template = (
         "{% for m in messages %}<|im_start|>{{ m.role }}\n{{ m.content }}<|im_end|>\n{% endfor %}"

@@ -3,7 +3,7 @@
 Each trial runs the real ``swe_smith_tasks.agent.run``: mini-swe-agent's DefaultAgent with
 its LitellmModel against a scripted OpenAI-compatible server on loopback, in either
 mini-swe-agent's LocalEnvironment or its DockerEnvironment driving the stand-in docker
-executable (``rescue/rehearsal/docker.py``), then grading in a fresh container.
+executable (``rescue/rehearsal/standins/docker.py``), then grading in a fresh container.
 """
 
 from __future__ import annotations
@@ -496,7 +496,7 @@ def _network_probe(port: int) -> str:
 
 @pytest.mark.parametrize("cut", [True, False], ids=["cut", "not-cut"])
 def test_the_sandbox_is_cut_from_the_network_after_checkout_and_grading_still_works(docker, cut):
-    from rescue.rehearsal.docker import can_isolate
+    from rescue.rehearsal.standins.docker import can_isolate
 
     if not can_isolate():
         pytest.skip("unshare -rn is not allowed here: the stand-in cannot isolate a network")

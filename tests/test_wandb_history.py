@@ -9,7 +9,7 @@ import pytest
 
 from rescue.errors import InputError
 from rescue.judge.inputs import read_wandb
-from rescue.rehearsal.report import wandb_history
+from rescue.rehearsal.verdict.report import wandb_history
 from rescue.tracking.history import KEY_JOIN, decode, flatten, read_offline
 
 wandb = pytest.importorskip("wandb")

@@ -190,7 +190,7 @@ def q2(s: Settings) -> list[Stage]:
         stages = [
             Stage(
                 "task",
-                (*s.rehearse("rescue.rehearsal.singleturn"), "--rows", "40", "--out", task),
+                (*s.rehearse("rescue.rehearsal.tiny.singleturn"), "--rows", "40", "--out", task),
                 outputs=(task,),
                 job="the rehearsal's single-turn task (box a digit, in GSM8K's schema)",
                 note="a task the tiny model can learn on a CPU instead of GSM8K: its digit in "
@@ -206,10 +206,10 @@ def q2(s: Settings) -> list[Stage]:
             ),
             Stage(
                 "model",
-                (*s.rehearse("rescue.rehearsal.singleturn"), "--out", model, "--template",
+                (*s.rehearse("rescue.rehearsal.tiny.singleturn"), "--out", model, "--template",
                  str(Path(s.miles_src) / TEMPLATE), "--seed", "1"),
                 outputs=(f"{model}/model.safetensors",),
-                job="the tiny Qwen3 taught the task (rescue.rehearsal.singleturn)",
+                job="the tiny Qwen3 taught the task (rescue.rehearsal.tiny.singleturn)",
                 note="a tiny model of the Qwen3 family taught the task's format on the CPU "
                 "stands in for the pretrained Qwen3-1.7B",
             ),

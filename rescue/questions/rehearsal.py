@@ -5,7 +5,7 @@ no decision of its own: calibration, training, replay and judging are the existi
 commands' code, called as they are.
 
 - ``calibrate``: ``rescue rlvr calibrate`` against the rehearsal's stand-in SGLang engine
-  (``rescue.rehearsal.engine``) serving the taught tiny model (``--model``), started here
+  (``rescue.rehearsal.standins.engine``) serving the taught tiny model (``--model``), started here
   on a free port: every response is sampled from the model, so the truncation rates are
   the model's own.
 - ``wait``: checks that the training rehearsal ran every arm x seed and each passed its
@@ -14,8 +14,8 @@ commands' code, called as they are.
 - ``gate``: reads q2's report, prints P3's verdict and interval, writes ``gate.json``.
 - ``pilot``: drawn trial outcomes per task, then ``rescue swe pilot --summarize-only``.
 - ``validate``: ``rescue swe validate`` of the pilot's subset through the stand-in docker
-  (``rescue.rehearsal.docker``), each task's image the tiny calc repository
-  (``rescue.rehearsal.tasks``) under the task's own id and image, its reference solution
+  (``rescue.rehearsal.standins.docker``), each task's image the tiny calc repository
+  (``rescue.rehearsal.standins.tasks``) under the task's own id and image, its reference solution
   that repository's bug patch.
 - ``swe-runs``: ``make swe-arm`` for every (arm, seed), one after another (cluster).
 - ``link``: a symlink to the one folder a glob matches (cluster).
@@ -52,10 +52,10 @@ CAL_PROMPTS, CAL_N = 16, 8
 
 def calibrate(args: argparse.Namespace) -> int:
     """``rescue rlvr calibrate`` against the stand-in engine serving the taught model
-    (``rescue.rehearsal.singleturn``): the engine samples every response from the model
+    (``rescue.rehearsal.tiny.singleturn``): the engine samples every response from the model
     itself, so the truncation rates are the model's own and the window is the launcher's."""
-    from rescue.rehearsal.engine import Engine, Model
-    from rescue.rehearsal.policy import Policy
+    from rescue.rehearsal.standins.engine import Engine, Model
+    from rescue.rehearsal.tiny.policy import Policy
 
     model_dir = Path(args.model)
     if not (model_dir / "model.safetensors").is_file():
@@ -216,7 +216,7 @@ def validate(args: argparse.Namespace) -> int:
 
 
 def _validate(args: argparse.Namespace, out: Path) -> int:
-    from rescue.rehearsal import tasks as tiny
+    from rescue.rehearsal.standins import tasks as tiny
 
     rows = [json.loads(x) for x in Path(args.tasks).read_text().splitlines() if x.strip()]
     root = tiny.docker_state(out / "docker")

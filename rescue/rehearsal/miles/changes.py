@@ -72,7 +72,7 @@ CHANGES: tuple[Change, ...] = (
     Change(
         "argument",
         "--rollout-external --rollout-external-engine-addrs 127.0.0.1:PORT",
-        "no GPU for SGLang: rescue's stand-in engine (rescue.rehearsal.engine) serves the "
+        "no GPU for SGLang: rescue's stand-in engine (rescue.rehearsal.standins.engine) serves the "
         "tiny policy instead and takes Miles' weight updates",
     ),
     Change(

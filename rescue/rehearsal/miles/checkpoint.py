@@ -222,7 +222,7 @@ def check_and_export(
     ``out/checkpoint-hf`` (with ``model_dir``'s tokenizer and config) for the replay stages."""
     import torch
 
-    from rescue.rehearsal.policy import digest
+    from rescue.rehearsal.tiny.policy import digest
 
     found = sorted(Path(out).glob("runs/*/checkpoints"))
     if len(found) != 1:

@@ -8,14 +8,14 @@ Shared, in the rehearsal's ``inputs/`` folder (or the run folder of a single run
   ``--prompt-data`` (q3's validated subset) or three tiny tasks, each with the tiny
   repository's tests as its FAIL_TO_PASS and PASS_TO_PASS, plus one task whose image is
   missing (a sandbox fault before any model call);
-- ``rlvr``: the taught model of ``rescue.rehearsal.singleturn`` (or ``--model``) and its
+- ``rlvr``: the taught model of ``rescue.rehearsal.tiny.singleturn`` (or ``--model``) and its
   weights as a Megatron checkpoint (``megatron/``); the prompt rows (``--prompt-data``, else the
   task's rows through ``rescue rlvr prepare``); the cap file (``--cap-file``, else
   ``rescue rlvr calibrate`` against the stand-in engine serving the taught model: the
   ``calibrate`` command of ``rescue.questions.rehearsal``);
 - ``agent``: the games and their rows (``--prompt-data``, else ``make agent-prepare``'s
   script ``launch/agent_prepare.sh``) and the taught model of
-  ``rescue.rehearsal.textgames`` (or ``--model``) and its weights as a Megatron checkpoint.
+  ``rescue.rehearsal.tiny.textgames`` (or ``--model``) and its weights as a Megatron checkpoint.
 
 The taught models and the task rows are drawn from ``TEACH_SEED``, whatever the runs'
 seeds: they stand for the pretrained checkpoint and the dataset, the same for every seed of
@@ -34,8 +34,8 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from rescue.rehearsal import tasks as task_repos
 from rescue.rehearsal.miles.command import ROOT, RehearsalError
+from rescue.rehearsal.standins import tasks as task_repos
 
 TEMPLATE = "miles/utils/chat_template_utils/templates/qwen3_fixed.jinja"
 #: The seed of the taught models and the task rows (module docstring).
@@ -106,8 +106,8 @@ def _cli(*argv: str, what: str) -> None:
 
 def swe(folder: Path, miles_src: Path, seed: int, prompt_data: str | None) -> dict[str, Any]:
     """The SWE launcher's shared inputs (module docstring)."""
-    from rescue.rehearsal.policy import write_checkpoint
-    from rescue.rehearsal.tokenizer import build_model_dir
+    from rescue.rehearsal.tiny.policy import write_checkpoint
+    from rescue.rehearsal.tiny.tokenizer import build_model_dir
 
     template = (miles_src / TEMPLATE).read_text()
     model = build_model_dir(folder / "model", template, vocab_size=2048, corpus=agent_prompts())
@@ -142,7 +142,7 @@ def rlvr(
     cap_file: str | None,
 ) -> dict[str, Any]:  # fmt: skip
     """The single-turn launcher's shared inputs (module docstring)."""
-    from rescue.rehearsal import singleturn
+    from rescue.rehearsal.tiny import singleturn
 
     model_dir = Path(model) if model else folder / "model"
     if not (model_dir / "model.safetensors").is_file():
@@ -178,7 +178,7 @@ def agent(
     folder: Path, miles_src: Path, *, model: str | None, prompt_data: str | None
 ) -> dict[str, Any]:
     """The text-game launcher's shared inputs (module docstring)."""
-    from rescue.rehearsal import textgames
+    from rescue.rehearsal.tiny import textgames
 
     prompts = Path(prompt_data) if prompt_data else folder / "data" / "agent-cooking.jsonl"
     if not prompts.is_file():  # rescue agent prepare, as make agent-prepare runs it, + level 0

@@ -22,7 +22,7 @@ A launcher's ``settings`` are the variables the rehearsal sets, each with its re
 variable keeps the launcher's own default.
 ``{out}`` is the run folder, ``{model}`` the tiny model's folder and ``{megatron}`` its
 weights as a Megatron checkpoint. ``CHECKS[launcher]``
-names the checks of ``rescue.rehearsal.report`` that apply; the others are reported as
+names the checks of ``rescue.rehearsal.verdict.report`` that apply; the others are reported as
 "does not apply", with the reason in ``NOT_APPLICABLE``.
 """
 
@@ -153,7 +153,7 @@ RLVR = Launcher(
             "the taught model in Megatron's format (rescue.rehearsal.miles.checkpoint): the "
             "trainer starts from the weights the engine serves and the calibration measured",
         ),
-        ("HF_CHECKPOINT", "{model}", "the taught tiny model (rescue.rehearsal.singleturn)"),
+        ("HF_CHECKPOINT", "{model}", "the taught tiny model (rescue.rehearsal.tiny.singleturn)"),
     ),
 )
 
@@ -193,7 +193,7 @@ AGENT = Launcher(
             "the taught model in Megatron's format: the trainer starts from the weights the "
             "engine serves, and the KL loss's reference is the same model",
         ),
-        ("HF_CHECKPOINT", "{model}", "the taught tiny model (rescue.rehearsal.textgames)"),
+        ("HF_CHECKPOINT", "{model}", "the taught tiny model (rescue.rehearsal.tiny.textgames)"),
     ),
 )
 

@@ -187,7 +187,7 @@ def reducer(module: types.ModuleType) -> None:
 
 def trainer_weights(module: types.ModuleType) -> None:
     """``UpdateWeightFromDistributed``: the digest of every tensor one update broadcasts."""
-    from rescue.rehearsal.policy import digest
+    from rescue.rehearsal.tiny.policy import digest
 
     cls = module.UpdateWeightFromDistributed
     send = cls._update_weight_implementation

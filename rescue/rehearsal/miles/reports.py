@@ -1,6 +1,6 @@
 """What a rehearsal prints and writes once its runs end: each run's checks and profile
-(``rescue.rehearsal.report``, ``rescue.rehearsal.profile``) in its ``report.json``, and with
-several runs the ``summary.json`` that lists them.
+(``rescue.rehearsal.verdict.report``, ``rescue.rehearsal.verdict.profile``) in its
+``report.json``, and with several runs the ``summary.json`` that lists them.
 """
 
 from __future__ import annotations
@@ -19,8 +19,8 @@ if TYPE_CHECKING:
 def report_run(run: RunSpec, args: argparse.Namespace, progress: bool) -> None:
     """Check a run whose job ended, print its profile and report, write ``report.json``;
     ``run.ok`` is whether every check holds."""
-    from rescue.rehearsal.profile import profile, render
-    from rescue.rehearsal.report import check_run
+    from rescue.rehearsal.verdict.profile import profile, render
+    from rescue.rehearsal.verdict.report import check_run
 
     report = check_run(
         run.folder,

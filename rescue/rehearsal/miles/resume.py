@@ -28,7 +28,7 @@ An engine's death (``--kill-engine-at STEP``): ``engine_death_due`` says when st
 rollout is being generated (step 0: Miles' first weight update on the engine and
 ``ENGINE_TURNS`` chat turns since; a later step: the rollout before it just handed to the
 trainer), ``kill_engine`` makes the stand-in engine die as SGLang dies (SIGUSR1,
-``rescue.rehearsal.engine``), for good; the run's settings (``ENGINE_DEATH``) let the
+``rescue.rehearsal.standins.engine``), for good; the run's settings (``ENGINE_DEATH``) let the
 watchdog judge the rehearsal's few groups and a trial give up on a dead endpoint in 20 s.
 """
 
@@ -43,7 +43,7 @@ from pathlib import Path
 from typing import Any
 
 from rescue.rehearsal.miles.command import RehearsalError, option_values
-from rescue.rehearsal.processes import reap, survivors
+from rescue.rehearsal.verdict.processes import reap, survivors
 
 #: Why a kill-and-resume rehearsal (``--kill-at``) and an engine death (``--kill-engine-at``)
 #: set what they set.
@@ -221,7 +221,7 @@ def engine_death_due(args: Any, run: Any) -> bool:
 
 
 def kill_engine(args: Any, run: Any) -> None:
-    """The engine dies as SGLang dies (``rescue.rehearsal.engine``: SIGUSR1), for good."""
+    """The engine dies as SGLang dies (``rescue.rehearsal.standins.engine``: SIGUSR1), for good."""
     os.kill(run.engine.pid, signal.SIGUSR1)
     run.engine.wait(30)
     run.mark("engine died")

@@ -15,7 +15,7 @@ each its own run, lane by lane on the Ray heads of ``--parallel`` lanes):
 3. Applies the ``argument`` rows of ``rescue.rehearsal.miles.changes.CHANGES`` and prints
    the whole table once (patches and probes load in every process through
    ``sitecustomize``).
-4. For each run, starts the stand-in engine (``rescue.rehearsal.engine --policy``: the tiny
+4. For each run, starts the stand-in engine (``rescue.rehearsal.standins.engine --policy``: the tiny
    model, Miles' weight updates by broadcast) with the parsers and context the command asks
    SGLang for and checks it (pre-flight: a SWE engine must return ``tool_calls``, a
    single-turn or text-game engine a sampled reply; a failure stops the rehearsal there,
@@ -25,7 +25,7 @@ each its own run, lane by lane on the Ray heads of ``--parallel`` lanes):
    the lane's first run and reused by the next; the steps each run has trained are printed
    every 30 s.
 5. When a run's job ends, stops its engine and every process of its folder, checks it
-   (``rescue.rehearsal.report``), profiles it and prints its report; at the end stops the
+   (``rescue.rehearsal.verdict.report``), profiles it and prints its report; at the end stops the
    Ray head and every process it started (also on failure, Ctrl-C or SIGTERM: processes are
    found by the run folder in their environment, never by name). Exit 0 only when every
    check of every run holds.
@@ -71,7 +71,7 @@ from rescue.rehearsal.miles.servers import (
     stop_each,
     wait_http,
 )
-from rescue.rehearsal.processes import CpuMeter, reap
+from rescue.rehearsal.verdict.processes import CpuMeter, reap
 from rescue.stages import write_progress
 
 __all__ = ["agent_prompts", "main", "megatron_model_args", "parse_args"]

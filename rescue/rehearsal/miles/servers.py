@@ -20,7 +20,7 @@ from pathlib import Path
 from typing import Any
 
 from rescue.rehearsal.miles.command import RehearsalError, option_values
-from rescue.rehearsal.processes import reap
+from rescue.rehearsal.verdict.processes import reap
 
 
 def preflight(port: int, launcher: str) -> None:
@@ -126,10 +126,10 @@ def stop_each(procs: list[subprocess.Popen | None]) -> None:
 
 
 def engine_command(flags: list[str], port: int, model: Path, folder: Path, seed: int) -> list[str]:
-    """One run's stand-in engine (``rescue.rehearsal.engine --policy``), with the parsers and
-    context length its training command asks SGLang for."""
+    """One run's stand-in engine (``rescue.rehearsal.standins.engine --policy``), with the
+    parsers and context length its training command asks SGLang for."""
     cmd = [
-        sys.executable, "-m", "rescue.rehearsal.engine", "--port", str(port), "--policy",
+        sys.executable, "-m", "rescue.rehearsal.standins.engine", "--port", str(port), "--policy",
         "--seed", str(seed), "--model-path", str(model),
         "--record", str(folder / "probes" / "engine.jsonl"),
         "--weights-record", str(folder / "probes" / "engine_weights.jsonl"), "--base-gpu-id", "1",

@@ -1,6 +1,6 @@
 """The checks of a trained rehearsal, one function each, on what the run left on disk.
 
-Each takes ``RunFiles`` (everything read once by ``rescue.rehearsal.report``) and returns
+Each takes ``RunFiles`` (everything read once by ``rescue.rehearsal.verdict.report``) and returns
 ``(ok, detail)``; the report names them in ``CHECKS`` order. A check that does not apply to
 the arm or the launcher's path says so, with why, and passes.
 
@@ -48,7 +48,7 @@ REL = 1e-3
 
 @dataclass
 class RunFiles:
-    """What a finished rehearsal left, read once (``rescue.rehearsal.report.read_run``)."""
+    """What a finished rehearsal left, read once (``rescue.rehearsal.verdict.report.read_run``)."""
 
     arm: str
     a: float | None
@@ -66,7 +66,7 @@ class RunFiles:
     trainer_weights: list[dict[str, Any]] = field(default_factory=list)
     engine_weights: list[dict[str, Any]] = field(default_factory=list)
     reducer: list[dict[str, Any]] = field(default_factory=list)
-    #: A killed and resumed run's lives (``rescue.rehearsal.lives.Joined``; None otherwise),
+    #: A killed and resumed run's lives (``rescue.rehearsal.verdict.lives.Joined``; None otherwise),
     #: and what the judge's reading of its history said (``rescue.judge.lives``).
     joined: Any = None
     history_note: str | None = None

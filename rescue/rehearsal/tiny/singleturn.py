@@ -8,12 +8,12 @@ Miles' ``math`` grader scores it, as on the cluster.
 The teacher (``teacher_reply``): a few words of reasoning, their number drawn from a
 geometric distribution of mean ``MEAN_WORDS``, then ``so the answer is \\boxed{a}.``, with
 ``a`` the prompt's digit with probability ``RIGHT`` and another digit otherwise. The taught
-model (``build``: ``rescue.rehearsal.teach``) samples its own replies from what it learned:
+model (``build``: ``rescue.rehearsal.tiny.teach``) samples its own replies from what it learned:
 their lengths spread over tens of tokens, so a length cap truncates some of them (the
 calibration measures that rate on the model itself) and the rest are right or wrong. Every
 group then holds solved, wrong and truncated responses: the budget arms' inputs.
 
-``python -m rescue.rehearsal.singleturn --out DIR --template JINJA [--seed 1]`` writes the
+``python -m rescue.rehearsal.tiny.singleturn --out DIR --template JINJA [--seed 1]`` writes the
 model folder (tokenizer, config, taught weights, ``teaching.json``); ``--rows FILE`` writes
 the task's rows instead.
 """
@@ -81,7 +81,7 @@ def examples(model_dir: Path, seed: int) -> list[Any]:
     prompt rendered as Miles renders it (``rescue.rlvr.calibrate.encode_prompts``)."""
     from tokenizers import Tokenizer
 
-    from rescue.rehearsal.teach import Example
+    from rescue.rehearsal.tiny.teach import Example
     from rescue.rlvr.calibrate import encode_prompts
     from rescue.rlvr.data import PROMPT_SUFFIX
 
@@ -103,8 +103,8 @@ def examples(model_dir: Path, seed: int) -> list[Any]:
 
 def build(out: Path, template: str, seed: int, *, steps: int = 300) -> dict[str, Any]:
     """The taught model in ``out`` (tokenizer, config, weights, ``teaching.json``)."""
-    from rescue.rehearsal.teach import teach
-    from rescue.rehearsal.tokenizer import build_model_dir
+    from rescue.rehearsal.tiny.teach import teach
+    from rescue.rehearsal.tiny.tokenizer import build_model_dir
 
     folder = build_model_dir(Path(out), template, vocab_size=768, corpus=corpus())
     facts = teach(folder, examples(folder, seed), seed=seed, steps=steps)
@@ -114,7 +114,9 @@ def build(out: Path, template: str, seed: int, *, steps: int = 300) -> dict[str,
 
 
 def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(prog="python -m rescue.rehearsal.singleturn", description=__doc__)
+    p = argparse.ArgumentParser(
+        prog="python -m rescue.rehearsal.tiny.singleturn", description=__doc__
+    )
     p.add_argument("--out", required=True, help="the model folder, or the rows file with --rows")
     p.add_argument("--template", default=None, help="the chat template (a .jinja file)")
     p.add_argument("--seed", type=int, default=1, help="teaching seed (default 1)")

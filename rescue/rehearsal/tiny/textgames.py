@@ -5,7 +5,7 @@ runs): tw-make's cooking games of the five difficulty levels from one seed, and 
 level 0, whose ingredient is already in hand (examine the cookbook, prepare the meal, eat
 it: four moves), so that a tiny policy wins some episodes. A random tiny model would never
 name an admissible action, so every episode would end at the cap; the rehearsal teaches it
-first (``rescue.rehearsal.teach``), from a seeded teacher that plays the same games:
+first (``rescue.rehearsal.tiny.teach``), from a seeded teacher that plays the same games:
 
 - the teacher (``teacher_action``) follows the game's walkthrough with probability
   ``FOLLOW`` and otherwise picks an admissible action at random, taking (``take ...``)
@@ -28,7 +28,7 @@ The prompts it learns from are the episodes' own (``rescue.envs.episode``, the r
 format), rendered with the chat template as Miles renders them, cut to their last
 ``CONTEXT`` tokens, to keep the teaching to a minute or two of CPU.
 
-``python -m rescue.rehearsal.textgames --rows ROWS --out DIR --template JINJA [--seed 1]``
+``python -m rescue.rehearsal.tiny.textgames --rows ROWS --out DIR --template JINJA [--seed 1]``
 writes the model folder with ``teaching.json`` (the teacher's endings per level, the
 teaching's loss).
 """
@@ -119,8 +119,8 @@ def build(
     from tokenizers import Tokenizer
 
     from rescue.envs.episode import FIRST_TEMPLATE, STEP_TEMPLATE
-    from rescue.rehearsal.teach import Example, teach
-    from rescue.rehearsal.tokenizer import build_model_dir
+    from rescue.rehearsal.tiny.teach import Example, teach
+    from rescue.rehearsal.tiny.tokenizer import build_model_dir
     from rescue.rlvr.calibrate import encode_prompts
 
     played, endings = play(rows, seed, cap)
@@ -156,7 +156,9 @@ def build(
 
 
 def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(prog="python -m rescue.rehearsal.textgames", description=__doc__)
+    p = argparse.ArgumentParser(
+        prog="python -m rescue.rehearsal.tiny.textgames", description=__doc__
+    )
     p.add_argument("--rows", required=True, help="the prompt rows of rescue agent prepare")
     p.add_argument("--out", required=True, help="the model folder to write")
     p.add_argument("--template", required=True, help="the chat template (a .jinja file)")

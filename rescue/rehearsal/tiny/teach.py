@@ -19,7 +19,7 @@ steps, examples), which the task's module records.
 What a task teaches is a distribution, not an answer: the examples are drawn from a seeded
 teacher whose replies vary (lengths, right and wrong answers, actions), and the taught
 model samples its own replies from what it learned, so each step's groups hold a spread of
-outcomes. ``rescue.rehearsal.singleturn`` and ``rescue.rehearsal.textgames`` hold the two
+outcomes. ``rescue.rehearsal.tiny.singleturn`` and ``rescue.rehearsal.tiny.textgames`` hold the two
 teachers. torch and transformers are imported inside the functions.
 """
 

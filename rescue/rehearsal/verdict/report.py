@@ -14,7 +14,7 @@
 
 A progress bar on stderr (``rescue.progress``; ``progress=False`` turns it off) counts the
 checks as they finish. The checks, in order (``CHECKS``; each a line of the report, any
-failure fails the run; ``rescue.rehearsal.checks`` has each one's rule):
+failure fails the run; ``rescue.rehearsal.verdict.checks`` has each one's rule):
 
 ``job`` the Ray job succeeded; ``steps`` the steps trained; ``weights`` the engine received
 the trainer's weights at every version and each update changed them; ``finite`` every
@@ -28,7 +28,7 @@ the constant divisor; ``judged`` the keys ``rescue report`` reads; ``outcomes`` 
 class with its reason; ``infra`` no infrastructure fault reached the loss; ``replay`` the
 dumps load and agree with the logged census; ``checkpoint`` the checkpoint Miles wrote at the
 last step is the last update's weights; and for a run killed and resumed (``--kill-at``)
-``resume``, ``accounted``, ``coins`` and ``restarted`` (``rescue.rehearsal.lives``; "does
+``resume``, ``accounted``, ``coins`` and ``restarted`` (``rescue.rehearsal.verdict.lives``; "does
 not apply" otherwise). A resumed run is read as one: each step from the last life that
 logged it.
 """
@@ -45,8 +45,8 @@ from typing import Any
 
 from rescue import restart
 from rescue.judge.lives import each_step_once
-from rescue.rehearsal import checks, lives
-from rescue.rehearsal.checks import GROUPS, RunFiles
+from rescue.rehearsal.verdict import checks, lives
+from rescue.rehearsal.verdict.checks import GROUPS, RunFiles
 
 #: The outcome classes (with their reasons) each launcher's runs must show.
 EXPECTED_REASONS = {
@@ -103,7 +103,7 @@ class Report:
         for c in self.checks:
             lines.append(f"  {'ok  ' if c.ok else 'FAIL'} {c.name}: {c.detail}")
         for k, v in self.facts.items():
-            if k == "profile":  # printed on its own (rescue.rehearsal.profile.render)
+            if k == "profile":  # printed on its own (rescue.rehearsal.verdict.profile.render)
                 continue
             lines.append(f"  {k}: {v}")
         if wall_s is not None:
@@ -179,7 +179,7 @@ def read_run(
     launcher: str = "swe", reference: Path | None = None,
 ) -> RunFiles:  # fmt: skip
     """Everything the checks read, from the run folder ``out``: a killed and resumed run
-    read as one (``rescue.rehearsal.lives``), its history each step once."""
+    read as one (``rescue.rehearsal.verdict.lives``), its history each step once."""
     command = out / "command.json"
     flags = json.loads(command.read_text())["flags"] if command.exists() else []
 
@@ -394,7 +394,7 @@ def started_from(f: RunFiles, model: Path | None) -> tuple[bool, str]:
     import torch
     from safetensors.torch import load_file
 
-    from rescue.rehearsal.policy import digest
+    from rescue.rehearsal.tiny.policy import digest
 
     first = next((r for r in f.trainer_weights if str(r["version"]) == "1"), None)
     if first is None:

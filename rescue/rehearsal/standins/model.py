@@ -2,7 +2,7 @@
 
 ``Model.chat(body)`` answers one ``/v1/chat/completions`` request the way SGLang does
 (``serving_chat.py``, ``tokenizer_manager.py``, ``qwen25_detector.py``,
-``reasoning_parser.py`` in 0.5.23); ``rescue.rehearsal.engine`` serves it over HTTP. See
+``reasoning_parser.py`` in 0.5.23); ``rescue.rehearsal.standins.engine`` serves it over HTTP. See
 the engine's docstring for the behaviours and the failure modes.
 """
 
@@ -19,7 +19,7 @@ from collections import Counter
 from pathlib import Path
 from typing import Any
 
-from rescue.rehearsal.tasks import FIX, MAKE_PATCH, RUN_TESTS, SUBMIT, WRONG_FIX
+from rescue.rehearsal.standins.tasks import FIX, MAKE_PATCH, RUN_TESTS, SUBMIT, WRONG_FIX
 
 #: Behaviour name -> the commands of its turns (the last one repeats).
 BEHAVIOURS: dict[str, tuple[str, ...]] = {
@@ -71,7 +71,7 @@ class Model:
         self.tool_call_parser = tool_call_parser
         self.reasoning_parser = reasoning_parser
         self.mixture = tuple(mixture)
-        #: ``rescue.rehearsal.policy.Policy``: log-probs and heads from the tiny model (and
+        #: ``rescue.rehearsal.tiny.policy.Policy``: log-probs and heads from the tiny model (and
         #: ``/generate`` sampled from it); None: the fixed ``SAMPLED_LOGPROB`` (shaping tests)
         self.policy = policy
         self.weight_version = "default"

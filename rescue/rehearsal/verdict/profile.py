@@ -17,7 +17,7 @@
 - ``engine``: chat turns served and their seconds (the tiny model's forward passes);
 - ``sandbox``: stand-in ``docker`` calls by kind and their seconds (exec of the tests'
   ``pytest`` apart);
-- ``cpu``: CPU seconds per component (``rescue.rehearsal.processes.cpu_seconds``, taken
+- ``cpu``: CPU seconds per component (``rescue.rehearsal.verdict.processes.cpu_seconds``, taken
   just before the run's processes are stopped).
 """
 

@@ -22,7 +22,7 @@ from typing import Any
 
 #: (component, what its command line contains), first match wins.
 COMPONENTS = (
-    ("engine", "rescue.rehearsal.engine"),
+    ("engine", "rescue.rehearsal.standins.engine"),
     ("trainer", "MegatronTrainRayActor"),
     ("rollout", "RolloutManager"),
     ("session server", "session-server"),
@@ -72,7 +72,7 @@ def component(cmdline: str) -> str:
 
 
 #: The stand-in docker's command line: a sandbox command and its children are short-lived.
-SANDBOX = "rescue/rehearsal/docker.py"
+SANDBOX = "rescue/rehearsal/standins/docker.py"
 
 
 def _in_sandbox(p: Any) -> bool:

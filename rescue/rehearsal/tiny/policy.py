@@ -1,7 +1,7 @@
 """The tiny policy the stand-in engine serves: a Qwen3 of a few layers, on the CPU.
 
 ``write_checkpoint(folder, seed)`` writes a Hugging Face checkpoint of the architecture in
-``folder/config.json`` (``rescue.rehearsal.tokenizer.build_model_dir`` writes it), randomly
+``folder/config.json`` (``rescue.rehearsal.tiny.tokenizer.build_model_dir`` writes it), randomly
 initialized from ``seed``: ``model.safetensors``. ``Policy`` loads it with transformers and
 answers what SGLang computes for one request:
 

@@ -1,6 +1,6 @@
 """A stand-in SGLang engine on 127.0.0.1 that plays scripted SWE agents (stdlib HTTP only).
 
-Run: ``python -m rescue.rehearsal.engine --port P --model-path DIR [--tool-call-parser
+Run: ``python -m rescue.rehearsal.standins.engine --port P --model-path DIR [--tool-call-parser
 qwen25] [--reasoning-parser qwen3] [--context-length N] [--record FILE]``.
 
 It answers every request Miles sends an external engine at 31f1ca96 and fails where
@@ -62,11 +62,11 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
 
-from rescue.rehearsal.model import BEHAVIOURS, DEFAULT_MIXTURE, Model, error_body
+from rescue.rehearsal.standins.model import BEHAVIOURS, DEFAULT_MIXTURE, Model, error_body
 
 __all__ = ["BEHAVIOURS", "DEFAULT_MIXTURE", "Engine", "Model", "main"]
 
-#: Miles' weight update by broadcast (``rescue.rehearsal.weights``).
+#: Miles' weight update by broadcast (``rescue.rehearsal.standins.weights``).
 WEIGHT_ROUTES = (
     "/init_weights_update_group",
     "/destroy_weights_update_group",
@@ -88,7 +88,7 @@ class Engine:
         record: Path | None = None,
         weights_record: Path | None = None,
     ) -> None:
-        from rescue.rehearsal.weights import Receiver
+        from rescue.rehearsal.standins.weights import Receiver
 
         self.model = model
         self.receiver = Receiver()
@@ -231,9 +231,9 @@ class Engine:
         return 404, error_body(f"no route {path}", 404)
 
     def _weights(self, path: str, body: dict[str, Any]) -> tuple[int, Any]:
-        """Miles' weight update by broadcast (``rescue.rehearsal.weights``); a refusal is
+        """Miles' weight update by broadcast (``rescue.rehearsal.standins.weights``); a refusal is
         ``success: false`` with the reason, as SGLang answers."""
-        from rescue.rehearsal.weights import WeightUpdateError
+        from rescue.rehearsal.standins.weights import WeightUpdateError
 
         try:
             if path == "/init_weights_update_group":
@@ -263,7 +263,7 @@ class Engine:
         the digest of what arrived, and of the whole model after loading it."""
         if not self._pending:
             return
-        from rescue.rehearsal.policy import digest
+        from rescue.rehearsal.tiny.policy import digest
 
         row = {
             "version": self.model.weight_version,
@@ -305,7 +305,9 @@ class Engine:
 
 
 def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(prog="python -m rescue.rehearsal.engine", description=__doc__)
+    p = argparse.ArgumentParser(
+        prog="python -m rescue.rehearsal.standins.engine", description=__doc__
+    )
     p.add_argument("--port", type=int, default=0, help="port on 127.0.0.1 (default 0: any free)")
     p.add_argument("--model-path", required=True, help="folder with tokenizer.json, config.json")
     p.add_argument("--tool-call-parser", default=None, help="qwen25 or unset (default unset)")
@@ -324,7 +326,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument(
         "--policy",
         action="store_true",
-        help="serve the tiny model of --model-path (rescue.rehearsal.policy): log-probs and "
+        help="serve the tiny model of --model-path (rescue.rehearsal.tiny.policy): log-probs and "
         "heads from it, /generate sampled from it, weights updated by Miles (default off: "
         "fixed log-probs, no weight update)",
     )
@@ -335,7 +337,7 @@ def main(argv: list[str] | None = None) -> int:
     a = p.parse_args(argv)
     policy = None
     if a.policy:
-        from rescue.rehearsal.policy import Policy
+        from rescue.rehearsal.tiny.policy import Policy
 
         policy = Policy(Path(a.model_path), seed=a.seed)
     try:

@@ -1,4 +1,4 @@
-"""Tiny SWE-smith-shaped tasks for the stand-in ``docker`` (``rescue.rehearsal.docker``).
+"""Tiny SWE-smith-shaped tasks for the stand-in ``docker`` (``rescue.rehearsal.standins.docker``).
 
 - ``make_task_image(images, image, instance_id)`` writes a git repository as the image
   ``image`` (``<images>/<image as folder>/testbed``): ``main`` holds the correct code and

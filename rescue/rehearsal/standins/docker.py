@@ -1,6 +1,6 @@
 """A stand-in ``docker`` executable for the rehearsal and the tests (no Docker daemon needed).
 
-Run as ``python -m rescue.rehearsal.docker ARGS`` (``tasks.write_docker_shim`` writes an
+Run as ``python -m rescue.rehearsal.standins.docker ARGS`` (``tasks.write_docker_shim`` writes an
 executable that does so).
 
 State lives under ``$FAKE_DOCKER_ROOT``: an image ``NAME`` is the folder
