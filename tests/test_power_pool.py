@@ -47,6 +47,16 @@ def test_the_regime_of_a_reports_arms():
     assert power_pool.regime(["zero", "drop"]) == "stale"
 
 
+def test_every_registered_arm_has_its_registry_regime_and_q2s_arms_are_budget_arms():
+    from rescue import arms
+    from rescue.sim.power_cli import question_arms
+
+    for name in arms.names():
+        assert power_pool.regime([name]) == arms.ARMS[name].regime, name
+    assert power_pool.regime(question_arms("q2")) == "budget"  # step-control among them
+    assert "step-control" in question_arms("q2")
+
+
 def test_a_replicate_draws_distinct_runs_relabelled_as_each_arm(cache):
     pool = power_pool.pool("budget-three-outcome", "zero", 8, steps=20, progress=False)
     draw = pw.pool_null(pool)

@@ -26,6 +26,7 @@ from collections.abc import Sequence
 from dataclasses import asdict
 from pathlib import Path
 
+from rescue import arms as arms_registry
 from rescue.judge.runs import Run
 from rescue.sim import scenario as sc
 from rescue.sim.arms import ArmSpec
@@ -35,8 +36,8 @@ SCENARIOS: dict[str, tuple[str, str]] = {
     "budget": ("budget-three-outcome", "zero"),
     "stale": ("swe-like", "never-drop"),
 }
-#: The budget-regime arms (the rest are stale-group arms).
-BUDGET_ARMS = frozenset({"zero", "mask", "matched", "drgrpo-mask", "survivor", "turn"})
+#: The budget-regime arms (the rest are stale-group arms), from the registry.
+BUDGET_ARMS = frozenset(arms_registry.names(regime="budget"))
 #: The keys a pooled run keeps per step (prefixes): everything the judge's predictions read.
 KEEP = ("rollout/census/", "sim/time", "sim/update_norm", "sim/p_thorough", "rollout/step")
 
