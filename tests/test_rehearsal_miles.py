@@ -98,8 +98,8 @@ def _report(out: Path) -> dict[str, dict]:
 # `make rehearsal-test REHEARSAL_MARKERS=rehearsal` for CI's budget.
 ARMS = [
     *[pytest.param(arm, "tis-sc") for arm in ("protect", "turn", "drop", "never-drop", "pace",
-                                               "zero", "mask", "matched", "drgrpo-mask",
-                                               "survivor")],
+                                               "zero", "mask", "matched", "step-control",
+                                               "drgrpo-mask", "survivor")],
     pytest.param("protect", "tis"),
 ]  # fmt: skip
 #: Run folders of the arms trained whole in this session (the killed runs' references).
