@@ -95,13 +95,15 @@ def integration_without_sources(root: Path, tmp: Path) -> subprocess.CompletedPr
 @pytest.mark.parametrize("missing", ["MILES_SRC", "MEGATRON_SRC"])
 def test_a_rehearsal_without_its_sources_is_refused_naming_the_variable(tmp_path, missing):
     r = rehearsal_without(ROOT, tmp_path, missing)
-    assert r.returncode == 2 and f"rehearsal: set {missing}=/path/to/" in r.stdout, r.stdout
+    assert r.returncode == 2 and f"make rehearsal: set {missing}=/path/to/" in r.stderr, r.stderr
+    assert "nothing was installed" in r.stderr  # refused before any prerequisite ran
 
 
 def test_make_integration_without_a_source_is_refused(tmp_path):
     r = integration_without_sources(ROOT, tmp_path)
     assert r.returncode == 2
-    assert "integration: set MILES_SRC=/path/to/miles and/or SLIME_SRC" in r.stdout, r.stdout
+    assert "make integration: set MILES_SRC=/path/to/miles and/or SLIME_SRC" in r.stderr, r.stderr
+    assert "nothing was installed" in r.stderr  # refused before any prerequisite ran
 
 
 # ── the plants ──────────────────────────────────────────────────────────────────────────
@@ -136,14 +138,16 @@ def _with_root(module, function: Callable[..., None], *args) -> Callable[[Path, 
 def _refuses_rehearsal_without(missing: str) -> Callable[[Path, Path], None]:
     def check(root: Path, tmp: Path) -> None:
         r = rehearsal_without(root, tmp, missing)
-        assert r.returncode == 2 and f"rehearsal: set {missing}=" in r.stdout, r.stdout
+        assert r.returncode == 2 and f"make rehearsal: set {missing}=" in r.stderr, r.stderr
+        assert "nothing was installed" in r.stderr
 
     return check
 
 
 def _refuses_integration_without_sources(root: Path, tmp: Path) -> None:
     r = integration_without_sources(root, tmp)
-    assert r.returncode == 2 and "integration: set MILES_SRC=" in r.stdout, r.stdout
+    assert r.returncode == 2 and "make integration: set MILES_SRC=" in r.stderr, r.stderr
+    assert "nothing was installed" in r.stderr
 
 
 def _integration_source_not_a_folder(root: Path, tmp: Path) -> None:
@@ -234,26 +238,26 @@ PLANTS = [
     ),
     Plant(
         "a rehearsal starts without MILES_SRC",
-        'REHEARSAL_SOURCES = @test -n "$(MILES_SRC)" ||',
-        "REHEARSAL_SOURCES = @true ||",
+        "ifeq ($(MILES_SRC),)\n$(error make $(firstword $(NEEDS_REHEARSAL_SOURCES)): set MILES_SRC",
+        "ifeq (planted,)\n$(error make $(firstword $(NEEDS_REHEARSAL_SOURCES)): set MILES_SRC",
         _refuses_rehearsal_without("MILES_SRC"),
     ),
     Plant(
         "a rehearsal starts without MEGATRON_SRC",
-        '\ttest -n "$(MEGATRON_SRC)" ||',
-        "\ttrue ||",
+        "ifeq ($(MEGATRON_SRC),)\n$(error make $(firstword $(NEEDS_REHEARSAL_SOURCES)): set MEGATRON",
+        "ifeq (planted,)\n$(error make $(firstword $(NEEDS_REHEARSAL_SOURCES)): set MEGATRON",
         _refuses_rehearsal_without("MEGATRON_SRC"),
     ),
     Plant(
         "make integration starts without a source",
-        '@test -n "$(MILES_SRC)$(SLIME_SRC)" ||',
-        "@true ||",
+        "ifeq ($(MILES_SRC)$(SLIME_SRC),)\n$(error make integration",
+        "ifeq (planted,)\n$(error make integration",
         _refuses_integration_without_sources,
     ),
     Plant(
         "make integration takes a source that is not a folder",
-        'test -z "$${v#*=}" || test -d "$${v#*=}" ||',
-        "true ||",
+        "$(if $(MILES_SRC),$(call source_dir,MILES_SRC,a Miles checkout))",
+        "",
         _integration_source_not_a_folder,
     ),
 ]
