@@ -71,3 +71,44 @@ def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
             reporter.ensure_newline()
             reporter.write_line("\n".join(lines), red=True)
         session.exitstatus = pytest.ExitCode.TESTS_FAILED
+
+
+@pytest.fixture(autouse=True)
+def _spare_the_sessions_own_processes(monkeypatch: pytest.MonkeyPatch) -> None:
+    """An interrupt handler (``rescue.interrupts``, ``rescue.stages``) ends every process below
+    the one it runs in. In a test session that process is pytest's, and below it live services
+    earlier tests started and later ones use (wandb's service, a module's Ray head): a test
+    that raises an interrupt there sees only the processes started since it began."""
+    from rescue import interrupts
+
+    real = interrupts.descendants
+    spared = set(real())
+    monkeypatch.setattr(
+        interrupts, "descendants", lambda pid=None: [p for p in real(pid) if p not in spared]
+    )
+
+
+#: Tests that left a signal handler changed (restored after each; listed at the session's end).
+_HANDLERS_LEFT: list[str] = []
+
+
+@pytest.fixture(autouse=True)
+def _signal_handlers_restored(request: pytest.FixtureRequest):
+    """SIGINT's and SIGTERM's handlers as they were before each test: a test that changes
+    them (an interrupt handler, a worker's settings made in this process) leaves the next
+    test the handlers pytest set, and is named at the session's end."""
+    import signal
+
+    before = {s: signal.getsignal(s) for s in (signal.SIGINT, signal.SIGTERM)}
+    yield
+    for s, handler in before.items():
+        if handler is not None and signal.getsignal(s) is not handler:
+            _HANDLERS_LEFT.append(f"{request.node.nodeid} ({signal.Signals(s).name})")
+            signal.signal(s, handler)
+
+
+def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:
+    if _HANDLERS_LEFT:
+        terminalreporter.write_line(
+            "signal handlers a test left changed (restored): " + "; ".join(_HANDLERS_LEFT)
+        )
