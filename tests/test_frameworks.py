@@ -175,10 +175,13 @@ def test_make_integration_rejects_a_source_that_is_not_a_folder(tmp_path, variab
     target = f".stamp-{extras}"
     for stamp in (".stamp-base", target):
         (venv / stamp).touch()
+    # a make of its own, as typed (under `make test-all` the environment says MAKELEVEL=1,
+    # and make checks a make run by a make no more)
+    env = {k: v for k, v in os.environ.items() if not k.startswith("MAKE") and k != "MFLAGS"}
     result = subprocess.run(
         ["make", "-s", "--no-print-directory", "integration", f"VENV={venv}",
          f"{variable}={tmp_path / 'absent'}"],
-        cwd=ROOT, capture_output=True, text=True, timeout=60,
+        cwd=ROOT, capture_output=True, text=True, timeout=60, env=env,
     )  # fmt: skip
     assert result.returncode == 2
     # refused while make reads the Makefile, before any prerequisite is installed

@@ -134,6 +134,9 @@ def test_write_text_replaces_a_file_whole(tmp_path):
 def test_an_interrupt_during_the_swap_waits_for_it(tmp_path):
     """A SIGINT that arrives while the folders are renamed is delivered after the swap: the
     folder is the new one, whole, and the interrupt still stops the program."""
+    # Python's own SIGINT handler, as in a program started from a terminal (a shell starts a
+    # background job with SIGINT ignored, and Python then keeps it ignored)
+    previous = signal.signal(signal.SIGINT, signal.default_int_handler)
     out = tmp_path / "out"
     old_result(out)
     stage = output.Staging(out, owned)
@@ -154,5 +157,6 @@ def test_an_interrupt_during_the_swap_waits_for_it(tmp_path):
             time.sleep(0.5)  # the held signal is delivered on leaving the swap
     finally:
         os.rename = real_rename
+        signal.signal(signal.SIGINT, previous)
     assert (out / "summary.md").read_text() == "new\n"
     assert (out / "notes.txt").exists() and siblings(out) == []
