@@ -280,7 +280,7 @@ def test_every_arms_flags_parse_with_miles_own_parser(arm, env, miles_src, bin_d
     assert args.rollout_batch_size == 16 and args.num_rollout == 150
     assert args.use_kl_loss is True and args.kl_loss_type == "low_var_kl"
     assert args.over_sampling_batch_size is None and args.partial_rollout is False
-    masked = arm in ("mask", "matched", "drgrpo-mask", "survivor")
+    masked = "--rollout-sample-filter-path" in budget_flags(arm)  # the registry's mask column
     assert args.rollout_sample_filter_path == (
         "filters.mask_truncated_zero_reward" if masked else None
     )

@@ -278,7 +278,10 @@ def taught(tmp_path_factory):
 # budget leaves to `make rehearsal-test REHEARSAL_MARKERS=rehearsal` and `make agent-arm`.
 SYNC_ARMS = [
     pytest.param("rlvr", "zero", marks=pytest.mark.rehearsal_ci),
-    *[pytest.param("rlvr", arm) for arm in ("mask", "matched", "drgrpo-mask", "survivor", "turn")],
+    *[
+        pytest.param("rlvr", arm)
+        for arm in ("mask", "matched", "step-control", "drgrpo-mask", "survivor", "turn")
+    ],
     pytest.param("agent", "zero"),
     pytest.param("agent", "mask"),
     pytest.param("agent", "turn"),

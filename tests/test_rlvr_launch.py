@@ -791,7 +791,7 @@ def test_every_arms_flags_parse_with_miles_own_parser(arm, miles_src, bin_dir):
     # no outcome-dependent exclusion: Miles' defaults, as parsed
     assert args.dynamic_sampling_filter_path is None and args.over_sampling_batch_size is None
     assert args.partial_rollout is False and args.rollout_submission_granularity is None
-    masked = arm in ("mask", "matched", "drgrpo-mask", "survivor")
+    masked = "--rollout-sample-filter-path" in budget_flags(arm)  # the registry's mask column
     assert args.rollout_sample_filter_path == (
         "filters.mask_truncated_zero_reward" if masked else None
     )
@@ -799,9 +799,8 @@ def test_every_arms_flags_parse_with_miles_own_parser(arm, miles_src, bin_dir):
     assert args.custom_pg_loss_reducer_function_path == (
         "rescue.miles.drgrpo.pg_loss_reducer" if arm == "drgrpo-mask" else None
     )
-    assert args.custom_convert_samples_to_train_data_path == (
-        "rescue.miles.matched.convert_samples_to_train_data" if arm == "matched" else None
-    )
+    converts = budget_flags(arm).get("--custom-convert-samples-to-train-data-path", [None])
+    assert args.custom_convert_samples_to_train_data_path == converts[0]  # matched, step-control
     assert args.custom_megatron_before_train_step_hook_path == (
         "rescue.miles.train_step.before_train_step"
     )
