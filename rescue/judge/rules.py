@@ -91,47 +91,38 @@ def p3(ctx: Context) -> list[Check]:
             reads=("cap_hit", None),
         )
     ]
-    if ctx.arm("step-control"):
+    # P3's control clause: the step-size control where the run has it, else arm iii as the
+    # plan's sentences are written (docs/judge.md, "P3's control clause")
+    ctl = next((a for a in ("step-control", "matched") if ctx.arm(a)), None)
+    if ctl is not None:
+        what = "the step-size control" if ctl == "step-control" else "the matched control"
         control = ck.compare(
-            ctx.arm("step-control"),
+            ctx.arm(ctl),
             mask,
-            name=f"cap-hit trend against b at matched b, {ctx.label('step-control')} − "
-            f"{ctx.label('mask')} (the step-size control does not reproduce the drift)",
+            name=f"cap-hit trend against b at matched b, {ctx.label(ctl)} − "
+            f"{ctx.label('mask')} ({what} does not reproduce the drift)",
             expects="lower",
             window=B_WINDOW,
             value=win.matched_b_trend("cap_hit"),
             unit="cap-hit rate per unit b",
         )
-        control.notes.append(STEP_CONTROL_NOTE)
+        control.notes.append(STEP_CONTROL_NOTE if ctl == "step-control" else MATCHED_ONLY_NOTE)
         out.append(control)
-        if ctx.arm("matched"):
-            out.append(
-                ck.compare(
-                    ctx.arm("matched"),
-                    zero,
-                    name=f"cap-hit trend against b at matched b, {ctx.label('matched')} − "
-                    f"{ctx.label('zero')} (the direction check: the matched control keeps the "
-                    "mask's direction, and reproduces a drift the direction carries)",
-                    expects="higher",
-                    window=B_WINDOW,
-                    value=win.matched_b_trend("cap_hit"),
-                    decides=False,
-                    unit="cap-hit rate per unit b",
-                )
+    if ctl == "step-control" and ctx.arm("matched"):
+        out.append(
+            ck.compare(
+                ctx.arm("matched"),
+                zero,
+                name=f"cap-hit trend against b at matched b, {ctx.label('matched')} − "
+                f"{ctx.label('zero')} (the direction check: the matched control keeps the "
+                "mask's direction, and reproduces a drift the direction carries)",
+                expects="higher",
+                window=B_WINDOW,
+                value=win.matched_b_trend("cap_hit"),
+                decides=False,
+                unit="cap-hit rate per unit b",
             )
-    elif ctx.arm("matched"):
-        control = ck.compare(
-            ctx.arm("matched"),
-            mask,
-            name=f"cap-hit trend against b at matched b, {ctx.label('matched')} − "
-            f"{ctx.label('mask')} (the matched control does not reproduce the drift)",
-            expects="lower",
-            window=B_WINDOW,
-            value=win.matched_b_trend("cap_hit"),
-            unit="cap-hit rate per unit b",
         )
-        control.notes.append(MATCHED_ONLY_NOTE)
-        out.append(control)
     out += [
         ck.compare(
             mask,
