@@ -56,7 +56,7 @@ def configure(parser: argparse.ArgumentParser) -> None:
     which.add_argument(
         "--arms",
         help="the report of these arms instead, comma-separated, as the launchers name them "
-        "(zero, mask, matched, survivor, turn, drop, never-drop, protect:0.5, pace)",
+        f"({', '.join(arms.names())}; protect as protect:A, e.g. protect:0.5)",
     )
     parser.add_argument(
         "--seeds", default="2-10", help="seeds per arm: N, N-M or a list (default: 2-10)"
