@@ -16,6 +16,7 @@ from collections.abc import Callable
 
 import numpy as np
 
+from rescue import arms
 from rescue.judge.runs import Run, parse_name
 
 C = "rollout/census/"
@@ -108,7 +109,7 @@ def make_run(
         row["sim/update_norm"] = max(float(v["update_norm"][i]), 0.0)
         row[f"{C}groups/dropped_stale"] = 0.0
         row[f"{C}groups/trained_fresh"] = 16.0
-        if parse_name(label)[0].base_arm in ("mask", "survivor", "matched", "drgrpo-mask"):
+        if getattr(arms.ARMS.get(parse_name(label)[0].base_arm), "mask", False):  # masked arms
             row[f"{C}b_paid/masked"] = v["b_paid"][i]
             row[f"{C}b_paid/masked_rollouts"] = capped
         row["sim/p_thorough"] = v["p_thorough"][i]
