@@ -42,7 +42,8 @@ JUDGED_SYNC = ("success", "cap_hit", "submitted_failure", "b", "update_norm")
 #: Launchers whose trainer is Miles' synchronous one.
 SYNC = ("rlvr", "agent")
 NO_BUFFER = "does not apply: Miles' synchronous trainer has no asynchronous buffer"
-#: Relative tolerance of sums of the same float32 values taken in another order.
+#: Relative tolerance of sums of the same float32 values taken in another order. Every
+#: tolerance is tested as ``not |x − y| <= tol``: a NaN (which compares False) fails it.
 REL = 1e-3
 
 
@@ -356,7 +357,7 @@ def protect(f: RunFiles) -> tuple[bool, str]:
     from rescue.advantages import group_advantages
 
     a = f.a or 0.5
-    wrong_weight = [s for s in weighted if abs(float(s["rescue_weight"]) - 1 / a) > 1e-9]
+    wrong_weight = [s for s in weighted if not abs(float(s["rescue_weight"]) - 1 / a) <= 1e-9]
     off = 0
     for step in f.train_data:
         if not step:
@@ -366,7 +367,7 @@ def protect(f: RunFiles) -> tuple[bool, str]:
         w = np.array([float(s.get("rescue_weight") or 1.0) for s in step])
         expected = group_advantages(raw, ids) * w
         got = np.array([s["reward"] for s in step], dtype=float)
-        off += int(np.sum(np.abs(expected - got) > 1e-4 * np.maximum(1.0, np.abs(expected))))
+        off += int(np.sum(~(np.abs(expected - got) <= 1e-4 * np.maximum(1.0, np.abs(expected)))))
     if not weighted:
         t = _totals(f)
         met, kept = t["dropped_stale"] + t["trained_protected"], t["trained_protected"]
@@ -407,7 +408,7 @@ def advantages(f: RunFiles) -> tuple[bool, str]:
         got = sum(s.get("train/rescue/adv_mean", 0.0) * s["train/rescue/adv_tokens"] for s in steps)
         tokens = sum(s["train/rescue/adv_tokens"] for s in steps)
         want_tokens = sum(s["loss_mask_sum"] for s in data)
-        if tokens != want_tokens or abs(got - want) > REL * max(1.0, abs(want)):
+        if tokens != want_tokens or not abs(got - want) <= REL * max(1.0, abs(want)):
             return False, (
                 f"rollout {r}: advantage sum trained {got:.4g} over {tokens:.0f} tokens, "
                 f"train data {want:.4g} over {want_tokens} tokens"
