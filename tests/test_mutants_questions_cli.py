@@ -130,7 +130,10 @@ def test_q3_without_p6_says_its_cost_was_not_measured(tmp_path, monkeypatch, cap
     (tmp_path / "gate.json").write_text(json.dumps({"go": True}))
     with cluster_machine(tmp_path):
         rescue_main(["question", "q3", "--run-dir", str(tmp_path / "r"), "--q2-dir", str(tmp_path)])
-    assert "q3: P6's cost was not measured (no P6 result)" in capsys.readouterr().out
+    assert capsys.readouterr().out.splitlines()[-2:] == [
+        "q3: P6's cost was not measured (no P6 result)",
+        f"q3: report {tmp_path / 'r' / 'report' / 'report.md'}",
+    ]
 
 
 @pytest.mark.parametrize(("listing", "code", "gpus"), [
@@ -307,3 +310,144 @@ def test_the_chain_is_built_from_the_settings_the_command_was_given(tmp_path, mo
     with cluster_machine(tmp_path):
         rescue_main(["question", "q2", "--run-dir", "r2"])
     assert (built[-1].miles_src, built[-1].megatron_src, built[-1].force) == ("", "", False)
+
+
+def _documented_flags() -> dict[str, str]:
+    """``docs/questions.md``'s table of the command's flags: flag -> meaning."""
+    text = (Path(qcli.__file__).parents[2] / "docs" / "questions.md").read_text()
+    head = "| flag | from make | meaning |"
+    assert head in text
+    rows = {}
+    for line in text.split(head, 1)[1].splitlines()[2:]:
+        if not line.startswith("| `"):
+            break
+        flag, _, meaning = (c.strip() for c in line.strip("|").split(" | "))
+        rows[flag.strip("`")] = meaning
+    return rows
+
+
+def test_the_flags_and_their_help_are_the_ones_the_docs_list():
+    parser = argparse.ArgumentParser()
+    qcli.configure(parser)
+    actions = {
+        (a.option_strings[0] if a.option_strings else a.dest): a
+        for a in parser._actions
+        if a.dest != "help"
+    }
+    documented = _documented_flags()
+    assert list(documented) == list(actions)
+    for flag, meaning in documented.items():
+        assert actions[flag].help == meaning, flag
+    args = parser.parse_args(["q1", "--run-dir", "r", "--rehearsal", "--force"])
+    assert args.rehearsal is True and args.force is True
+    assert parser.parse_args(["q3", "--run-dir", "r", "--power-noise", "sim"]).power_noise == "sim"
+    with pytest.raises(SystemExit):
+        parser.parse_args(["q3", "--run-dir", "r", "--power-noise", "exact"])
+
+
+def test_a_rehearsal_names_the_stages_that_stand_in_and_runs_from_the_repository(
+    tmp_path, recorded, capsys, monkeypatch
+):
+    import dataclasses
+
+    from rescue.questions import chains
+
+    src = fake_sources(tmp_path)
+    monkeypatch.chdir(tmp_path)  # the chain runs from the repository's top, not from here
+    for q in ("q2", "q3"):
+        rescue_main(["question", q, "--run-dir", str(tmp_path / q), "--rehearsal", "--force",
+                     *src])  # fmt: skip
+    plain, q1 = dict(chains.QUESTIONS), chains.QUESTIONS["q1"]
+    plain["q1"] = lambda settings: [dataclasses.replace(st, note="") for st in q1(settings)]
+    monkeypatch.setattr(chains, "QUESTIONS", plain)
+    rescue_main(["question", "q1", "--run-dir", str(tmp_path / "q1"), "--rehearsal", *src])
+    said = [x for x in capsys.readouterr().out.splitlines() if "REHEARSAL=1" in x]
+    tail = "stand(s) in for the cluster's (each says what and why when it starts)"
+    head = "REHEARSAL=1: every training stage through Miles' own loop on this CPU with a tiny model"
+    assert said == [f"q2: {head}; task, model {tail}", f"q3: {head}; pilot, validate, train {tail}",
+                    f"q1: {head}; no stage {tail}"]  # fmt: skip
+    assert [r.cwd for r in recorded] == [Path(qcli.__file__).resolve().parents[2]] * 3
+
+
+def test_q3_prints_each_of_p6_s_costs_on_a_line_of_its_own(tmp_path, monkeypatch, capsys):
+    check = {"estimate": {"value": 2.0, "lo": 1.0, "hi": 3.0, "n": 3}}
+    report = {"cohorts": [{"results": [{"id": "P6", "checks": [
+        {**check, "name": "tokens per unit of reward improvement"},
+        {**check, "name": "seconds per unit of reward improvement"}]}]}]}  # fmt: skip
+
+    def finished(self):
+        (self.run_dir / "report").mkdir(parents=True)
+        (self.run_dir / "report" / "report.json").write_text(json.dumps(report))
+        return 0
+
+    monkeypatch.setattr(Runner, "run", finished)
+    monkeypatch.setattr(qcli, "power_first", lambda q, seeds, args: False)
+    (tmp_path / "gate.json").write_text(json.dumps({"go": True}))
+    with cluster_machine(tmp_path):
+        rescue_main(["question", "q3", "--run-dir", str(tmp_path / "r"), "--q2-dir", str(tmp_path)])
+    assert capsys.readouterr().out.splitlines()[-3:-1] == [
+        "q3: P6 cost: tokens per unit of reward improvement: 2 [1, 3] (n=3)",
+        "q3: P6 cost: seconds per unit of reward improvement: 2 [1, 3] (n=3)",
+    ]
+
+
+Q2_ARMS = ["zero", "mask", "matched", "step-control", "drgrpo-mask", "survivor", "turn"]
+Q3_ARMS = ["drop", "never-drop", "protect:0.25", "protect:0.5", "pace"]
+
+
+@pytest.fixture
+def power_calls(monkeypatch) -> dict:
+    """``power_first``'s calls of the power tools, each recorded and answered by a token."""
+    from rescue.judge import power as pw
+    from rescue.sim import power_cli
+
+    calls: dict = {"power": []}
+
+    def noise_of(noise, arms, seeds, **kw):
+        calls["noise"] = (noise, list(arms), seeds)
+        return "the null", "the noise"
+
+    def power(arms, **kw):
+        calls["power"].append((list(arms), kw))
+        return "the table"
+
+    def line(table, n, effect=None, arms=()):
+        calls["line"] = (table, n, list(arms))
+        return "the line"
+
+    monkeypatch.setattr(power_cli, "noise_of", noise_of)
+    monkeypatch.setattr(pw, "power", power)
+    monkeypatch.setattr(pw, "line", line)
+    return calls
+
+
+@pytest.mark.parametrize(("rehearsal", "chosen", "noise"), [
+    (False, None, "sim"), (True, None, "synthetic"), (False, "synthetic", "synthetic"),
+    (True, "sim", "sim"),
+])  # fmt: skip
+def test_the_power_line_is_the_question_s_arms_under_the_noise_asked_or_the_default(
+    power_calls, capsys, rehearsal, chosen, noise
+):
+    args = argparse.Namespace(rehearsal=rehearsal, force=False, power_noise=chosen)
+    assert qcli.power_first("q2", 4, args) is False
+    # P3 among q2's predictions: every count from 3 to 10 at the map's P3 effect too
+    assert power_calls["noise"] == (noise, Q2_ARMS, 10)
+    assert power_calls["power"] == [(Q2_ARMS, {
+        "seeds": [3, 4, 5, 6, 7, 8, 9, 10], "effects": (1.5, 0.62), "replicates": 100,
+        "null": "the null", "noise": "the noise"})]  # fmt: skip
+    assert power_calls["line"] == ("the table", 4, Q2_ARMS)
+    assert capsys.readouterr().out == "q2: power of the report on the cluster's arms: the line\n"
+
+
+def test_below_the_judge_s_minimum_nothing_is_simulated_and_force_is_said(power_calls, capsys):
+    from rescue.judge import power as pw
+
+    args = argparse.Namespace(rehearsal=False, force=True, power_noise=None)
+    assert qcli.power_first("q3", 2, args) is True
+    assert power_calls["power"] == [] and "noise" not in power_calls
+    assert power_calls["line"] == (pw.Power(tuple(Q3_ARMS), 0, (2,), (0.0,)), 2, Q3_ARMS)
+    assert capsys.readouterr().out.splitlines() == [
+        "q3: power of the report on the cluster's arms: the line",
+        "q3: FORCE=1: SEEDS=2: P5, P6 compare these arms, and the judge decides nothing on "
+        "fewer than 3 paired seeds per arm; running anyway",
+    ]

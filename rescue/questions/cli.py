@@ -135,8 +135,7 @@ def power_first(question: str, seeds: int, args: argparse.Namespace) -> bool:
         table = pw.Power(tuple(arms), 0, (seeds,), (0.0,))
     else:
         counts, effects = line_plan([seeds], arms)
-        chosen = getattr(args, "power_noise", None)
-        chosen = chosen or ("synthetic" if getattr(args, "rehearsal", False) else "sim")
+        chosen = args.power_noise or ("synthetic" if args.rehearsal else "sim")
         null, noise = noise_of(chosen, arms, max(counts))
         table = pw.power(
             arms, seeds=counts, effects=effects, replicates=pw.LINE_REPLICATES,
