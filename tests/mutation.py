@@ -60,8 +60,9 @@ NOT_LINKED = {".git", ".venv", ".venv-rehearsal", "build", "runs", "site", "wand
 KILLED_CODES = {1, 3, -24, 24, 36, 152, 255, -11, -9}
 #: Every test passed (0, 5: none collected) or no test called the function (33).
 SURVIVED_CODES = {0, 5, 33}
-#: pytest arguments of every mutant's run: the newcomer's tier, no cache written.
-PYTEST_ARGS = ["-m", "not slow and not agent", "-p", "no:cacheprovider"]
+#: pytest arguments of every mutant's run: the newcomer's tier, no cache written, and the
+#: plugin ``PLUGIN`` (written beside the mutated copy as ``mutant_tests.py``).
+PYTEST_ARGS = ["-m", "not slow and not agent", "-p", "no:cacheprovider", "-p", "mutant_tests"]
 
 
 class Refused(Exception):
@@ -156,7 +157,12 @@ def load_list(path: Path = LIST) -> tuple[dict[str, list[str]], list[Equivalent]
     extra = {k: list(v) for k, v in data.get("tests", {}).items()}
     eqs = []
     for n, e in enumerate(data.get("equivalent", []), 1):
-        missing = [k for k in ("module", "function", "original", "mutated", "why") if not e.get(k)]
+        # a mutant that deletes the text is printed `-> ''`: its mutated text is empty
+        missing = [
+            k
+            for k in ("module", "function", "original", "mutated", "why")
+            if not e.get(k) and not (k == "mutated" and e.get(k) == "")
+        ]
         if missing:
             raise Refused(f"{path}: [[equivalent]] {n}: missing {', '.join(missing)}")
         eqs.append(
@@ -242,6 +248,37 @@ if os.environ.get("MUTANT_UNDER_TEST") in ("stats", "list_all_tests", "mutant_ge
 """
 
 
+#: A pytest plugin in every run of mutmut's (the stats, the clean run, each mutant):
+#:
+#: - a mutant's tests run fastest first, by the durations mutmut recorded (its fork server
+#:   runs them in the order of a set; with ``-x`` the first failure ends the run, so a slow
+#:   test run first costs its minute for every mutant a quick one kills);
+#: - the tests run under the signal settings of a plain ``pytest``: the fork server's
+#:   process, which each mutant's is forked from, ignores SIGINT, answers SIGTERM with an
+#:   exit of status 0 (which mutmut reads as "every test passed") and writes to its own
+#:   pipe on SIGCHLD; a mutant that signals the test's own process must end it as it would
+#:   end ``make test``.
+PLUGIN = '''"""make mutate's plugin (tests/mutation.py, PLUGIN): fastest first, plain signals."""
+import json
+import signal
+from pathlib import Path
+
+
+def pytest_configure(config):
+    signal.signal(signal.SIGINT, signal.default_int_handler)
+    signal.signal(signal.SIGTERM, signal.SIG_DFL)
+    signal.signal(signal.SIGCHLD, signal.SIG_DFL)
+
+
+def pytest_collection_modifyitems(session, config, items):
+    stats = Path("mutmut-stats.json")
+    if not stats.is_file():
+        return
+    took = json.loads(stats.read_text()).get("duration_by_test", {})
+    items.sort(key=lambda item: took.get(item.nodeid, float("inf")))
+'''
+
+
 def forget_survivors(work: Path, module: str) -> int:
     """Mark the mutants of ``module`` that survived the last run in ``work`` as not run, so
     that mutmut runs them again and keeps the other verdicts; how many (0: no earlier run).
@@ -264,6 +301,7 @@ def run_mutmut(work: Path, jobs: int) -> int:
     # the folder exists before Python starts: a path entry missing at start is never searched
     (work / "mutants").mkdir(exist_ok=True)
     (work / "mutants" / "sitecustomize.py").write_text(SITECUSTOMIZE)
+    (work / "mutants" / "mutant_tests.py").write_text(PLUGIN)
     env = {**os.environ, "PYTHONPATH": str(work / "mutants")}
     env.pop("MUTANT_UNDER_TEST", None)
     return subprocess.call(

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import re
 import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -22,7 +23,7 @@ def test_the_launchers_table_is_generated_from_the_registry():
     text = (ROOT / "launch" / "arms.sh").read_text()
     assert text == arms.bash_table(), "run: python -m rescue.arms > launch/arms.sh"
     out = subprocess.run(
-        [str(ROOT / ".venv" / "bin" / "python"), "-m", "rescue.arms"],
+        [sys.executable, "-m", "rescue.arms"],
         capture_output=True,
         text=True,
         check=True,

@@ -300,3 +300,70 @@ def test_the_grace_ends_as_soon_as_every_process_is_gone(monkeypatch):
     monkeypatch.setattr(interrupts.time, "monotonic", lambda: clock[0])
     end_tree([p.pid], grace_s=1000.0)
     assert sum(naps) < 100.0  # not the whole grace: it stopped once the process was gone
+
+
+def test_a_process_that_vanishes_while_the_table_is_read_is_skipped(monkeypatch, tmp_path):
+    # a /proc of twenty processes, every other one gone between the listing and its read
+    # (no stat file): the others are all in the table, whichever order the folder lists
+    for pid in range(2, 22):
+        (tmp_path / str(pid)).mkdir()
+        if pid % 2 == 0:
+            (tmp_path / str(pid) / "stat").write_text(f"{pid} (w (x) y) S 1 {pid} 0\n")
+    (tmp_path / "self").mkdir()
+    (tmp_path / "self" / "stat").write_text("1 (init) S 0 1 0\n")
+    real = Path
+    monkeypatch.setattr(interrupts, "Path", lambda p: real(tmp_path) if p == "/proc" else real(p))
+    table = interrupts._children_table()
+    assert sorted(table) == [1] and sorted(table[1]) == list(range(2, 22, 2))
+
+
+def _blind_proc(monkeypatch, tmp_path):
+    """``/proc/<pid>/stat`` unreadable to ``rescue.interrupts`` (as where there is none)."""
+    real = Path
+    monkeypatch.setattr(
+        interrupts, "Path",
+        lambda p: real(tmp_path / "none") if str(p).startswith("/proc/") else real(p),
+    )  # fmt: skip
+
+
+def test_an_exited_child_is_seen_gone_without_proc(monkeypatch, tmp_path):
+    p = subprocess.Popen([sys.executable, "-c", "raise SystemExit(4)"])
+    wait_for(lambda: zombie(p.pid))
+    _blind_proc(monkeypatch, tmp_path)
+    assert interrupts._gone(p.pid)  # waitid sees it exited; the process table cannot
+    assert p.wait(timeout=0) == 4
+
+
+def test_looking_at_a_live_process_sends_it_nothing(monkeypatch, tmp_path):
+    # SIGHUP's default ends a process: a look that sent a signal would end this one
+    code = ("import signal, time\nsignal.signal(signal.SIGHUP, signal.SIG_DFL)\n"
+            "print('ready', flush=True)\ntime.sleep(60)\n")  # fmt: skip
+    p = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, text=True)
+    try:
+        assert p.stdout.readline() == "ready\n"
+        assert not interrupts._gone(p.pid)
+        _blind_proc(monkeypatch, tmp_path)
+        assert not interrupts._gone(p.pid)  # alive, its state unreadable: not gone
+        time.sleep(0.3)
+        assert p.poll() is None
+    finally:
+        p.kill()
+        p.wait()
+
+
+def test_a_zombie_named_with_parentheses_is_gone(tmp_path):
+    # not this process's child: only its state in /proc tells it has exited, after a name
+    # that holds ") "
+    exe = tmp_path / "a (b) c"
+    exe.symlink_to(sys.executable)
+    code = (f"import subprocess, sys, time\np = subprocess.Popen([{str(exe)!r}, '-c', 'pass'])\n"
+            "print(p.pid, flush=True)\ntime.sleep(60)\n")  # fmt: skip
+    parent = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, text=True)
+    try:
+        child = int(parent.stdout.readline())
+        wait_for(lambda: zombie(child))
+        assert ") c) Z" in Path(f"/proc/{child}/stat").read_text()
+        assert interrupts._gone(child)
+    finally:
+        parent.kill()
+        parent.wait()

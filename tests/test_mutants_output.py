@@ -241,7 +241,8 @@ def test_a_file_write_that_fails_leaves_the_old_text_and_no_temporary(tmp_path, 
 
 def test_a_live_run_s_sibling_is_kept_and_the_run_left_running(tmp_path):
     """The liveness probe sends no signal: the process whose pid names the sibling runs on."""
-    live = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
+    code = "import signal, time; signal.signal(signal.SIGHUP, signal.SIG_DFL); time.sleep(60)"
+    live = subprocess.Popen([sys.executable, "-c", code])  # SIGHUP ends it (nohup or not)
     try:
         sibling = tmp_path / f".out.partial-{live.pid}"
         sibling.mkdir()
@@ -279,3 +280,112 @@ def test_the_record_of_folders_left_as_they_were_is_a_copy_and_forget_clears_it(
     assert output.left_as_it_was() == [out]
     output.forget()
     assert output.left_as_it_was() == []
+
+
+def test_a_first_swap_whose_rename_fails_raises_that_failure(tmp_path, monkeypatch):
+    # no earlier folder: nothing to put back, and the rename's own error is the one raised
+    out = tmp_path / "out"
+    monkeypatch.setattr(
+        os, "rename", failing_rename(lambda s, d: d == out and ".partial-" in s.name)
+    )
+    with pytest.raises(OSError, match="No space left on device"), output.staged(out) as stage:
+        (stage.path / "a").write_text("1")
+    monkeypatch.undo()
+    assert not out.exists() and beside(out) == []
+
+
+def test_an_entry_that_cannot_be_carried_back_does_not_hide_the_failure(tmp_path, monkeypatch):
+    out = tmp_path / "out"
+    old_result(out)
+    real = os.rename
+
+    def rename(src, dst):
+        src, dst = Path(src), Path(dst)
+        if dst == out and ".partial-" in src.name:
+            raise OSError(28, "No space left on device")
+        if dst == out / "more.txt":  # more.txt cannot be moved back
+            raise OSError(5, "Input/output error")
+        real(src, dst)
+
+    monkeypatch.setattr(os, "rename", rename)
+    with pytest.raises(OSError, match="No space left on device"), output.staged(out, owned):
+        pass
+    monkeypatch.undo()
+    # the old folder back, with the entry that could be moved back; the error raised is the
+    # swap's, not the carry's
+    assert {"notes.txt", "sub", "summary.md"} <= set(os.listdir(out))
+
+
+def test_an_owned_entry_listed_first_does_not_stop_the_carry(tmp_path):
+    out = tmp_path / "out"
+    out.mkdir()
+    for name in ("a-owned", "b-mine", "c-mine"):
+        (out / name).write_text(name)
+    with output.staged(out, lambda e: e.name.endswith("owned")) as stage:
+        (stage.path / "new").write_text("new")
+    assert sorted(os.listdir(out)) == ["b-mine", "c-mine", "new"]
+
+
+def test_stale_files_and_dangling_links_are_removed_and_a_folder_that_resists_is_left(
+    tmp_path, monkeypatch
+):
+    dead = dead_pid()
+    (tmp_path / f".out.partial-{dead}").write_text("a stale file")
+    (tmp_path / f".out.old-{dead}").symlink_to(tmp_path / "nowhere")  # out exists: not put back
+    (tmp_path / "out").mkdir()
+    output.remove_stale(tmp_path / "out")
+    assert beside(tmp_path / "out") == []
+    stuck = tmp_path / f".out.partial-{dead}"
+    (stuck / "deep").mkdir(parents=True)
+
+    def refused(*a, **k):
+        raise PermissionError(1, "Operation not permitted")
+
+    monkeypatch.setattr(os, "rmdir", refused)
+    output.remove_stale(tmp_path / "out")  # what cannot be removed is left, no error
+    monkeypatch.undo()
+    assert stuck.is_dir()
+
+
+def test_a_file_s_place_is_checked_before_anything_is_computed(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    assert output.check_file("deep/er/x.json", "--json") == tmp_path / "deep" / "er" / "x.json"
+    assert (tmp_path / "deep" / "er").is_dir() and os.listdir(tmp_path / "deep" / "er") == []
+    (tmp_path / "folder").mkdir()
+    with pytest.raises(InputError) as e:
+        output.check_file("folder", "--json")
+    assert str(e.value) == "--json folder: an existing folder, not a file: name a file"
+    (tmp_path / "afile").write_text("")
+    with pytest.raises(InputError) as e:
+        output.check_file("afile/x.json", "--json")
+    assert str(e.value) == (
+        f"--json afile/x.json: cannot write in {tmp_path / 'afile'} (File exists): name a "
+        "place you can write"
+    )
+
+
+def test_a_place_that_cannot_be_written_is_refused_naming_the_flag_and_value():
+    # /proc/self exists and takes no new file, even from root
+    with pytest.raises(InputError) as e:
+        output.check_file("/proc/self/x.json", "--json")
+    assert str(e.value).startswith("--json /proc/self/x.json: cannot write in /proc/self (")
+    assert str(e.value).endswith("): name a place you can write")
+    with pytest.raises(InputError) as e:
+        output.check_out(Path("/proc/self/out"), "--out-dir")
+    assert str(e.value).startswith("--out-dir /proc/self/out: cannot write in /proc/self (")
+
+
+def test_the_probe_is_a_hidden_file_removed_at_once(tmp_path, monkeypatch):
+    probes = []
+    real = os.unlink
+
+    def unlink(path, *a, **k):
+        probes.append(Path(path))
+        assert Path(path).exists()
+        real(path, *a, **k)
+
+    monkeypatch.setattr(os, "unlink", unlink)
+    output.writable(tmp_path, "--out", tmp_path)
+    monkeypatch.undo()
+    assert len(probes) == 1 and probes[0].parent == tmp_path
+    assert probes[0].name.startswith(".rescue-probe-") and os.listdir(tmp_path) == []

@@ -357,7 +357,7 @@ def test_a_stage_not_reached_keeps_its_failure_and_a_rerun_clears_its_signal(tmp
     seen = tmp_path / "seen.json"
     code = (
         "import json\n"
-        f"rec = json.load(open({str(tmp_path / 'run' / 'stages.json')!r}))['stages'][0]\n"
+        f"rec = json.load(open({str(tmp_path / 'x' / 'run' / 'stages.json')!r}))['stages'][0]\n"
         f"json.dump(rec, open({str(seen)!r}, 'w'))\n"
     )
     c = Stage("c", py(code))
@@ -371,4 +371,31 @@ def test_a_stage_not_reached_keeps_its_failure_and_a_rerun_clears_its_signal(tmp
         run(tmp_path / "x", [c])
     assert read_state(tmp_path / "x" / "run")["stages"][0]["signal"] == "SIGTERM"
     assert run(tmp_path / "x", [c])[0] == 0
-    assert json.loads(seen.read_text())["signal"] is None
+    rec = json.loads(seen.read_text())
+    assert (rec["name"], rec["status"], rec["signal"]) == ("c", "running", None)
+
+
+def test_a_missing_record_is_refused_saying_what_a_run_folder_is(tmp_path):
+    with pytest.raises(InputError) as e:
+        read_state(tmp_path)
+    assert str(e.value) == (
+        f"{tmp_path / 'stages.json'}: no such file: RUN_DIR must be a run folder of make "
+        "q1/q2/q3 (or an arm's SAVE_DIR, for its lives)"
+    )
+
+
+def test_progress_without_a_detail_records_an_empty_one(tmp_path, monkeypatch):
+    target = tmp_path / "p.json"
+    monkeypatch.setenv("RESCUE_STAGE_PROGRESS", str(target))
+    write_progress(3, 7, "steps")
+    assert json.loads(target.read_text()) == {"done": 3, "total": 7, "unit": "steps",
+                                              "detail": ""}  # fmt: skip
+
+
+def test_a_stage_not_yet_run_records_no_inputs(tmp_path):
+    a = Stage("a", py("import sys; sys.exit(2)"))
+    b = Stage("b", py("pass"), inputs=("a.txt",))
+    assert run(tmp_path, [a, b])[0] == 1
+    records = read_state(tmp_path / "run")["stages"]
+    assert [(r["name"], r["status"], r["inputs"]) for r in records] == [
+        ("a", "failed", {}), ("b", "pending", {})]  # fmt: skip

@@ -261,3 +261,36 @@ def test_the_score_counts_the_killed_among_the_non_equivalent():
     assert (s.mutants, s.killed, s.equivalent, s.survived) == (22, 17, 2, 3)
     assert s.score == 17 / 20 and s.score >= mutation.THRESHOLD
     assert s.row() == "| `rescue/x.py` | 22 | 17 | 2 | 3 | 85.0% | 1 min 1 s |"
+
+
+def test_the_plugin_runs_the_quickest_tests_first_under_a_plain_pytest_s_signals(
+    tmp_path, monkeypatch
+):
+    import json
+    import signal
+    from types import SimpleNamespace
+
+    plugin: dict = {}
+    exec(mutation.PLUGIN, plugin)
+    monkeypatch.chdir(tmp_path)
+    items = [SimpleNamespace(nodeid=n) for n in ("slow", "unknown", "quick", "mid")]
+    plugin["pytest_collection_modifyitems"](None, None, items)  # no durations yet: as collected
+    assert [i.nodeid for i in items] == ["slow", "unknown", "quick", "mid"]
+    took = {"slow": 30.0, "quick": 0.01, "mid": 2.0}
+    (tmp_path / "mutmut-stats.json").write_text(json.dumps({"duration_by_test": took}))
+    plugin["pytest_collection_modifyitems"](None, None, items)
+    assert [i.nodeid for i in items] == ["quick", "mid", "slow", "unknown"]
+    # the fork server's settings (SIGINT ignored, SIGTERM an exit of status 0, SIGCHLD its
+    # own) become a plain pytest's
+    saved = {s: signal.getsignal(s) for s in (signal.SIGINT, signal.SIGTERM, signal.SIGCHLD)}
+    try:
+        signal.signal(signal.SIGINT, signal.SIG_IGN)
+        signal.signal(signal.SIGTERM, lambda *a: None)
+        signal.signal(signal.SIGCHLD, lambda *a: None)
+        plugin["pytest_configure"](None)
+        assert signal.getsignal(signal.SIGINT) is signal.default_int_handler
+        assert signal.getsignal(signal.SIGTERM) == signal.SIG_DFL
+        assert signal.getsignal(signal.SIGCHLD) == signal.SIG_DFL
+    finally:
+        for s, handler in saved.items():
+            signal.signal(s, handler)
