@@ -879,6 +879,7 @@ def test_the_matched_arm_needs_whole_steps_of_the_global_batch(bin_dir, miles_di
         ), result.stderr
 
 
+@pytest.mark.slow  # half a minute: the power line of every arm at 3 to 10 seeds (make test-all)
 def test_the_default_sweep_is_every_arm_at_three_seeds(bin_dir, miles_dir):
     runs = sweep_submits(rlvr("rlvr_sweep.sh", bin_dir, miles_dir, CAP="1024").stdout)
     assert set(runs) == {(a, str(s)) for a in ARMS for s in (1, 2, 3)}
