@@ -157,11 +157,11 @@ def load_list(path: Path = LIST) -> tuple[dict[str, list[str]], list[Equivalent]
     extra = {k: list(v) for k, v in data.get("tests", {}).items()}
     eqs = []
     for n, e in enumerate(data.get("equivalent", []), 1):
-        # a mutant that deletes the text is printed `-> ''`: its mutated text is empty
+        # a mutant that deletes the text is printed `-> ''`: its mutated text may be empty
         missing = [
             k
             for k in ("module", "function", "original", "mutated", "why")
-            if not e.get(k) and not (k == "mutated" and e.get(k) == "")
+            if k not in e or (k != "mutated" and not e[k])
         ]
         if missing:
             raise Refused(f"{path}: [[equivalent]] {n}: missing {', '.join(missing)}")

@@ -119,10 +119,12 @@ def test_a_failed_chain_prints_no_report(tmp_path, monkeypatch, capsys):
     assert "report" not in capsys.readouterr().out
 
 
-def test_q3_without_p6_says_its_cost_was_not_measured(tmp_path, monkeypatch, capsys):
+def q3_ending_with(report: dict, tmp_path, monkeypatch, capsys) -> list[str]:
+    """The lines a finished q3 (q2's go given) prints, its chain leaving ``report``."""
+
     def finished(self):
         (self.run_dir / "report").mkdir(parents=True)
-        (self.run_dir / "report" / "report.json").write_text('{"cohorts": []}')
+        (self.run_dir / "report" / "report.json").write_text(json.dumps(report))
         return 0
 
     monkeypatch.setattr(Runner, "run", finished)
@@ -130,7 +132,11 @@ def test_q3_without_p6_says_its_cost_was_not_measured(tmp_path, monkeypatch, cap
     (tmp_path / "gate.json").write_text(json.dumps({"go": True}))
     with cluster_machine(tmp_path):
         rescue_main(["question", "q3", "--run-dir", str(tmp_path / "r"), "--q2-dir", str(tmp_path)])
-    assert capsys.readouterr().out.splitlines()[-2:] == [
+    return capsys.readouterr().out.splitlines()
+
+
+def test_q3_without_p6_says_its_cost_was_not_measured(tmp_path, monkeypatch, capsys):
+    assert q3_ending_with({"cohorts": []}, tmp_path, monkeypatch, capsys)[-2:] == [
         "q3: P6's cost was not measured (no P6 result)",
         f"q3: report {tmp_path / 'r' / 'report' / 'report.md'}",
     ]
@@ -374,18 +380,7 @@ def test_q3_prints_each_of_p6_s_costs_on_a_line_of_its_own(tmp_path, monkeypatch
     report = {"cohorts": [{"results": [{"id": "P6", "checks": [
         {**check, "name": "tokens per unit of reward improvement"},
         {**check, "name": "seconds per unit of reward improvement"}]}]}]}  # fmt: skip
-
-    def finished(self):
-        (self.run_dir / "report").mkdir(parents=True)
-        (self.run_dir / "report" / "report.json").write_text(json.dumps(report))
-        return 0
-
-    monkeypatch.setattr(Runner, "run", finished)
-    monkeypatch.setattr(qcli, "power_first", lambda q, seeds, args: False)
-    (tmp_path / "gate.json").write_text(json.dumps({"go": True}))
-    with cluster_machine(tmp_path):
-        rescue_main(["question", "q3", "--run-dir", str(tmp_path / "r"), "--q2-dir", str(tmp_path)])
-    assert capsys.readouterr().out.splitlines()[-3:-1] == [
+    assert q3_ending_with(report, tmp_path, monkeypatch, capsys)[-3:-1] == [
         "q3: P6 cost: tokens per unit of reward improvement: 2 [1, 3] (n=3)",
         "q3: P6 cost: seconds per unit of reward improvement: 2 [1, 3] (n=3)",
     ]

@@ -34,6 +34,7 @@ import warnings
 
 import numpy as np
 import pytest
+from test_sim_subsidy import SLOTS, perturbed
 
 from rescue.sim import policy as P
 from rescue.sim import scenario as sc
@@ -160,7 +161,6 @@ def test_the_policy_of_stacked_logits_is_a_softmax_over_the_available_choices():
 # ── references written from the rules, not from the module ─────────────────────────────
 
 AVAILABLE = P.available()
-SLOTS = [(r, c) for r in range(P.ROWS) for c in range(P.CHOICES) if AVAILABLE[r, c]]
 EDITED = (P.EDITED1, P.EDITED2, P.EDITED3)
 #: Central finite differences: the step, and their error on the enumerated values, which
 #: are sums of up to ~10^3 path products (round-off ~ 10^3 · ε / h ~ 1e-8; O(h²) ~ 1e-10).
@@ -227,13 +227,7 @@ def _played_out(theta: np.ndarray, cfg: SimConfig, k: int) -> np.ndarray:
 
 def _fd_gradient(theta: np.ndarray, cfg: SimConfig, k: int) -> np.ndarray:
     """``[2, ROWS, CHOICES]``: central differences of ``_played_out`` in each available logit."""
-    stack = []
-    for r, c in SLOTS:
-        for sign in (1, -1):
-            t = theta.copy()
-            t[r, c] += sign * H
-            stack.append(t)
-    v = _played_out(np.array(stack), cfg, k)
+    v = _played_out(perturbed(theta, H), cfg, k)
     out = np.zeros((2, P.ROWS, P.CHOICES))
     for i, (r, c) in enumerate(SLOTS):
         out[:, r, c] = (v[2 * i] - v[2 * i + 1]) / (2 * H)

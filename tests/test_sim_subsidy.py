@@ -33,6 +33,18 @@ TWO = sc.preset("two-outcome").sim_config(infra_rate=0.0)
 SLOTS = [(r, c) for r in range(P.ROWS) for c in range(P.CHOICES) if P.available()[r, c]]
 
 
+def perturbed(theta: np.ndarray, h: float) -> np.ndarray:
+    """``theta`` with each available logit (``SLOTS``) moved by +h, then −h: ``[2·slots, ...]``
+    for central differences."""
+    stack = []
+    for r, c in SLOTS:
+        for sign in (1, -1):
+            t = theta.copy()
+            t[r, c] += sign * h
+            stack.append(t)
+    return np.array(stack)
+
+
 def _theta(cfg: SimConfig, jitter: float = 0.0, seed: int = 0) -> np.ndarray:
     th = np.array(cfg.initial_logits, dtype=np.float64)
     return th + jitter * np.random.default_rng(seed).normal(size=th.shape)
@@ -65,13 +77,7 @@ def test_the_gradients_are_the_finite_difference_of_the_exact_values(cfg):
     th = _theta(cfg, 0.7, seed=11)
     ks, _ = _ks_w(cfg)
     h = 1e-5
-    stack = []
-    for r, c in SLOTS:
-        for sign in (1, -1):
-            t = th.copy()
-            t[r, c] += sign * h
-            stack.append(t)
-    values, _ = outcome_tables(np.array(stack), cfg, ks)
+    values, _ = outcome_tables(perturbed(th, h), cfg, ks)
     fd = (values[0::2] - values[1::2]) / (2 * h)  # [slot, K, o]
     _, grad = outcome_tables(th[None], cfg, ks)
     exact = np.array([grad[0, :, :, r, c] for r, c in SLOTS])
